@@ -1,0 +1,1 @@
+"""Repository-root conftest: makes the checkout importable and finds the shared data."""
