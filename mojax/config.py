@@ -1,0 +1,140 @@
+"""Config validation: unknown keys, wrong types and impossible combinations fail before compiling.
+
+Configs are ``ml_collections.ConfigDict`` objects built by ``configs/<method>.py:get_config(arg)`` and
+locked, so a typo in ``--config.ppo.clip_hihg=0.3`` already fails in ``config_flags`` with the key named.
+This module adds the checks a lock cannot express: allowed values, ranges, estimator keyword arguments and
+cross-field combinations. Every failure is a :class:`ConfigError` whose message names the key (dotted
+path) and what is allowed; all failures of a config are reported together.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config value is unknown, of the wrong type, out of range or inconsistent with another."""
+
+
+@dataclasses.dataclass
+class Checker:
+    """Collects config errors so that one run reports all of them at once."""
+
+    config: Any
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    def get(self, path: str) -> Any:
+        """Value at a dotted ``path``; records an error (and returns None) if a key is missing."""
+        node = self.config
+        for part in path.split("."):
+            try:
+                node = node[part]
+            except (KeyError, TypeError):
+                self.errors.append(f"config.{path}: missing (required key)")
+                return None
+        return node
+
+    def fail(self, path: str, message: str) -> None:
+        self.errors.append(f"config.{path}: {message}")
+
+    def choice(self, path: str, allowed: Iterable[Any]) -> Any:
+        """The value at ``path`` must be one of ``allowed``."""
+        value = self.get(path)
+        allowed = list(allowed)
+        if value is not None and value not in allowed:
+            hint = _did_you_mean(value, allowed)
+            self.fail(path, f"{value!r} is not allowed; allowed values: {allowed}{hint}")
+        return value
+
+    def typed(self, path: str, types: type | tuple[type, ...]) -> Any:
+        value = self.get(path)
+        if value is not None and (isinstance(value, bool) and bool not in _as_tuple(types)):
+            self.fail(path, f"expected {_type_names(types)}, got bool {value!r}")
+        elif value is not None and not isinstance(value, types):
+            self.fail(path, f"expected {_type_names(types)}, got {type(value).__name__} {value!r}")
+        return value
+
+    def in_range(
+        self,
+        path: str,
+        low: float | None = None,
+        high: float | None = None,
+        *,
+        low_inclusive: bool = True,
+        high_inclusive: bool = True,
+    ) -> Any:
+        """The numeric value at ``path`` must lie in the given (half-)open or closed interval."""
+        value = self.typed(path, (int, float))
+        if value is None or isinstance(value, bool):
+            return value
+        ok = True
+        if low is not None:
+            ok &= value >= low if low_inclusive else value > low
+        if high is not None:
+            ok &= value <= high if high_inclusive else value < high
+        if not ok:
+            lo = "(-inf" if low is None else f"{'[' if low_inclusive else '('}{low}"
+            hi = "inf)" if high is None else f"{high}{']' if high_inclusive else ')'}"
+            self.fail(path, f"{value!r} is out of range {lo}, {hi}")
+        return value
+
+    def kwargs_for(self, path: str, fn: Callable[..., Any], *, skip: Iterable[str] = ()) -> None:
+        """Every key of the mapping at ``path`` must be a keyword argument of ``fn``."""
+        kwargs = self.get(path)
+        if kwargs is None:
+            return
+        allowed = keyword_names(fn, skip=skip)
+        for key in dict(kwargs):
+            if key not in allowed:
+                hint = _did_you_mean(key, allowed)
+                self.fail(
+                    f"{path}.{key}",
+                    f"unknown keyword of {fn.__name__}; allowed keys: {sorted(allowed)}{hint}",
+                )
+
+    def require(self, condition: bool, path: str, message: str) -> None:
+        """A cross-field rule: records ``message`` against ``path`` when ``condition`` is False."""
+        if not condition:
+            self.fail(path, message)
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            lines = "\n  ".join(self.errors)
+            raise ConfigError(f"invalid config ({len(self.errors)} problem(s)):\n  {lines}")
+
+
+def keyword_names(fn: Callable[..., Any], *, skip: Iterable[str] = ()) -> set[str]:
+    """Names that ``fn`` accepts as keyword arguments (excluding ``skip``)."""
+    params = inspect.signature(fn).parameters.values()
+    names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)} - set(
+        skip
+    )
+    return names
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A plain (recursively converted) dict of a ConfigDict or mapping."""
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    if isinstance(config, Mapping):
+        return {k: to_dict(v) for k, v in config.items()}
+    return config
+
+
+def _did_you_mean(value: Any, allowed: list[Any]) -> str:
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, [str(a) for a in allowed], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _type_names(types: type | tuple[type, ...]) -> str:
+    return " or ".join(t.__name__ for t in _as_tuple(types))
