@@ -235,19 +235,30 @@ class Task(abc.ABC):
         """Whether one multi-answer block can be scored at all (unparseable → invalid row)."""
         return True
 
+    def score_answer(self, answer: str, example: Example) -> np.ndarray:
+        """Reward vector of one block of a multi-answer set (default: as a whole response)."""
+        return self.score(answer, example)
+
     def score_safe(
-        self, response: Any, example: Example, stats: RewardStats | None = None
+        self,
+        response: Any,
+        example: Example,
+        stats: RewardStats | None = None,
+        *,
+        answer_block: bool = False,
     ) -> tuple[np.ndarray, bool, str | None]:
         """``(rewards [M], valid, reason)``: never raises, never returns NaN/inf.
 
         An exception, a non-finite value, a wrong shape or a value outside an objective's declared
         ``[min, max]`` gives zeros, ``valid=False`` and a reason (the exception type's name,
         ``"nan"``, ``"inf"``, ``"shape"``, ``"out_of_range:<objective>"``), counted in ``stats``.
+        ``answer_block=True`` scores one multi-answer block through :meth:`score_answer`.
         """
         m = self.num_objectives
         reason = None
         try:
-            raw = self.score(response, example)
+            fn = self.score_answer if answer_block else self.score
+            raw = fn(response, example)
             r = np.asarray(raw, dtype=np.float64).reshape(-1)
             if r.shape != (m,):
                 reason = "shape"
@@ -356,7 +367,9 @@ class Task(abc.ABC):
                 if stats is not None:
                     stats.record(False, reason)
                 continue
-            set_rewards[i], set_valid[i], _ = self.score_safe(block.text, example, stats)
+            set_rewards[i], set_valid[i], _ = self.score_safe(
+                block.text, example, stats, answer_block=True
+            )
         return set_rewards, set_valid
 
     def score_set_batch(
