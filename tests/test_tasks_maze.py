@@ -1,4 +1,4 @@
-"""VPO maze (003 App. A.1): rejection rules, BFS routes, the trade-off guarantee, hand-worked rewards."""
+"""VPO maze (003 App. A.1): rejection rules, BFS routes, the trade-off guarantee, rewards."""
 
 import collections
 

@@ -297,7 +297,7 @@ def parse_moves(text: str) -> list[str] | None:
 
 
 def simulate(maze: Maze, moves: list[str]) -> dict:
-    """Run the moves: ``{"reached", "steps", "gold", "diamonds", "lava", "path"}`` (sets of cells)."""
+    """Run the moves: ``{"reached", "steps", "gold", "diamonds", "lava", "path"}``."""
     pos = maze.start
     gold, diamonds, lava = set(), set(), set()
     path = [pos]
