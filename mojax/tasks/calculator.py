@@ -132,7 +132,7 @@ def _wrong(rng: random.Random, answer: int) -> int:
 
 
 class CalculatorTask(Task):
-    """Arithmetic with an optional calculator; objectives ``(r_task, r_tool)``, ``w = (0.6, 0.4)``."""
+    """Arithmetic with an optional calculator: ``(r_task, r_tool)``, ``w = (0.6, 0.4)``."""
 
     name = "calculator"
     objectives = (
