@@ -18,7 +18,17 @@ from mojax.tasks.base import (
     clean_response,
 )
 
-_SUBMODULES = ("calculator", "data", "math", "maze", "multi_answer", "musique", "qa", "toolrl")
+_SUBMODULES = (
+    "calculator",
+    "data",
+    "math",
+    "maze",
+    "maze_task",
+    "multi_answer",
+    "musique",
+    "qa",
+    "toolrl",
+)
 _LAZY = {
     "ToolRLTask": "toolrl",
     "MathTask": "math",
