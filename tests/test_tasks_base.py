@@ -145,12 +145,16 @@ def test_import_has_no_side_effects():
     assert out.stdout.strip() == "ok"
 
 
-def test_every_task_builds_prompts_with_the_real_chat_template(shared, qwen2_tokenizer_dir):
+@pytest.fixture(scope="module")
+def tok(qwen2_tokenizer_dir):
     from transformers import AutoTokenizer
 
+    return AutoTokenizer.from_pretrained(qwen2_tokenizer_dir)
+
+
+def test_every_task_builds_prompts_with_the_real_chat_template(shared, tok):
     from mojax.tasks.musique import MuSiQueTask
 
-    tok = AutoTokenizer.from_pretrained(qwen2_tokenizer_dir)
     d = shared / "data"
     para = [{"idx": i, "title": "t", "paragraph_text": "p"} for i in range(20)]
     cases = [
@@ -183,3 +187,24 @@ def test_every_task_builds_prompts_with_the_real_chat_template(shared, qwen2_tok
     assert tasks.CalculatorTask().build_prompt(calc, tok).count("<|im_start|>user\nCompute ") == 1
     math_text = cases[1][0].build_prompt(cases[1][1], tok)
     assert math_text.startswith("<|im_start|>system\nPlease reason step by step")
+
+
+def test_calculator_sft_tokens_mask_observations(tok):
+    from mojax.tasks.calculator import CalculatorTask, sft_demonstrations, tokenize_demo
+
+    task = CalculatorTask()
+    demos = sft_demonstrations(task.load("train", 40, seed=0), seed=0)
+    for demo in demos:
+        ids, mask = tokenize_demo(demo, tok)
+        assert len(ids) == len(mask)
+        prompt = task.build_prompt(demo.example, tok)
+        n_prompt = len(tok.encode(prompt, add_special_tokens=False))
+        assert not any(mask[:n_prompt]) and ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")
+        assert tok.decode(ids) == prompt + demo.response + "<|im_end|>"
+        trained = tok.decode([t for t, m in zip(ids, mask) if m])
+        observed = tok.decode([t for t, m in zip(ids[n_prompt:], mask[n_prompt:]) if not m])
+        if demo.n_calls:
+            assert observed == f"<output>{demo.example.target}</output>"
+            assert trained == demo.response.replace(observed, "") + "<|im_end|>"
+        else:
+            assert observed == "" and trained == demo.response + "<|im_end|>"

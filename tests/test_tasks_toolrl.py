@@ -1,10 +1,13 @@
 """ToolRL rewards on the real rlla_4k data and hand-worked perturbations (SAW App. C, AWPO 19)."""
 
 import itertools
+import re
 import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mojax.tasks import toolrl
 from mojax.tasks.base import Example
@@ -291,3 +294,85 @@ def test_bad_arguments_are_named():
         toolrl.correctness_reward(GOLD, GOLD, matching="hungarian")
     with pytest.raises(ValueError, match="mode"):
         toolrl.ToolRLTask("bogus")
+
+
+_SOUP = [
+    "<think>",
+    "</think>",
+    "\n",
+    " ",
+    "x",
+    "<tool_call>",
+    "</tool_call>",
+    "<response>",
+    "</response>",
+    '{"name": "f", "parameters": {}}',
+]
+
+
+_VALID = [
+    GOLD,
+    THINK + "<response> a </response>",
+    "<think> t </think>",
+    GOLD + "\n<response> b </response>",
+    "<think></think>\n<tool_call>\n\n</tool_call>",
+]
+
+
+def _mutate(base, edits):
+    for pos, op, frag in edits:
+        pos %= len(base) + 1
+        base = (
+            base[:pos] + frag + base[pos:] if op == "ins" else base[:pos] + base[pos + len(frag) :]
+        )
+    return base
+
+
+_SKELETON = st.builds(
+    _mutate,
+    st.sampled_from(_VALID),
+    st.lists(
+        st.tuples(st.integers(0, 300), st.sampled_from(["ins", "del"]), st.sampled_from(_SOUP)),
+        max_size=2,
+    ),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.one_of(st.lists(st.sampled_from(_SOUP), max_size=14).map("".join), _SKELETON),
+    st.sampled_from(
+        [
+            GOLD,
+            THINK + "<response> a </response>",
+            "<think> t </think>",
+            GOLD + "\n<response> b </response>",
+        ]
+    ),
+)
+def test_format_reward_equals_the_authors_regexes(text, gold):
+    """Independent reference: ToolRL's regexes + tag counts, run with Python's re."""
+    resp = text.strip().removesuffix("<|im_end|>").strip()
+    has_call, has_resp = "<tool_call>" in gold, "<response>" in gold
+    if has_resp and not has_call:
+        ok = bool(re.search(r"^<think>.*?</think>\n<response>.*?</response>$", resp, re.DOTALL))
+        ok &= resp.count("<response>") == 1 and resp.count("</response>") == 1
+    elif has_call and not has_resp:
+        ok = bool(
+            re.search(r"^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>$", resp, re.DOTALL)
+        )
+        ok &= resp.count("<tool_call>") == 1 and resp.count("</tool_call>") == 1
+    elif has_call and has_resp:
+        ok = bool(
+            re.search(
+                r"^<think>.*?</think>\n<tool_call>\n.*?\n</tool_call>\n"
+                r"<response>.*?</response>$",
+                resp,
+                re.DOTALL,
+            )
+        )
+        ok &= resp.count("<tool_call>") == 1 and resp.count("</tool_call>") == 1
+        ok &= resp.count("<response>") == 1 and resp.count("</response>") == 1
+    else:
+        ok = bool(re.search(r"^<think>.*?</think>$", resp, re.DOTALL))
+    assert toolrl.format_reward(text, gold) == float(ok)

@@ -39,6 +39,7 @@ __all__ = [
     "generate_problems",
     "Demo",
     "sft_demonstrations",
+    "tokenize_demo",
     "CalculatorTask",
     "DEFAULT_BEHAVIOURS",
     "DEFAULT_MENTAL_ERROR",
@@ -234,3 +235,25 @@ def sft_demonstrations(
             segments = ((f"<answer>{answer}</answer>", True),)
         demos.append(Demo(ex, segments, behaviour, int(call), answer == prob.answer))
     return demos
+
+
+def tokenize_demo(demo: Demo, tokenizer, *, end_token_id: int | None = None):
+    """``(token_ids, loss_mask)`` of a demo for SFT: the chat-template prompt (mask 0), then each
+    segment tokenised on its own (mask 1 for the policy's text, 0 for tool observations), then the
+    end-of-turn token (mask 1; default ``tokenizer.eos_token_id``).
+
+    Segments are tokenised separately because that is how the rollout builds the sequence: the
+    policy's tokens up to ``</calc>``, then the observation's own tokens appended.
+    """
+    prompt = CalculatorTask().build_prompt(demo.example, tokenizer)
+    ids = list(tokenizer.encode(prompt, add_special_tokens=False))
+    mask = [0] * len(ids)
+    for text, trainable in demo.segments:
+        seg = list(tokenizer.encode(text, add_special_tokens=False))
+        ids += seg
+        mask += [int(trainable)] * len(seg)
+    end = tokenizer.eos_token_id if end_token_id is None else end_token_id
+    if end is not None:
+        ids.append(int(end))
+        mask.append(1)
+    return ids, mask
