@@ -1,8 +1,8 @@
 """ToolRL rewards on the real rlla_4k data and hand-worked perturbations (SAW App. C, AWPO 19)."""
 
 import itertools
-import re
 import json
+import re
 
 import numpy as np
 import pytest
