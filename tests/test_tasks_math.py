@@ -125,9 +125,19 @@ def test_tool_protocol():
 
 
 def test_scoring_from_a_worker_thread():
-    # math-verify's signal-based timeout only works in the main thread; mojax turns it off there.
+    # math-verify's signal-based timeout only works in the main thread; mojax turns it off there
+    # and refuses answers that could run without bound (counted as invalid, never a hang).
+    task = tm.MathTask()
+    ex = task.example("p", HALF, "x")
     out = []
-    t = threading.Thread(target=lambda: out.append(tm.is_equivalent("0.5", HALF)))
+
+    def work():
+        out.append(tm.is_equivalent("0.5", HALF))
+        out.append(task.score_safe("\\boxed{9^{9^{9^{9}}}}", ex))
+
+    t = threading.Thread(target=work)
     t.start()
-    t.join()
-    assert out == [True]
+    t.join(timeout=60)
+    assert out[0] is True
+    rewards, valid, reason = out[1]
+    assert not valid and reason == "UnsafeToVerify" and not rewards.any()

@@ -30,7 +30,14 @@ import numpy as np
 from mojax.tasks import data as data_lib
 from mojax.tasks.base import Example, Objective, Task, clean_response
 
-__all__ = ["extract_boxed", "extract_answer", "is_equivalent", "MathTask", "TOOL_FORMATS"]
+__all__ = [
+    "extract_boxed",
+    "extract_answer",
+    "is_equivalent",
+    "MathTask",
+    "TOOL_FORMATS",
+    "UnsafeToVerify",
+]
 
 TOOL_FORMATS = ("torl", "tags")
 _MAX_ANSWER_CHARS = 1000  # longer "answers" are not answers; math-verify is not run on them
@@ -96,9 +103,18 @@ def extract_answer(text: Any) -> str | None:
     return None
 
 
+class UnsafeToVerify(ValueError):
+    """Raised off the main thread for an answer that could make sympy run without bound."""
+
+
 def _timeout() -> int | None:
     # math-verify's timeouts use signal.alarm, which only works in the main thread.
     return 5 if threading.current_thread() is threading.main_thread() else None
+
+
+def _unbounded_risk(ans: str) -> bool:
+    """Power towers and factorials can make sympy run for hours (``9^{9^{9^{9}}}``)."""
+    return ans.count("^") >= 2 or "!" in ans or "\\uparrow" in ans
 
 
 def _as_latex(ans: str) -> str:
@@ -107,13 +123,22 @@ def _as_latex(ans: str) -> str:
 
 
 def is_equivalent(pred: str | None, gold: str | Sequence[str]) -> bool:
-    """Whether ``pred`` equals any of the gold answers, decided by ``math_verify.verify``."""
+    """Whether ``pred`` equals any of the gold answers, decided by ``math_verify.verify``.
+
+    In the main thread every parse/compare has math-verify's 5 s timeout (a timeout counts as not
+    equivalent). Off the main thread math-verify cannot time out (it uses ``signal.alarm``), so
+    answers that could run without bound (power towers, factorials) raise :class:`UnsafeToVerify`,
+    which :meth:`Task.score_safe` turns into an invalid sample with that reason counted.
+    """
     if pred is None or not str(pred).strip() or len(str(pred)) > _MAX_ANSWER_CHARS:
         return False
     from math_verify import parse, verify  # local import: heavy (sympy)
 
     golds = [gold] if isinstance(gold, str) else list(gold)
     t = _timeout()
+    if t is None and _unbounded_risk(str(pred)):
+        # no timeout is possible here: let score_safe mark the sample invalid and count it
+        raise UnsafeToVerify("answer with a power tower or factorial scored off the main thread")
     target = parse(_as_latex(str(pred)), parsing_timeout=t)
     if not target:
         return False
