@@ -56,6 +56,8 @@ def test_every_rejection_rule_holds(train, test_mazes):
         via_both = d_s[m.gold_corner] + d_g[m.diamond_corner] + d_d[m.exit]
         assert m.budget == max(via_gold, via_diam) + 7
         assert via_both > m.budget
+        # the paper checks gold-first only; the diamond-first order never fits either here
+        assert d_s[m.diamond_corner] + d_d[m.gold_corner] + d_g[m.exit] > m.budget
         for items, corner in ((m.gold, m.gold_corner), (m.diamonds, m.diamond_corner)):
             assert 3 <= len(items) <= 5
             for r, c in items:

@@ -14,7 +14,9 @@ Generation, in this order, one ``random.Random(seed)`` per attempt (seeds 42, 43
    them without saying); an opened cell with no open neighbour makes a distance infinite → reject.
 4. BFS distances ``d`` (walls block; lava and items do not exist yet): ``via_gold = d(S,gold) +
    d(gold,E)``, ``via_diam``, ``via_both = d(S,gold) + d(gold,diam) + d(diam,E)``;
-   ``budget = max(via_gold, via_diam) + 7``; reject unless ``via_both > budget``.
+   ``budget = max(via_gold, via_diam) + 7``; reject unless ``via_both > budget``. (Only the
+   gold-first order is checked, as in the paper; on the generated train and test splits the
+   diamond-first order never fits the budget either — a test checks it.)
 5. ``n_gold ~ U{3..5}`` gold cells among the open cells within Manhattan radius 2 of the gold
    corner, the same for diamonds, ``n_lava ~ U{3..5}`` lava cells among the open cells of the
    interior ``2 ≤ r, c ≤ 6`` except the bonus tile. *mojax decision:* items go on open cells only
