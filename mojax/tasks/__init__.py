@@ -1,0 +1,58 @@
+"""Tasks, datasets and reward functions (design.md "Tasks and tools").
+
+Each task loads examples from the public formats, builds prompts through a tokenizer's chat
+template, declares its objectives (name, theoretical min/max, success) and scores responses into
+``rewards float32 [N, M]`` + ``valid bool [N]`` (VPO sets: ``[N, S, M]`` + ``[N, S]``) without ever
+crashing on model output. Submodules are imported on first use (no import-time side effects).
+"""
+
+import importlib
+
+from mojax.tasks.base import (
+    Example,
+    Objective,
+    RewardStats,
+    ScoreBatch,
+    SetScoreBatch,
+    Task,
+    clean_response,
+)
+
+_SUBMODULES = (
+    "calculator",
+    "data",
+    "math",
+    "maze",
+    "maze_task",
+    "multi_answer",
+    "musique",
+    "qa",
+    "toolrl",
+)
+_LAZY = {
+    "ToolRLTask": "toolrl",
+    "MathTask": "math",
+    "QATask": "qa",
+    "MuSiQueTask": "musique",
+    "MazeTask": "maze_task",
+    "CalculatorTask": "calculator",
+}
+
+__all__ = [
+    "Example",
+    "Objective",
+    "RewardStats",
+    "ScoreBatch",
+    "SetScoreBatch",
+    "Task",
+    "clean_response",
+    *_LAZY,
+]
+
+
+def __getattr__(name):
+    if name in _SUBMODULES:
+        return importlib.import_module(f"mojax.tasks.{name}")
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"mojax.tasks.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'mojax.tasks' has no attribute {name!r}")

@@ -1,0 +1,259 @@
+"""Calculator tool use: mojax's own small task for the embedded default run.
+
+Generated arithmetic of graded difficulty — ``easy`` single-digit ``+ - *`` (mental arithmetic
+suffices), ``medium`` two-digit ``+ -``, ``hard`` multi-digit products (where the model should call
+the tool). The prompt is one short user turn, ``"Compute 37*48."``. The model may answer directly,
+``<answer>1776</answer>``, or call the calculator first: it writes ``<calc>37*48</calc>`` (the
+rollout stops at ``</calc>``, runs the tool on :meth:`CalculatorTask.parse_tool_call`'s expression
+and appends :meth:`CalculatorTask.format_observation`'s ``<output>1776</output>``), then answers.
+
+Objectives ``(r_task, r_tool)``: ``r_task`` = 1 if the last ``<answer>`` equals the result;
+``r_tool`` (000 Eq. 4) is external, filled by the trainer from ``n_calls`` and ``N_opt``.
+
+:func:`sft_demonstrations` writes full transcripts mixing four behaviours — always call, never call,
+call only when hard, with occasional mental-arithmetic errors on direct answers — with the
+observation segments marked so SFT can mask them. Never calling is then cheap but inaccurate on hard
+problems and always calling is accurate but wasteful: RL has a real accuracy/efficiency trade-off.
+
+Splits are disjoint by construction: a problem belongs to ``test`` / ``validation`` / ``train`` by
+a hash of its expression (10% / 10% / 80%), and each split draws from its own seeded stream.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from mojax.tasks.base import Example, Objective, Task, clean_response
+from mojax.tasks.qa import extract_tag
+
+__all__ = [
+    "DIFFICULTIES",
+    "SPLITS",
+    "Problem",
+    "generate_problems",
+    "Demo",
+    "sft_demonstrations",
+    "tokenize_demo",
+    "CalculatorTask",
+    "DEFAULT_BEHAVIOURS",
+    "DEFAULT_MENTAL_ERROR",
+]
+
+DIFFICULTIES = ("easy", "medium", "hard")
+SPLITS = ("train", "validation", "test")
+DEFAULT_MIX = {"easy": 0.3, "medium": 0.3, "hard": 0.4}
+DEFAULT_BEHAVIOURS = {"always": 0.3, "never": 0.3, "when_hard": 0.4}
+# probability that a direct (mental) answer is wrong, per difficulty
+DEFAULT_MENTAL_ERROR = {"easy": 0.02, "medium": 0.1, "hard": 0.7}
+_MAX_EXPR_CHARS = 200
+_INT = re.compile(r"^[+-]?\d[\d,]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    a: int
+    op: str
+    b: int
+    difficulty: str
+
+    @property
+    def expr(self) -> str:
+        return f"{self.a}{self.op}{self.b}"
+
+    @property
+    def answer(self) -> int:
+        return {"+": self.a + self.b, "-": self.a - self.b, "*": self.a * self.b}[self.op]
+
+    @property
+    def is_hard(self) -> bool:
+        return self.difficulty == "hard"
+
+
+def _sample(rng: random.Random, difficulty: str) -> Problem:
+    if difficulty == "easy":
+        return Problem(rng.randint(0, 9), rng.choice("+-*"), rng.randint(0, 9), difficulty)
+    if difficulty == "medium":
+        return Problem(rng.randint(10, 99), rng.choice("+-"), rng.randint(10, 99), difficulty)
+    if rng.random() < 0.5:
+        return Problem(rng.randint(12, 99), "*", rng.randint(12, 99), difficulty)
+    return Problem(rng.randint(100, 999), "*", rng.randint(3, 9), difficulty)
+
+
+def _split_of(expr: str) -> str:
+    bucket = int(hashlib.sha256(expr.encode()).hexdigest(), 16) % 10
+    return "test" if bucket == 0 else "validation" if bucket == 1 else "train"
+
+
+def generate_problems(
+    split: str, num: int, *, seed: int = 0, mix: Mapping[str, float] | None = None
+) -> list[Problem]:
+    """``num`` problems of ``split``, deterministic in ``seed``; difficulties drawn from ``mix``.
+
+    Problems may repeat within a split (there are only 300 easy ones), never across splits.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
+    mix = dict(DEFAULT_MIX if mix is None else mix)
+    if set(mix) - set(DIFFICULTIES) or not mix or min(mix.values()) < 0 or sum(mix.values()) <= 0:
+        raise ValueError(f"mix must map a subset of {DIFFICULTIES} to weights >= 0; got {mix}")
+    rng = random.Random(int(seed) * len(SPLITS) + SPLITS.index(split))
+    names, weights = list(mix), [mix[k] for k in mix]
+    out: list[Problem] = []
+    while len(out) < num:
+        p = _sample(rng, rng.choices(names, weights)[0])
+        if _split_of(p.expr) == split:
+            out.append(p)
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Demo:
+    """One SFT transcript: ``segments`` of ``(text, trainable)``; observations are not trainable."""
+
+    example: Example
+    segments: tuple[tuple[str, bool], ...]
+    behaviour: str
+    n_calls: int
+    correct: bool
+
+    @property
+    def response(self) -> str:
+        return "".join(text for text, _ in self.segments)
+
+
+def _wrong(rng: random.Random, answer: int) -> int:
+    delta = rng.choice([1, 2, 3, 5, 9, 10, 20, 100]) * rng.choice([-1, 1])
+    return answer + delta
+
+
+class CalculatorTask(Task):
+    """Arithmetic with an optional calculator: ``(r_task, r_tool)``, ``w = (0.6, 0.4)``."""
+
+    name = "calculator"
+    objectives = (
+        Objective("r_task", 0.0, 1.0, success=True),
+        Objective("r_tool", 0.0, 1.0, external=True),
+    )
+    scalar_weights = (0.6, 0.4)
+    tool_stop = "</calc>"
+
+    @staticmethod
+    def example(problem: Problem, ex_id: str) -> Example:
+        msgs = ({"role": "user", "content": f"Compute {problem.expr}."},)
+        meta = {"expr": problem.expr, "difficulty": problem.difficulty, "problem": problem}
+        return Example(ex_id, msgs, problem.answer, meta)
+
+    def load(
+        self, split: str, num: int, *, seed: int = 0, mix: Mapping[str, float] | None = None
+    ) -> list[Example]:
+        """``num`` generated examples of ``split`` (see :func:`generate_problems`)."""
+        probs = generate_problems(split, num, seed=seed, mix=mix)
+        return [self.example(p, f"calc/{seed}/{split}/{i}") for i, p in enumerate(probs)]
+
+    # ------------------------------------------------------------------ tool protocol
+    def parse_tool_call(self, text: str) -> str | None:
+        """Expression of the last ``<calc>…</calc>`` in ``text`` (None if absent, empty or
+        longer than 200 characters)."""
+        expr = extract_tag(text, "calc")
+        if expr is None:
+            return None
+        expr = expr.strip()
+        return expr if 0 < len(expr) <= _MAX_EXPR_CHARS else None
+
+    def format_observation(self, result_text: str) -> str:
+        """``<output>RESULT</output>``, appended after ``</calc>`` (loss-masked)."""
+        return f"<output>{str(result_text).strip()}</output>"
+
+    def count_tool_calls(self, response: str) -> int:
+        return str(response).count("</calc>")
+
+    # ------------------------------------------------------------------ reward
+    @staticmethod
+    def parse_answer(response: str) -> int | None:
+        ans = extract_tag(clean_response(response), "answer")
+        if ans is None:
+            return None
+        ans = ans.strip()
+        if not _INT.match(ans) or len(ans) > 40:
+            return None
+        return int(ans.replace(",", ""))
+
+    def score(self, response: str, example: Example) -> np.ndarray:
+        pred = self.parse_answer(response)
+        return np.array([float(pred is not None and pred == int(example.target)), 0.0])
+
+
+def sft_demonstrations(
+    examples: Sequence[Example],
+    *,
+    seed: int = 0,
+    behaviours: Mapping[str, float] | None = None,
+    mental_error: Mapping[str, float] | None = None,
+) -> list[Demo]:
+    """One transcript per example, behaviour drawn per demo from ``behaviours``.
+
+    Args:
+      examples: calculator examples (from :meth:`CalculatorTask.load`).
+      seed: the demos are a deterministic function of (examples, seed, settings).
+      behaviours: weights of ``"always"`` (call every time), ``"never"`` (answer directly) and
+        ``"when_hard"`` (call only on hard problems).
+      mental_error: per difficulty, the probability that a direct answer is off (by ±1 … ±100).
+    """
+    behaviours = dict(DEFAULT_BEHAVIOURS if behaviours is None else behaviours)
+    mental_error = dict(DEFAULT_MENTAL_ERROR if mental_error is None else mental_error)
+    if set(behaviours) - {"always", "never", "when_hard"} or sum(behaviours.values()) <= 0:
+        raise ValueError(f"behaviours must weight 'always', 'never', 'when_hard'; got {behaviours}")
+    if set(mental_error) != set(DIFFICULTIES) or not all(
+        0.0 <= v <= 1.0 for v in mental_error.values()
+    ):
+        raise ValueError(f"mental_error must give a probability per {DIFFICULTIES}")
+    task = CalculatorTask()
+    rng = random.Random(seed)
+    names, weights = list(behaviours), [behaviours[k] for k in behaviours]
+    demos = []
+    for ex in examples:
+        prob: Problem = ex.meta["problem"]
+        behaviour = rng.choices(names, weights)[0]
+        call = behaviour == "always" or (behaviour == "when_hard" and prob.is_hard)
+        if call:
+            segments = (
+                (f"<calc>{prob.expr}</calc>", True),
+                (task.format_observation(str(prob.answer)), False),
+                (f"<answer>{prob.answer}</answer>", True),
+            )
+            answer = prob.answer
+        else:
+            answer = prob.answer
+            if rng.random() < mental_error[prob.difficulty]:
+                answer = _wrong(rng, prob.answer)
+            segments = ((f"<answer>{answer}</answer>", True),)
+        demos.append(Demo(ex, segments, behaviour, int(call), answer == prob.answer))
+    return demos
+
+
+def tokenize_demo(demo: Demo, tokenizer, *, end_token_id: int | None = None):
+    """``(token_ids, loss_mask)`` of a demo for SFT: the chat-template prompt (mask 0), then each
+    segment tokenised on its own (mask 1 for the policy's text, 0 for tool observations), then the
+    end-of-turn token (mask 1; default ``tokenizer.eos_token_id``).
+
+    Segments are tokenised separately because that is how the rollout builds the sequence: the
+    policy's tokens up to ``</calc>``, then the observation's own tokens appended.
+    """
+    prompt = CalculatorTask().build_prompt(demo.example, tokenizer)
+    ids = list(tokenizer.encode(prompt, add_special_tokens=False))
+    mask = [0] * len(ids)
+    for text, trainable in demo.segments:
+        seg = list(tokenizer.encode(text, add_special_tokens=False))
+        ids += seg
+        mask += [int(trainable)] * len(seg)
+    end = tokenizer.eos_token_id if end_token_id is None else end_token_id
+    if end is not None:
+        ids.append(int(end))
+        mask.append(1)
+    return ids, mask
