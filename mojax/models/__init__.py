@@ -53,6 +53,7 @@ from mojax.models.qwen import (
     param_shapes,
     param_shardings,
 )
+from mojax.models.tokenizer import HFTokenizer, SentencePieceTokenizer, load_tokenizer
 from mojax.models.variants import VARIANTS, get_variant
 
 __all__ = [
@@ -64,6 +65,9 @@ __all__ = [
     "VARIANTS",
     "from_pretrained",
     "get_variant",
+    "HFTokenizer",
+    "SentencePieceTokenizer",
+    "load_tokenizer",
     "init_cache",
     "init_params",
     "load_params",
