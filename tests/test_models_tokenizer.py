@@ -1,4 +1,4 @@
-"""``load_tokenizer`` on the real Qwen2 tokenizer files and on a freshly trained sentencepiece model."""
+"""``load_tokenizer`` on the real Qwen2 tokenizer files and on a freshly trained sentencepiece."""
 
 import pytest
 

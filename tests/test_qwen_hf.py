@@ -1,7 +1,7 @@
 """HF checkpoints in and out: round trips through transformers, sharded files, clear errors, sizes.
 
-References: transformers itself (it writes the input checkpoints, loads what mojax writes, and counts
-real-size parameters on the meta device) and the real Qwen2-1.5B-Instruct config.json.
+References: transformers itself (it writes the input checkpoints, loads what mojax writes, and
+counts real-size parameters on the meta device) and the real Qwen2-1.5B-Instruct config.json.
 """
 
 import json
@@ -181,7 +181,8 @@ def test_every_variant_builds_in_transformers_with_same_count(variant):
 def test_real_qwen2_config_matches_variant_shapes(shared):
     real = mm.QwenConfig.from_hf(shared / "assets" / "qwen2-tokenizer" / "config.json")
     variant = mm.get_variant("qwen2.5-1.5b")
-    for field in ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-                  "head_dim", "vocab_size", "tie_word_embeddings", "qkv_bias", "qk_norm"):  # fmt: skip
+    fields = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads")
+    fields += ("head_dim", "vocab_size", "tie_word_embeddings", "qkv_bias", "qk_norm")
+    for field in fields:
         assert getattr(real, field) == getattr(variant, field), field
     assert real.eos_token_id == 151645 and real.rope_theta == 1e6

@@ -1,8 +1,8 @@
 """Tokenizers behind one small interface: HF checkpoints (transformers) and sentencepiece models.
 
 Both wrappers expose ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``eos_token_id``,
-``pad_token_id``, ``bos_token_id`` (or None), ``vocab_size`` and ``apply_chat_template(messages, ...)``
-so the rollout code does not care where a tokenizer came from. Everything is local and offline.
+``pad_token_id``, ``bos_token_id`` (or None), ``vocab_size`` and
+``apply_chat_template(messages, ...)``, so the rollout code does not care where a tokenizer came from. Everything is local and offline.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class HFTokenizer:
         tokenize: bool = False,
         **kwargs,
     ):
-        """Renders ``messages`` with the checkpoint's chat template (text, or ids if ``tokenize``)."""
+        """``messages`` rendered by the checkpoint's chat template (text; ids if ``tokenize``)."""
         if not getattr(self.hf, "chat_template", None):
             raise ValueError(f"tokenizer at {self.path!r} has no chat_template")
         out = self.hf.apply_chat_template(
@@ -121,7 +121,7 @@ class SentencePieceTokenizer:
 
 
 def load_tokenizer(path: str | os.PathLike) -> HFTokenizer | SentencePieceTokenizer:
-    """The tokenizer at ``path``: an HF checkpoint/tokenizer dir, or a sentencepiece ``.model`` file.
+    """The tokenizer at ``path``: an HF checkpoint/tokenizer dir or a sentencepiece ``.model``.
 
     A directory holding only ``tokenizer.model`` (no HF tokenizer files) is read with sentencepiece.
 
@@ -138,6 +138,6 @@ def load_tokenizer(path: str | os.PathLike) -> HFTokenizer | SentencePieceTokeni
         if os.path.isfile(sp):
             return SentencePieceTokenizer(sp)
     raise FileNotFoundError(
-        f"no tokenizer at {path!r}: expected a sentencepiece '*.model' file or a directory with one "
-        f"of {_HF_FILES} (or tokenizer.model)"
+        f"no tokenizer at {path!r}: expected a sentencepiece '*.model' file or a directory with "
+        f"one of {_HF_FILES} (or tokenizer.model)"
     )
