@@ -2,7 +2,8 @@
 
 Both wrappers expose ``encode(text) -> list[int]``, ``decode(ids) -> str``, ``eos_token_id``,
 ``pad_token_id``, ``bos_token_id`` (or None), ``vocab_size`` and
-``apply_chat_template(messages, ...)``, so the rollout code does not care where a tokenizer came from. Everything is local and offline.
+``apply_chat_template(messages, ...)``, so the rollout code does not care where a tokenizer came
+from. Everything is local and offline.
 """
 
 from __future__ import annotations
