@@ -1,0 +1,101 @@
+"""The KV cache: a plain pytree the sampler carries through ``lax.while_loop`` (and may donate).
+
+Layout (shape legend: L layers, B rows, S = S_max slots, K kv heads, D head dim)::
+
+    k, v       [L, B, S, K, D]  keys (after q/k-norm and RoPE) and values; any dtype (bf16 ok)
+    slot_mask  bool  [B, S]     True where a slot holds a real (non-padding) token
+    end        int32 [B]        next slot each row writes to (slots [0, end) are used, valid or not)
+
+One call path serves prefill, decode and appends of tool observations of different lengths per row:
+a cached call with ``tokens [B, T]`` and ``token_mask [B, T]`` writes the T new keys/values of row b
+at slots ``end[b] .. end[b] + T - 1`` (padding in the chunk takes a slot with ``slot_mask`` False),
+then advances ``end`` by T. Because slots are written in time order, causality is by slot index: the
+query written to slot s attends to the valid slots ``<= s``. RoPE positions are explicit per token;
+their default continues each row from its number of valid slots (``n_valid + cumsum(token_mask) -
+1``), so a row padded at any point sees exactly the positions an unpadded sequence would.
+
+Writes past ``S_max`` are dropped (scatter ``mode="drop"``), never wrapped; size the cache for the
+longest row (``max(end) + T <= S_max``).
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from mojax.models.config import QwenConfig
+
+#: Logical axis names of the cache fields (map them with the model's logical axis rules).
+CACHE_LOGICAL_AXES = {
+    "k": ("layers", "batch", "cache_length", "kv_heads", "head_dim"),
+    "v": ("layers", "batch", "cache_length", "kv_heads", "head_dim"),
+    "slot_mask": ("batch", "cache_length"),
+    "end": ("batch",),
+}
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Per-layer keys/values of every row plus which slots are real (see the module docstring)."""
+
+    k: jax.Array  # [L, B, S, K, D]
+    v: jax.Array  # [L, B, S, K, D]
+    slot_mask: jax.Array  # bool [B, S]
+    end: jax.Array  # int32 [B]
+
+    @property
+    def max_len(self) -> int:
+        return self.k.shape[2]
+
+    @property
+    def num_valid(self) -> jax.Array:
+        """int32 [B]: real tokens held per row (the next token's default RoPE position)."""
+        return jnp.sum(self.slot_mask, axis=-1, dtype=jnp.int32)
+
+    def logical_axes(self) -> KVCache:
+        """A KVCache of ``PartitionSpec``s of logical names, for ``nn.logical_to_mesh_sharding``."""
+        return KVCache(**{k: PartitionSpec(*v) for k, v in CACHE_LOGICAL_AXES.items()})
+
+
+def init_cache(config: QwenConfig, batch: int, max_len: int, dtype=None) -> KVCache:
+    """An empty cache for ``batch`` rows of up to ``max_len`` slots.
+
+    Args:
+      config: the model config (L, K, D).
+      batch: B.
+      max_len: S_max, slots per row (prompt + everything generated or appended).
+      dtype: storage dtype of k/v; defaults to the compute dtype (``jnp.bfloat16`` halves memory).
+    """
+    dtype = jnp.dtype(dtype or config.dtype)
+    shape = (config.num_layers, batch, max_len, config.num_kv_heads, config.head_dim)
+    return KVCache(
+        k=jnp.zeros(shape, dtype),
+        v=jnp.zeros(shape, dtype),
+        slot_mask=jnp.zeros((batch, max_len), bool),
+        end=jnp.zeros((batch,), jnp.int32),
+    )
+
+
+def write_indices(cache: KVCache, num_tokens: int) -> jax.Array:
+    """int32 [B, T]: the slots the next T tokens of each row go to."""
+    return cache.end[:, None] + jnp.arange(num_tokens, dtype=jnp.int32)[None, :]
+
+
+def update_slot_mask(cache: KVCache, token_mask: jax.Array) -> jax.Array:
+    """bool [B, S]: the slot mask after writing a chunk with ``token_mask [B, T]``."""
+    b, t = token_mask.shape
+    idx = write_indices(cache, t)
+    rows = jnp.arange(b)[:, None]
+    return cache.slot_mask.at[rows, idx].set(token_mask.astype(bool), mode="drop")
+
+
+def write_layer(kv: jax.Array, layer, new: jax.Array, idx: jax.Array) -> jax.Array:
+    """Scatters ``new [B, T, K, D]`` into ``kv [L, B, S, K, D]`` at ``layer`` and slots ``idx [B,
+    T]``.
+
+    Only B*T slots are written (in place inside a donated loop carry), not the whole layer.
+    """
+    rows = jnp.arange(new.shape[0])[:, None]
+    return kv.at[layer, rows, idx].set(new.astype(kv.dtype), mode="drop")

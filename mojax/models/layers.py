@@ -1,0 +1,243 @@
+"""Building blocks of the Qwen decoder: RMSNorm, RoPE (default and YaRN), GQA attention, SwiGLU.
+
+Every parameter carries logical axis names (``nn.with_logical_partitioning``) and the main
+activations are constrained with ``nn.with_logical_constraint``; outside a mesh / rules context both
+are no-ops. Shape legend: B rows, T tokens, S key slots, E embed, H heads, K kv heads, G = H / K, D
+head dim, F mlp width.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mojax.models import cache as cache_lib
+from mojax.models.config import QwenConfig
+
+_NEG = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) softmax
+
+
+def _init(config: QwenConfig):
+    return nn.initializers.normal(stddev=config.initializer_range)
+
+
+def constrain(x, *names):
+    return nn.with_logical_constraint(x, names)
+
+
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x^2) + eps) * scale`` computed in fp32, like HF ``Qwen2RMSNorm``."""
+
+    config: QwenConfig
+    axis_name: str = "norm"
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        scale = self.param(
+            "scale",
+            nn.with_logical_partitioning(nn.initializers.ones, (self.axis_name,)),
+            (x.shape[-1],),
+            cfg.jnp_param_dtype,
+        )
+        x32 = x.astype(jnp.float32)
+        var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+        y = (x32 * jax.lax.rsqrt(var + cfg.rms_norm_eps)).astype(cfg.jnp_dtype)
+        return y * scale.astype(cfg.jnp_dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# RoPE
+
+
+def rope_frequencies(config: QwenConfig) -> tuple[np.ndarray, float]:
+    """Inverse frequencies ``[D/2]`` (fp32) and the cos/sin scale of the configured RoPE.
+
+    "default": ``theta^(-2i/D)`` (RoFormer eq. 15). "yarn": the NTK-by-parts interpolation of YaRN
+    (Peng et al. 2023, eqs. 17-19) with the attention factor ``0.1 ln(s) + 1`` (eq. 22), computed
+    step by step as transformers' ``_compute_yarn_parameters`` does (fp32), so logits match it.
+    """
+    dim = config.head_dim
+    base = config.rope_theta
+    exponent = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
+    pos_freqs = np.power(np.float32(base), exponent, dtype=np.float32)
+    rs = config.rope_scaling_dict
+    rope_type = rs.get("rope_type", "default")
+    if rope_type == "default":
+        return (np.float32(1.0) / pos_freqs).astype(np.float32), 1.0
+    # yarn
+    orig_max = rs.get("original_max_position_embeddings") or config.max_position_embeddings
+    factor = rs.get("factor")
+    if factor is None:
+        factor = config.max_position_embeddings / orig_max
+    factor = float(factor)
+
+    def get_mscale(scale, mscale=1.0):
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    attention_factor = rs.get("attention_factor")
+    if attention_factor is None:
+        mscale, mscale_all_dim = rs.get("mscale"), rs.get("mscale_all_dim")
+        if mscale and mscale_all_dim:
+            attention_factor = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
+        else:
+            attention_factor = get_mscale(factor)
+    beta_fast = rs.get("beta_fast") or 32
+    beta_slow = rs.get("beta_slow") or 1
+
+    def correction_dim(num_rotations):
+        return (dim * math.log(orig_max / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip(
+        (np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1
+    ).astype(np.float32)
+    extrapolation_factor = np.float32(1) - ramp
+    inv_extra = np.float32(1.0) / pos_freqs
+    inv_inter = np.float32(1.0) / (np.float32(factor) * pos_freqs)
+    inv_freq = inv_inter * (1 - extrapolation_factor) + inv_extra * extrapolation_factor
+    return inv_freq.astype(np.float32), float(attention_factor)
+
+
+def apply_rope(x: jax.Array, positions: jax.Array, config: QwenConfig) -> jax.Array:
+    """Rotates ``x [B, T, N, D]`` by ``positions [B, T]`` (HF "rotate_half" convention), in fp32."""
+    inv_freq, scale = rope_frequencies(config)
+    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, D/2]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]  # [B, T, 1, D]
+    cos, sin = jnp.cos(emb) * scale, jnp.sin(emb) * scale
+    x32 = x.astype(jnp.float32)
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    return (x32 * cos + rotated * sin).astype(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# attention and MLP
+
+
+class Projection(nn.Module):
+    """``einsum`` projection with a kernel of any shape (e.g. ``[E, H, D]``) and optional bias."""
+
+    config: QwenConfig
+    equation: str
+    kernel_shape: tuple[int, ...]
+    kernel_axes: tuple[str, ...]
+    bias_ndim: int = 0  # trailing kernel dims that carry a bias (0 = no bias)
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        kernel = self.param(
+            "kernel",
+            nn.with_logical_partitioning(_init(cfg), self.kernel_axes),
+            self.kernel_shape,
+            cfg.jnp_param_dtype,
+        )
+        y = jnp.einsum(self.equation, x, kernel.astype(cfg.jnp_dtype))
+        if self.bias_ndim:
+            bias = self.param(
+                "bias",
+                nn.with_logical_partitioning(
+                    nn.initializers.zeros, self.kernel_axes[-self.bias_ndim :]
+                ),
+                self.kernel_shape[-self.bias_ndim :],
+                cfg.jnp_param_dtype,
+            )
+            y = y + bias.astype(cfg.jnp_dtype)
+        return y
+
+
+class Attention(nn.Module):
+    """Grouped-query self-attention with RoPE, optional q/k RMSNorm, padding + causal masks, KV
+    cache.
+
+    Causality is by key index (slot index in the cache, token index otherwise): the query with index
+    ``q_idx`` attends to the keys ``j <= q_idx`` with ``k_valid[j]``.
+    """
+
+    config: QwenConfig
+
+    @nn.compact
+    def __call__(self, x, positions, q_idx, k_valid, write_idx, kv, layer):
+        cfg = self.config
+        e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        bias = 2 if cfg.qkv_bias else 0
+        q = Projection(cfg, "bte,ehd->bthd", (e, h, d), ("embed", "heads", "head_dim"), bias,
+                       name="q_proj")(x)  # fmt: skip
+        kk = Projection(cfg, "bte,ekd->btkd", (e, k, d), ("embed", "kv_heads", "head_dim"), bias,
+                        name="k_proj")(x)  # fmt: skip
+        vv = Projection(cfg, "bte,ekd->btkd", (e, k, d), ("embed", "kv_heads", "head_dim"), bias,
+                        name="v_proj")(x)  # fmt: skip
+        if cfg.qk_norm:
+            q = RMSNorm(cfg, "head_dim", name="q_norm")(q)
+            kk = RMSNorm(cfg, "head_dim", name="k_norm")(kk)
+        q = constrain(apply_rope(q, positions, cfg), "batch", "length", "heads", "head_dim")
+        kk = constrain(apply_rope(kk, positions, cfg), "batch", "length", "kv_heads", "head_dim")
+        vv = constrain(vv, "batch", "length", "kv_heads", "head_dim")
+
+        if kv is None:  # full sequence: keys are this chunk
+            keys, values = kk, vv
+        else:  # cached: write this chunk at each row's slots, attend over the whole cache row
+            k_all, v_all = kv
+            k_all = cache_lib.write_layer(k_all, layer, kk, write_idx)
+            v_all = cache_lib.write_layer(v_all, layer, vv, write_idx)
+            kv = (k_all, v_all)
+            keys = k_all[layer].astype(cfg.jnp_dtype)  # [B, S, K, D]
+            values = v_all[layer].astype(cfg.jnp_dtype)
+
+        b, t = x.shape[:2]
+        s = keys.shape[1]
+        qg = q.reshape(b, t, k, h // k, d)
+        scores = jnp.einsum("btkgd,bskd->bkgts", qg, keys, preferred_element_type=jnp.float32)
+        scores = scores * (d**-0.5)
+        visible = (jnp.arange(s)[None, None, :] <= q_idx[:, :, None]) & k_valid[:, None, :]
+        scores = jnp.where(visible[:, None, None], scores, _NEG)  # [B, K, G, T, S]
+        probs = jax.nn.softmax(scores, axis=-1).astype(cfg.jnp_dtype)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)
+        out = constrain(out, "batch", "length", "heads", "head_dim")
+        y = Projection(cfg, "bthd,hde->bte", (h, d, e), ("heads", "head_dim", "embed"),
+                       name="o_proj")(out)  # fmt: skip
+        return constrain(y, "batch", "length", "embed"), kv
+
+
+class MLP(nn.Module):
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    config: QwenConfig
+
+    @nn.compact
+    def __call__(self, x):
+        cfg = self.config
+        e, f = cfg.hidden_size, cfg.intermediate_size
+        gate = Projection(cfg, "bte,ef->btf", (e, f), ("embed", "mlp"), name="gate_proj")(x)
+        up = Projection(cfg, "bte,ef->btf", (e, f), ("embed", "mlp"), name="up_proj")(x)
+        hidden = constrain(jax.nn.silu(gate) * up, "batch", "length", "mlp")
+        y = Projection(cfg, "btf,fe->bte", (f, e), ("mlp", "embed"), name="down_proj")(hidden)
+        return constrain(y, "batch", "length", "embed")
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm block ``x + attn(norm(x))``, then ``x + mlp(norm(x))``; scan-compatible call."""
+
+    config: QwenConfig
+
+    @nn.compact
+    def __call__(self, carry, positions, q_idx, k_valid, write_idx, layer):
+        x, kv = carry
+        h = RMSNorm(self.config, name="input_layernorm")(x)
+        a, kv = Attention(self.config, name="self_attn")(
+            h, positions, q_idx, k_valid, write_idx, kv, layer
+        )
+        x = x + a
+        h = RMSNorm(self.config, name="post_attention_layernorm")(x)
+        x = constrain(x + MLP(self.config, name="mlp")(h), "batch", "length", "embed")
+        return (x, kv), None

@@ -1,0 +1,244 @@
+"""The Qwen decoder (``Qwen``, a pure linen module) and the user-facing ``QwenModel``.
+
+``Qwen(config).apply({"params": params}, tokens, positions=..., attention_mask=..., cache=...)`` is
+the functional core used inside jit by the sampler and the train step. ``QwenModel`` bundles the
+static config with the parameter pytree and is what ``from_pretrained`` returns.
+
+Shape legend: B rows, T tokens, V vocab, E embed, L layers, S cache slots.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from mojax.models import cache as cache_lib
+from mojax.models.config import QwenConfig
+from mojax.models.layers import DecoderLayer, RMSNorm, constrain
+
+#: Logical axis name -> mesh axes, for a mesh with axes ("data", "fsdp", "tensor"). Rules are
+#: applied in order and a mesh axis is used once per array, so activations' "embed" stays unsharded
+#: when "batch" already took "fsdp", while parameters' "embed" is sharded over "fsdp" (ZeRO-3
+#: style).
+DEFAULT_LOGICAL_AXIS_RULES = (
+    ("batch", ("data", "fsdp")),
+    ("vocab", "tensor"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("mlp", "tensor"),
+    ("embed", "fsdp"),
+    ("length", None),
+    ("cache_length", None),
+    ("head_dim", None),
+    ("layers", None),
+    ("norm", None),
+)
+
+_REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+class Qwen(nn.Module):
+    """Qwen2 / Qwen2.5 / Qwen3 causal LM.
+
+    Call: ``logits = apply(vars, tokens, attention_mask=mask)`` (uncached) or
+    ``logits, cache = apply(vars, tokens, attention_mask=token_mask, cache=cache)`` (cached).
+
+    Args of ``__call__``:
+      tokens: int32 [B, T].
+      positions: int32 [B, T] RoPE positions; default ``cumsum(mask) - 1`` (uncached) or
+        ``cache.num_valid + cumsum(mask) - 1`` (cached), clipped at 0 for padding.
+      attention_mask: [B, T], 1/True for real tokens, 0 for padding (left, right or inside a chunk);
+        default all ones.
+      cache: a ``KVCache``; when given, the chunk is written at each row's ``end`` and attends over
+        the cache (see ``mojax.models.cache``).
+      return_hidden: return the final normed hidden states [B, T, E] (compute dtype) instead of
+        logits, so a loss can project vocab chunks itself with ``method=Qwen.logits``.
+
+    Returns:
+      fp32 logits [B, T, V] (or hidden states), plus the updated cache when ``cache`` is given.
+    """
+
+    config: QwenConfig
+
+    def setup(self):
+        cfg = self.config
+        self.embed_tokens = self.param(
+            "embed_tokens",
+            nn.with_logical_partitioning(
+                nn.initializers.normal(stddev=cfg.initializer_range), ("vocab", "embed")
+            ),
+            (cfg.vocab_size, cfg.hidden_size),
+            cfg.jnp_param_dtype,
+        )
+        if not cfg.tie_word_embeddings:
+            self.lm_head = self.param(
+                "lm_head",
+                nn.with_logical_partitioning(
+                    nn.initializers.normal(stddev=cfg.initializer_range), ("vocab", "embed")
+                ),
+                (cfg.vocab_size, cfg.hidden_size),
+                cfg.jnp_param_dtype,
+            )
+        layer_cls = DecoderLayer
+        if cfg.remat != "none":
+            layer_cls = nn.remat(
+                DecoderLayer, policy=_REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers
+            )
+        if cfg.scan_layers:
+            self.layers = nn.scan(
+                layer_cls,
+                variable_axes={"params": 0},
+                split_rngs={"params": True},
+                in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, nn.broadcast, 0),
+                length=cfg.num_layers,
+                metadata_params={nn.PARTITION_NAME: "layers"},
+            )(cfg)
+        else:
+            self.layers = [layer_cls(cfg) for _ in range(cfg.num_layers)]
+        self.norm = RMSNorm(cfg)
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        cache: cache_lib.KVCache | None = None,
+        return_hidden: bool = False,
+    ):
+        cfg = self.config
+        b, t = tokens.shape
+        mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
+        counts = jnp.cumsum(mask, axis=-1, dtype=jnp.int32)  # [B, T]
+        if cache is None:
+            if positions is None:
+                positions = jnp.maximum(counts - 1, 0)
+            q_idx = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+            k_valid, write_idx, kv = mask, None, None
+        else:
+            if positions is None:
+                positions = jnp.maximum(cache.num_valid[:, None] + counts - 1, 0)
+            write_idx = cache_lib.write_indices(cache, t)
+            q_idx = write_idx
+            k_valid = cache_lib.update_slot_mask(cache, mask)
+            kv = (cache.k, cache.v)
+
+        x = jnp.take(self.embed_tokens, tokens, axis=0).astype(cfg.jnp_dtype)
+        x = constrain(x, "batch", "length", "embed")
+        if cfg.scan_layers:
+            layer_ids = jnp.arange(cfg.num_layers, dtype=jnp.int32)
+            (x, kv), _ = self.layers((x, kv), positions, q_idx, k_valid, write_idx, layer_ids)
+        else:
+            for i, layer in enumerate(self.layers):
+                (x, kv), _ = layer((x, kv), positions, q_idx, k_valid, write_idx, i)
+        x = self.norm(x)
+        out = x if return_hidden else self.logits(x)
+        if cache is None:
+            return out
+        new_cache = cache_lib.KVCache(k=kv[0], v=kv[1], slot_mask=k_valid, end=cache.end + t)
+        return out, new_cache
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """fp32 logits [..., V] from final hidden states [..., E] (tied or untied head)."""
+        cfg = self.config
+        head = self.embed_tokens if cfg.tie_word_embeddings else self.lm_head
+        logits = jnp.einsum(
+            "...e,ve->...v",
+            hidden.astype(cfg.jnp_dtype),
+            head.astype(cfg.jnp_dtype),
+            preferred_element_type=jnp.float32,
+        )
+        if logits.ndim == 3:
+            logits = constrain(logits, "batch", "length", "vocab")
+        return logits
+
+
+# --------------------------------------------------------------------------------------------------
+# parameters: init, logical axes, shardings
+
+
+def _boxed_init(config: QwenConfig, key: jax.Array):
+    return Qwen(config).init(key, jnp.zeros((1, 1), jnp.int32))["params"]
+
+
+def param_logical_axes(config: QwenConfig) -> Any:
+    """Pytree (same structure as the params) of ``PartitionSpec``s of logical axis names."""
+    boxed = jax.eval_shape(functools.partial(_boxed_init, config), jax.random.key(0))
+    return nn.get_partition_spec(boxed)
+
+
+def param_shapes(config: QwenConfig) -> Any:
+    """Pytree of ``jax.ShapeDtypeStruct`` of the params (no memory; works for 7B+ configs)."""
+    boxed = jax.eval_shape(functools.partial(_boxed_init, config), jax.random.key(0))
+    return nn.meta.unbox(boxed)
+
+
+def param_shardings(config: QwenConfig, mesh, rules=DEFAULT_LOGICAL_AXIS_RULES) -> Any:
+    """Pytree of ``NamedSharding``s placing the params on ``mesh`` by the logical axis ``rules``."""
+    return nn.logical_to_mesh_sharding(param_logical_axes(config), mesh, rules)
+
+
+def init_params(config: QwenConfig, key: jax.Array, shardings: Any = None) -> Any:
+    """Random parameters (normal(initializer_range) kernels/embeddings, unit norms, zero biases).
+
+    With ``shardings`` (e.g. from ``param_shardings``) every array is created already sharded.
+    """
+    fn = jax.jit(lambda k: nn.meta.unbox(_boxed_init(config, k)), out_shardings=shardings)
+    return fn(key)
+
+
+# --------------------------------------------------------------------------------------------------
+# user-facing model
+
+
+@flax.struct.dataclass
+class QwenModel:
+    """A config (static) and its parameters: ``model(tokens, attention_mask=mask) -> logits``.
+
+    A pytree, so it can be passed through ``jax.jit``; ``apply_fn`` is the pure core for custom
+    steps: ``model.apply_fn({"params": params}, tokens, attention_mask=mask, cache=cache)``.
+    """
+
+    config: QwenConfig = flax.struct.field(pytree_node=False)
+    params: Any
+
+    @property
+    def module(self) -> Qwen:
+        return Qwen(self.config)
+
+    @property
+    def apply_fn(self):
+        return self.module.apply
+
+    def __call__(self, tokens, attention_mask=None, positions=None, cache=None):
+        """Logits fp32 [B, T, V] (and the new cache when ``cache`` is given), jit-compiled."""
+        return _forward(self, jnp.asarray(tokens), attention_mask, positions, cache)
+
+    def replace_config(self, **kwargs) -> QwenModel:
+        """Same params under a config with changed execution fields (dtype, remat).
+
+        ``scan_layers`` changes the param layout, so it cannot be switched here.
+        """
+        if "scan_layers" in kwargs and kwargs["scan_layers"] != self.config.scan_layers:
+            raise ValueError(
+                "scan_layers changes the parameter layout; reload with from_pretrained"
+            )
+        return self.replace(config=self.config.replace(**kwargs))
+
+
+@jax.jit
+def _forward(model: QwenModel, tokens, attention_mask, positions, cache):
+    return model.apply_fn(
+        {"params": model.params},
+        tokens,
+        positions=positions,
+        attention_mask=attention_mask,
+        cache=cache,
+    )
