@@ -23,7 +23,9 @@ _BLOCKED_IMPORTS = frozenset({"_xxsubinterpreters", "cffi"})
 # Raw C access: refused when the nearest non-library frame is model code (numpy uses ctypes itself).
 # (sympy imports subprocess, so _posixsubprocess too; its fork_exec has no audit event of its own.)
 _CELL_ONLY_IMPORTS = frozenset({"ctypes", "_ctypes", "_posixsubprocess"})
-_CELL_ONLY_EVENTS = frozenset({"ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function"})
+_CELL_ONLY_EVENTS = frozenset(
+    {"ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function"}
+)
 # Directory listings outside the readable roots.
 _LIST_EVENTS = frozenset({"os.listdir", "os.scandir"})
 # Audit events that start processes, send signals or open sockets (PEP 578 event names).
@@ -122,7 +124,9 @@ def _install_guard(workdir, read_roots):
                 raise PermissionError(f"sandbox: {event} is not allowed")
         elif event in _LIST_EVENTS:
             path = args[0]
-            if isinstance(path, (str, bytes)) and not _under(realpath(os.fsdecode(path)), read_roots):
+            if isinstance(path, (str, bytes)) and not _under(
+                realpath(os.fsdecode(path)), read_roots
+            ):
                 raise PermissionError(f"sandbox: listing {os.fsdecode(path)} is not allowed")
         elif event in _BLOCKED_EVENTS:
             if event in ("os.kill", "os.killpg") and args[0] in (0, os.getpid()):

@@ -321,7 +321,9 @@ class PythonSandbox:
             "print_last_expr": self.print_last_expr,
         }
         try:
-            return self._communicate(argv, cwd, env, json.dumps(spec).encode(), limits, mode, timeout_s)
+            return self._communicate(
+                argv, cwd, env, json.dumps(spec).encode(), limits, mode, timeout_s
+            )
         finally:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
