@@ -1,22 +1,26 @@
 """Attack suite against ``PythonSandbox`` (issue 7), in both modes.
 
-Each attack must end within its limit, leave the host untouched and leave this (the caller's) process
-working. Which mechanism contains each attack:
+Each attack must end within its limit, leave the host untouched and leave this (the caller's)
+process working. Which mechanism contains each attack:
 
-| attack | bwrap mode | fallback mode |
-| --- | --- | --- |
-| infinite loop | wall-clock timeout kills the sandbox; RLIMIT_CPU | same |
-| fork bomb | RLIMIT_NPROC (per uid), PID namespace dies with its init | audit guard refuses os.fork (+ RLIMIT_NPROC when not root) |
-| memory hog | RLIMIT_AS -> MemoryError | same |
-| write outside | read-only binds, private tmpfs /tmp, repo not mounted | audit guard: writes only in the temp cwd |
-| read /etc/shadow | not mounted | audit guard (and file permissions when not root) |
-| network | network namespace (own loopback only) | audit guard refuses socket creation |
-| env secrets | --clearenv; parent's /proc entry invisible (PID ns) | empty env; guard refuses /proc/<other pid> |
-| print 100 MB | incremental read, capped, sandbox killed | same |
-| os.kill(parent) | parent not in the PID namespace | audit guard refuses os.kill of other pids |
+- infinite loop: wall-clock timeout kills the sandbox; RLIMIT_CPU (both modes).
+- fork bomb: bwrap -- RLIMIT_NPROC, and the PID namespace dies with its init; fallback -- the audit
+  guard refuses os.fork (plus RLIMIT_NPROC when not root).
+- memory hog: RLIMIT_AS -> MemoryError (both modes).
+- writing outside: bwrap -- read-only binds, private tmpfs /tmp, repository not mounted; fallback --
+  the audit guard allows writes only in the temp cwd.
+- reading /etc/shadow: bwrap -- not mounted; fallback -- the audit guard (and file permissions when
+  not root).
+- network: bwrap -- network namespace (its own loopback only); fallback -- the audit guard refuses
+  socket creation.
+- environment secrets: bwrap -- --clearenv, the parent's /proc entry is invisible (PID namespace);
+  fallback -- empty environment, the guard refuses /proc/<other pid>.
+- printing 100 MB: incremental read, capped, sandbox killed (both modes).
+- os.kill(parent): bwrap -- the parent is not in the PID namespace; fallback -- the audit guard
+  refuses os.kill of other pids.
 
-The fallback's guard is a PEP 578 audit hook: it stops these direct attacks, not a determined attacker
-(ctypes tricks); the module docstring of ``python_sandbox`` says so.
+The fallback's guard is a PEP 578 audit hook: it stops these direct attacks, not a determined
+attacker (ctypes tricks); the module docstring of ``python_sandbox`` says so.
 """
 
 import os
@@ -120,9 +124,17 @@ def test_fork_bomb_is_contained(sandbox):
 
 
 def test_fork_bomb_stays_under_nproc(mode):
-    """While the bomb runs, at most ``max_processes`` sandbox interpreters exist (+ bwrap's init)."""
+    """While the bomb runs, at most ``max_processes`` sandbox interpreters exist (+ bwrap init)."""
     sb = PythonSandbox(timeout_s=2.0, memory_mb=256, max_processes=8, mode=mode)
-    code = "import os, time\nfor _ in range(100):\n    try:\n        os.fork()\n    except OSError:\n        pass\ntime.sleep(10)\n"
+    code = (
+        "import os, time\n"
+        "for _ in range(100):\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "time.sleep(10)\n"
+    )
     peak = []
     thread = threading.Thread(target=lambda: peak.append(sb.run(code)))
     thread.start()

@@ -1,4 +1,4 @@
-"""Multi-turn rollouts with tools (issue 7). For now: the host-side tools (``mojax.rollout.tools``)."""
+"""Multi-turn rollouts with tools (issue 7); for now only the host-side ``tools``."""
 
 from mojax.rollout import tools
 

@@ -1,4 +1,4 @@
-"""Host-side tools a multi-turn rollout calls: Python sandbox, calculator, retrieval, worker pool."""
+"""Host-side tools a multi-turn rollout calls: Python sandbox, calculator, retrieval, pool."""
 
 from mojax.rollout.tools.python_sandbox import PythonSandbox, PythonSession
 from mojax.rollout.tools.result import EXIT_REASONS, ToolResult

@@ -1,13 +1,15 @@
-"""Runs inside the sandbox: drop privileges, set rlimits, (optionally) arm the audit guard, run cells.
+"""Runs inside the sandbox: drop privileges, set rlimits, arm the audit guard, run the cells.
 
 This file is not imported by mojax. ``python_sandbox.PythonSandbox`` reads its source and runs it as
-``python -I -c <source>``, because the sandbox cannot see the repository. It is standard library only.
+``python -I -c <source>``, because the sandbox cannot see the repository. It is standard library
+only.
 
 Protocol: one JSON object on stdin with keys ``uid`` (int or null: setuid to it first; used when the
 host runs as root so that RLIMIT_NPROC applies and root-only files stay closed), ``limits`` ({name:
 value} for ``resource.RLIMIT_<name>``), ``guard`` (null or {"workdir": str, "read_roots": [str]}),
-``history`` (earlier cells of a stateful session, replayed with output discarded), ``cell`` (the code to
-run) and ``print_last_expr``. Exit codes: 0 ok, 1 the cell raised, 3 MemoryError, 70 setup failure.
+``history`` (earlier cells of a stateful session, replayed with output discarded), ``cell`` (the
+code to run) and ``print_last_expr``. Exit codes: 0 ok, 1 the cell raised, 3 MemoryError, 70 setup
+failure.
 """
 
 import json
@@ -18,10 +20,10 @@ EXIT_ERROR = 1
 EXIT_MEMORY = 3
 EXIT_SETUP = 70
 
-# Modules whose import would let code sidestep the audit guard: raw process spawning and raw C calls.
+# Modules whose import would let code sidestep the guard: raw process spawning, raw C calls.
 _BLOCKED_IMPORTS = frozenset({"_xxsubinterpreters", "cffi"})
-# Raw C access: refused when the nearest non-library frame is model code (numpy uses ctypes itself).
-# (sympy imports subprocess, so _posixsubprocess too; its fork_exec has no audit event of its own.)
+# Raw C access: refused when the nearest non-library frame is model code (numpy uses ctypes).
+# (sympy imports subprocess, so _posixsubprocess too; its fork_exec raises no audit event.)
 _CELL_ONLY_IMPORTS = frozenset({"ctypes", "_ctypes", "_posixsubprocess"})
 _CELL_ONLY_EVENTS = frozenset(
     {"ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function"}
@@ -89,11 +91,11 @@ def _under(path, roots):
 
 
 def _install_guard(workdir, read_roots):
-    """Best-effort audit hook for the no-namespace fallback (PEP 578 hooks are not a security boundary).
+    """Best-effort audit hook for the fallback mode (PEP 578 hooks are no security boundary).
 
-    Blocks process creation, signals, sockets and ctypes; allows file writes only under ``workdir`` and
-    reads only under ``read_roots`` (the interpreter's own trees) or ``workdir``. ``/proc`` is limited
-    to this process's own entries so that ``/proc/<parent>/environ`` stays closed.
+    Blocks process creation, signals, sockets and ctypes; allows file writes only under ``workdir``
+    and reads only under ``read_roots`` (the interpreter's own trees) or ``workdir``. ``/proc`` is
+    limited to this process's own entries so that ``/proc/<parent>/environ`` stays closed.
     """
     own_proc = f"/proc/{os.getpid()}"
     realpath = os.path.realpath

@@ -1,36 +1,38 @@
 """Python interpreter tool: model-written code in a fresh, locked-down subprocess per call.
 
-This is the project's main security surface (issue 7): every ``<code>`` block a policy writes runs here.
+This is the project's main security surface (issue 7): every ``<code>`` block a policy writes runs
+here.
 
 Two modes, chosen once per ``PythonSandbox`` on first use (``mode="auto"``):
 
-* ``"bwrap"`` -- bubblewrap: new PID, network, IPC, UTS and cgroup namespaces (plus a user namespace when
-  the host is not root), ``--die-with-parent``, ``--new-session``, ``--clearenv``, a read-only view of
-  only the system library trees and the interpreter's own prefix (no ``/etc/shadow``, no home, no
-  repository), a private size-capped tmpfs ``/tmp`` as the working directory, a read-only ``/``. When the
-  host runs as root the sandbox keeps only CAP_SETUID/CAP_SETGID and the bootstrap immediately drops to
-  ``sandbox_uid`` (65534, "nobody"), because the kernel exempts uid 0 from RLIMIT_NPROC.
-* ``"fallback"`` (no usable bwrap, logged as a warning naming why) -- a plain subprocess: ``python -I``,
-  empty environment (only ``*_NUM_THREADS=1``), a fresh temp dir as cwd, the same rlimits, a new session
-  (process group) killed on timeout, setuid to ``sandbox_uid`` when root and the interpreter is readable
-  by it, and a PEP 578 audit hook that refuses process creation, signals, sockets, ctypes, writes
-  outside the temp dir and reads outside the interpreter's trees. Audit hooks are *not* a security
-  boundary (PEP 578 says so): the fallback stops the straightforward attacks in the test suite, not a
-  determined one. Use bwrap for untrusted policies.
+* ``"bwrap"`` -- bubblewrap: new PID, network, IPC, UTS and cgroup namespaces (plus a user namespace
+  when the host is not root), ``--die-with-parent``, ``--new-session``, ``--clearenv``, a read-only
+  view of only the system library trees and the interpreter's own prefix (no ``/etc/shadow``, no
+  home, no repository), a private size-capped tmpfs ``/tmp`` as the working directory, a read-only
+  ``/``. When the host runs as root the sandbox keeps only CAP_SETUID/CAP_SETGID and the bootstrap
+  immediately drops to ``sandbox_uid`` (65534, "nobody"), because the kernel exempts uid 0 from
+  RLIMIT_NPROC.
+* ``"fallback"`` (no usable bwrap, logged as a warning naming why) -- a plain subprocess: ``python
+  -I``, empty environment (only ``*_NUM_THREADS=1``), a fresh temp dir as cwd, the same rlimits, a
+  new session (process group) killed on timeout, setuid to ``sandbox_uid`` when root and the
+  interpreter is readable by it, and a PEP 578 audit hook that refuses process creation, signals,
+  sockets, ctypes, writes outside the temp dir and reads outside the interpreter's trees. Audit
+  hooks are *not* a security boundary (PEP 578 says so): the fallback stops the straightforward
+  attacks in the test suite, not a determined one. Use bwrap for untrusted policies.
 
 Both modes apply, inside the child before any model code runs: RLIMIT_CPU (``cpu_s``), RLIMIT_AS
 (``memory_mb``), RLIMIT_NPROC (``max_processes``), RLIMIT_FSIZE (``max_file_mb``), RLIMIT_NOFILE and
 RLIMIT_CORE=0; plus a host-side wall-clock ``timeout_s`` after which the whole process group is
-SIGKILLed (in bwrap mode that kills the namespace's init and with it every process inside). Output is
-read incrementally and capped at ``max_output_bytes``; past the cap the sandbox is killed.
+SIGKILLed (in bwrap mode that kills the namespace's init and with it every process inside). Output
+is read incrementally and capped at ``max_output_bytes``; past the cap the sandbox is killed.
 
 Stateful sessions (``PythonSandbox.session()``), as ToRL's interpreter keeps earlier definitions
-visible: *replay*. Each call is still a fresh sandbox; it first re-executes the session's earlier cells
-with their output discarded and their exceptions swallowed, then runs the new cell. This keeps the
-one-process-per-call security property and makes the session state a plain list of strings (saved by
-the checkpoint). Costs: earlier cells are recomputed (their time counts against the new call's limits)
-and non-deterministic cells (random numbers, time) may get different values on replay. Cells that hit a
-time, memory or output limit are not kept in the history.
+visible: *replay*. Each call is still a fresh sandbox; it first re-executes the session's earlier
+cells with their output discarded and their exceptions swallowed, then runs the new cell. This keeps
+the one-process-per-call security property and makes the session state a plain list of strings
+(saved by the checkpoint). Costs: earlier cells are recomputed (their time counts against the new
+call's limits) and non-deterministic cells (random numbers, time) may get different values on
+replay. Cells that hit a time, memory or output limit are not kept in the history.
 """
 
 import dataclasses
@@ -77,7 +79,7 @@ def _world_accessible(path: str) -> bool:
 
 
 def _count_processes(uid: int) -> int:
-    """Processes (and threads, as RLIMIT_NPROC counts them) owned by ``uid`` on the host right now."""
+    """Processes (and threads: RLIMIT_NPROC counts them) owned by ``uid`` on the host now."""
     n = 0
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -119,7 +121,7 @@ def _query_interpreter(python: str) -> _Interpreter:
 class PythonSandbox:
     """Runs Python code in a fresh sandboxed subprocess per call (see the module docstring).
 
-    Thread-safe: a worker pool may call ``run`` from many threads at once; each call is its own process.
+    Thread-safe: a worker pool may call ``run`` from many threads; each call is its own process.
 
     Args:
       timeout_s: wall-clock limit per call (host side; kills the whole sandbox).
@@ -194,7 +196,7 @@ class PythonSandbox:
 
     @property
     def mode(self) -> str:
-        """The mode in use (``"bwrap"`` or ``"fallback"``); resolves (and probes bwrap) on first use."""
+        """The mode in use (``"bwrap"`` or ``"fallback"``); resolves and probes on first use."""
         self._resolve()
         return self._mode
 
@@ -231,9 +233,9 @@ class PythonSandbox:
                 raise RuntimeError(f"PythonSandbox(mode='bwrap'): bubblewrap is unusable: {reason}")
             self._mode, self._fallback_reason = "fallback", reason
             logging.warning(
-                "PythonSandbox: bubblewrap unusable (%s); falling back to rlimits + timeout + empty "
-                "environment + temp-dir cwd + python -I + audit guard, which does not isolate the "
-                "network, file system or processes as namespaces do.",
+                "PythonSandbox: bubblewrap unusable (%s); falling back to rlimits + timeout + "
+                "empty environment + temp-dir cwd + python -I + audit guard, which does not "
+                "isolate the network, file system or processes as namespaces do.",
                 reason,
             )
 

@@ -1,9 +1,9 @@
 """The one result type every host-side tool returns (Python sandbox, calculator, retrieval, pool).
 
-A rollout driver needs the same four facts from any tool call: what to show the model, whether the call
-failed and why (short, machine-readable), whether it ran out of time, and how it ended. Keeping them in
-one frozen dataclass lets the worker pool treat all tools alike and lets the driver count failures by
-``exit_reason`` without parsing text.
+A rollout driver needs the same four facts from any tool call: what to show the model, whether the
+call failed and why (short, machine-readable), whether it ran out of time, and how it ended. Keeping
+them in one frozen dataclass lets the worker pool treat all tools alike and lets the driver count
+failures by ``exit_reason`` without parsing text.
 """
 
 import dataclasses
@@ -27,8 +27,9 @@ class ToolResult:
     """Outcome of one tool call.
 
     Attributes:
-      output: text for the model's observation (stdout then stderr for Python, the formatted value for
-        the calculator, the formatted passages for retrieval). Already truncated to the tool's limit.
+      output: text for the model's observation (stdout then stderr for Python, the formatted value
+        for the calculator, the formatted passages for retrieval). Already truncated to the tool's
+        limit.
       error: ``None`` on success, else a one-line reason, e.g. ``"ZeroDivisionError: division by
         zero"`` (the last line of a traceback), ``"timeout: exceeded 5 s wall clock"``, ``"memory
         limit: exceeded 256 MB"``.
@@ -57,8 +58,9 @@ class ToolResult:
     def observation(self) -> str:
         """``output`` plus the error line when the output does not already end with it.
 
-        What a driver appends inside ``<output>...</output>``: the model sees its printed text and, for a
-        failed call, why it failed (a timeout leaves no traceback, so the reason is added here).
+        What a driver appends inside ``<output>...</output>``: the model sees its printed text and,
+        for a failed call, why it failed (a timeout leaves no traceback, so the reason is added
+        here).
         """
         if self.error is None or self.output.rstrip().endswith(self.error):
             return self.output
