@@ -1,14 +1,15 @@
 """Calculator tool: safe arithmetic by walking a whitelisted ``ast`` tree (never ``eval``).
 
-A ``<calc>`` call is model-written text, so it is parsed with ``ast.parse(mode="eval")`` and evaluated by
-a small interpreter that accepts only numbers, ``+ - * / // % **``, unary ``+ -``, parentheses, the
-constants ``pi``/``e`` and a few ``math`` functions. Everything else (names, attributes, calls to
-anything not listed, subscripts, comprehensions, strings, comparisons, lambdas) is an error naming the
-construct. Sizes are bounded before computing -- an integer power or product whose result would have
-more than ``max_digits`` digits is refused without being computed -- so ``9**9**9`` costs microseconds.
+A ``<calc>`` call is model-written text, so it is parsed with ``ast.parse(mode="eval")`` and
+evaluated by a small interpreter that accepts only numbers, ``+ - * / // % **``, unary ``+ -``,
+parentheses, the constants ``pi``/``e`` and a few ``math`` functions. Everything else (names,
+attributes, calls to anything not listed, subscripts, comprehensions, strings, comparisons, lambdas)
+is an error naming the construct. Sizes are bounded before computing -- an integer power or product
+whose result would have more than ``max_digits`` digits is refused without being computed -- so
+``9**9**9`` costs microseconds.
 
-Output formatting: integers exactly (``str(int)``); floats with ``precision`` significant digits, and
-integral floats below 1e15 without the ``.0`` (``6/3`` -> ``2``).
+Output formatting: integers exactly (``str(int)``); floats with ``precision`` significant digits,
+and integral floats below 1e15 without the ``.0`` (``6/3`` -> ``2``).
 """
 
 import ast
@@ -98,7 +99,7 @@ class Calculator:
     # ----------------------------------------------------------------------------------- public API
 
     def run(self, expression: str) -> ToolResult:
-        """Evaluates ``expression``; a bad one gives ``exit_reason="error"`` and ``"Error: ..."``."""
+        """Evaluates ``expression``; a bad one gives ``exit_reason="error"``, ``"Error: ..."``."""
         start = time.monotonic()
         try:
             output = self.format(self.evaluate(expression))

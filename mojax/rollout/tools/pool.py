@@ -1,12 +1,13 @@
 """Worker pool that runs a batch of tool calls in parallel on the host, results in call order.
 
 A rollout step stops many rows at a tool tag at once; their calls are independent, mostly waiting on
-subprocesses (Python sandbox) or sockets (retrieval), so threads are the right unit: the GIL is released
-while they wait. Every call gets a per-call deadline measured from when it *starts* running (not from
-when it was queued), and no call can take the batch down: a tool that raises becomes
+subprocesses (Python sandbox) or sockets (retrieval), so threads are the right unit: the GIL is
+released while they wait. Every call gets a per-call deadline measured from when it *starts* running
+(not from when it was queued), and no call can take the batch down: a tool that raises becomes
 ``ToolResult(exit_reason="exception")`` and one that overruns its deadline becomes
-``ToolResult(exit_reason="timeout")``. The overrunning thread cannot be killed (Python threads cannot
-be); the sandbox's own wall-clock limit ends it shortly after, so the pool timeout is a backstop.
+``ToolResult(exit_reason="timeout")``. The overrunning thread cannot be killed (Python threads
+cannot be); the sandbox's own wall-clock limit ends it shortly after, so the pool timeout is a
+backstop.
 
 Counts of each exit reason are kept in ``ToolPool.stats`` (host-side state for the metrics writer).
 """

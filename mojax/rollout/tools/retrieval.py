@@ -70,8 +70,8 @@ def _check_topk(topk) -> int:
 class BM25Retriever:
     """BM25 (``bm25s``, Lucene variant) over an in-memory corpus.
 
-    Passages are indexed on ``title + " " + text`` with English stopwords removed; queries use the same
-    tokenizer and vocabulary. Passages with score 0 (no query term in common) are not returned.
+    Passages are indexed on ``title + " " + text`` with English stopwords removed; queries use the
+    same tokenizer and vocabulary. Passages with score 0 (no query term in common) are not returned.
 
     Args:
       corpus: passages: ``Passage``, ``"title\\ntext"`` strings or dicts (``contents`` or
