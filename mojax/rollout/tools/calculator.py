@@ -220,9 +220,10 @@ class Calculator:
         return result
 
     def _call(self, node: ast.Call, depth: int):
-        if not isinstance(node.func, ast.Name) or node.func.id not in self._FUNCS:
-            what = node.func.id if isinstance(node.func, ast.Name) else type(node.func).__name__
-            raise CalculatorError(f"unknown function {what!r}")
+        if not isinstance(node.func, ast.Name):
+            raise CalculatorError(f"unsupported syntax: call of {type(node.func).__name__}")
+        if node.func.id not in self._FUNCS:
+            raise CalculatorError(f"unknown function {node.func.id!r}")
         name = node.func.id
         fn, lo, hi = self._FUNCS[name]
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
