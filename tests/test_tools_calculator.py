@@ -1,4 +1,4 @@
-"""Calculator tool: exact arithmetic vs Python's own, bounded sizes, malicious and malformed input."""
+"""Calculator tool: exact arithmetic vs Python's own, bounded sizes, malicious input."""
 
 import math
 import time
@@ -14,7 +14,7 @@ _OPS = ["+", "-", "*", "//", "%"]
 
 @st.composite
 def int_expressions(draw, depth=0):
-    """Random integer expression text (the reference value is Python's arithmetic on the same text)."""
+    """Random integer expression text (reference: Python's arithmetic on the same text)."""
     if depth >= 3 or draw(st.booleans()):
         n = draw(st.integers(-(10**12), 10**12))
         return f"({n})" if n < 0 else str(n)
