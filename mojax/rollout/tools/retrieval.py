@@ -70,6 +70,9 @@ def _check_topk(topk) -> int:
 class BM25Retriever:
     """BM25 (``bm25s``, Lucene variant) over an in-memory corpus.
 
+    Score (Lucene; Kamphuis et al. 2020): ``sum_t idf(t) * tf / (tf + k1 (1 - b + b |d| / avgdl))``
+    with ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` (no ``(k1 + 1)`` factor: rank-preserving).
+
     Passages are indexed on ``title + " " + text`` with English stopwords removed; queries use the
     same tokenizer and vocabulary. Passages with score 0 (no query term in common) are not returned.
 
