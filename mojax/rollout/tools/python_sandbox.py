@@ -392,9 +392,10 @@ class PythonSandbox:
                 stream.close()
             except OSError:
                 pass
-        return self._result(out, err, reason, returncode, time.monotonic() - start, timeout_s)
+        duration_s = time.monotonic() - start
+        return self._result(out, err, reason, returncode, duration_s, timeout_s, mode)
 
-    def _result(self, out, err, reason, returncode, duration_s, timeout_s) -> ToolResult:
+    def _result(self, out, err, reason, returncode, duration_s, timeout_s, mode) -> ToolResult:
         stdout = out.decode("utf-8", errors="replace")
         stderr = err.decode("utf-8", errors="replace")
         output = stdout + stderr
@@ -407,10 +408,11 @@ class PythonSandbox:
         if reason == "output_limit":
             error = f"output limit: more than {self.max_output_bytes} bytes of output"
             return ToolResult(error=error, exit_reason="output_limit", **kw)
-        # bwrap reports a signal death of its child as 128 + signal; Popen as -signal.
-        sig = -returncode if returncode is not None and returncode < 0 else None
-        if returncode is not None and returncode > 128 and last_err.startswith("bwrap") is False:
-            sig = returncode - 128 if returncode - 128 in _SIGNALS else sig
+        sig = None  # the signal that ended the interpreter, if any
+        if returncode is not None and returncode < 0:
+            sig = -returncode
+        elif mode == "bwrap" and returncode is not None and returncode - 128 in _SIGNALS:
+            sig = returncode - 128  # bwrap exits with 128 + signal when its child is killed
         if sig in (signal.SIGXCPU, signal.SIGKILL) and duration_s >= self.cpu_s * 0.9:
             error = f"timeout: exceeded {self.cpu_s} s CPU time"
             return ToolResult(error=error, timed_out=True, exit_reason="cpu_limit", **kw)
