@@ -54,7 +54,9 @@ def test_unicode_files_stdin_and_libraries(sandbox):
 
 
 def test_timeout_observation_names_the_reason(sandbox):
-    result = PythonSandbox(timeout_s=1.0, mode=sandbox.mode).run("print('started', flush=True)\nwhile True:\n    pass")
+    result = PythonSandbox(timeout_s=1.0, mode=sandbox.mode).run(
+        "print('started', flush=True)\nwhile True:\n    pass"
+    )
     assert result.timed_out and result.output == "started\n"
     assert result.observation == "started\ntimeout: exceeded 1 s wall clock"
 

@@ -1,4 +1,16 @@
-"""Host-side tools a multi-turn rollout calls: Python sandbox, calculator, retrieval, pool."""
+"""Host-side tools a multi-turn rollout calls: Python sandbox, calculator, retrieval, pool.
+
+Every tool has ``run(text) -> ToolResult`` (``output``, ``error``, ``timed_out``, ``exit_reason``,
+``truncated``, ``duration_s``; ``observation`` = output plus the error line) and never raises on bad
+model input, so a rollout driver can treat them alike::
+
+    sandbox = PythonSandbox(timeout_s=5, memory_mb=512)      # bwrap, or fallback with a warning
+    session = sandbox.session()                              # per trajectory: state by replay
+    calc = Calculator()
+    search = BM25Retriever(corpus, topk=3)                   # or RetrievalClient(url, topk=3)
+    with ToolPool(max_workers=8, timeout_s=30) as pool:
+        results = pool.run([(session.run, (code,)), (calc.run, ("2**10",)), (search.run, (q,))])
+"""
 
 from mojax.rollout.tools.calculator import Calculator, CalculatorError
 from mojax.rollout.tools.pool import ToolPool

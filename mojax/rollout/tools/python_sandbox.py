@@ -367,7 +367,7 @@ class PythonSandbox:
                 if now >= deadline:
                     reason = "timeout"
                     break
-                if exited_at is None and proc.poll() is not None:
+                if exited_at is None and _exited(proc.pid):
                     exited_at = now
                 if exited_at is not None and now - exited_at > _GRACE_S:
                     break  # a leftover child holds the pipes open; it is killed below
@@ -439,6 +439,18 @@ def _write_stdin(stream, payload: bytes) -> None:
         stream.close()
     except (BrokenPipeError, OSError, ValueError):
         pass  # the sandbox died before reading its input; the result says why
+
+
+def _exited(pid: int) -> bool:
+    """Whether the child exited, *without* reaping it.
+
+    An unreaped zombie keeps its pid (and so its process-group id) reserved, so the ``killpg`` that
+    follows cannot hit a recycled pid.
+    """
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
