@@ -105,3 +105,20 @@ def test_bad_arguments_name_themselves():
         ToolResult(output="", exit_reason="weird")
     with pytest.raises(KeyError, match="history"):
         PythonSandbox(mode="fallback").session().load_state_dict({})
+
+
+@pytest.mark.parametrize(
+    "code, reason, error",
+    [
+        ("x = 1\x00", "error", "SyntaxError: source code string cannot contain null bytes"),
+        ('print("unterminated', "error", "SyntaxError: unterminated string literal"),
+        ("\ud800", "error", "UnicodeEncodeError"),
+        ("", "ok", None),
+        ("# only a comment", "ok", None),
+        ("import os\nos.write(1, bytes(range(256)))", "ok", None),
+    ],
+)
+def test_malformed_cells_are_results_not_crashes(sandbox, code, reason, error):
+    result = sandbox.run(code)
+    assert result.exit_reason == reason, result
+    assert (result.error is None) if error is None else result.error.startswith(error)
