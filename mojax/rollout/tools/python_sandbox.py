@@ -69,6 +69,10 @@ def _bootstrap_source() -> str:
     return (pathlib.Path(__file__).with_name("_sandbox_bootstrap.py")).read_text()
 
 
+def _is_under(path: str, roots) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
 def _world_accessible(path: str) -> bool:
     """Whether every directory on ``path`` is searchable and the leaf readable by "other" users."""
     p = pathlib.Path(os.path.realpath(path))
@@ -113,7 +117,7 @@ def _query_interpreter(python: str) -> _Interpreter:
     paths.append(os.path.dirname(os.path.realpath(python)))
     roots: list[str] = []
     for p in sorted({os.path.realpath(p) for p in paths} | set(paths), key=len):
-        if not any(p == r or p.startswith(r.rstrip("/") + "/") for r in roots):
+        if not _is_under(p, roots):
             roots.append(p)
     return _Interpreter(executable=python, roots=tuple(roots))
 
@@ -279,20 +283,22 @@ class PythonSandbox:
             argv += ["--setenv", key, value]
         for path in _SYSTEM_RO + _ETC_RO:
             argv += ["--ro-bind-try", path, path]
-        made: set[str] = set()
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        # The private /tmp comes before the interpreter binds: a virtualenv under /tmp (CI's
+        # `mktemp -d`) must be bound on top of it, not hidden by it.
+        argv += ["--perms", "01777", "--size", str(self.tmpfs_mb << 20), "--tmpfs", "/tmp"]
+        made = {"/tmp"}
         for root in self._interp.roots:
             # Ancestors as world-searchable dirs: bwrap would copy e.g. /root's 0700 mode, which
             # hides a pyenv interpreter from the dropped uid.
-            for parent in reversed(pathlib.PurePosixPath(root).parents[:-1]):
-                if str(parent) not in made and not str(parent).startswith(_SYSTEM_RO):
-                    argv += ["--perms", "0755", "--dir", str(parent)]
-                    made.add(str(parent))
+            for parent in map(str, reversed(pathlib.PurePosixPath(root).parents[:-1])):
+                if parent not in made and not _is_under(parent, _SYSTEM_RO):
+                    argv += ["--perms", "0755", "--dir", parent]
+                    made.add(parent)
             argv += ["--ro-bind", root, root]
         python = self._interp.executable
-        if not any(python.startswith(r.rstrip("/") + "/") for r in self._interp.roots):
+        if not _is_under(python, self._interp.roots):
             argv += ["--ro-bind", python, python]
-        argv += ["--proc", "/proc", "--dev", "/dev"]
-        argv += ["--perms", "01777", "--size", str(self.tmpfs_mb << 20), "--tmpfs", "/tmp"]
         argv += ["--remount-ro", "/", "--chdir", "/tmp"]
         return argv
 
