@@ -110,7 +110,8 @@ def test_bad_arguments_name_themselves():
 @pytest.mark.parametrize(
     "code, reason, error",
     [
-        ("x = 1\x00", "error", "SyntaxError: source code string cannot contain null bytes"),
+        # SyntaxError from Python 3.11.4 on, ValueError before
+        ("x = 1\x00", "error", "Error: source code string cannot contain null bytes"),
         ('print("unterminated', "error", "SyntaxError: unterminated string literal"),
         ("\ud800", "error", "UnicodeEncodeError"),
         ("", "ok", None),
@@ -121,4 +122,4 @@ def test_bad_arguments_name_themselves():
 def test_malformed_cells_are_results_not_crashes(sandbox, code, reason, error):
     result = sandbox.run(code)
     assert result.exit_reason == reason, result
-    assert (result.error is None) if error is None else result.error.startswith(error)
+    assert (result.error is None) if error is None else error in result.error
