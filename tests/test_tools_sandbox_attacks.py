@@ -11,6 +11,8 @@ process working. Which mechanism contains each attack:
   the audit guard allows writes only in the temp cwd.
 - reading /etc/shadow: bwrap -- not mounted; fallback -- the audit guard (and file permissions when
   not root).
+- reading the repository: bwrap -- not mounted; fallback -- the audit guard (reads only under the
+  interpreter's own trees and the temp cwd).
 - network: bwrap -- network namespace (its own loopback only); fallback -- the audit guard refuses
   socket creation.
 - environment secrets: bwrap -- --clearenv, the parent's /proc entry is invisible (PID namespace);
@@ -181,6 +183,15 @@ def test_reading_etc_shadow_fails(sandbox):
     assert result.exit_reason == "error"
     assert result.error.startswith(("FileNotFoundError", "PermissionError")), result.error
     assert "root:" not in result.output
+
+
+def test_the_repository_is_unreadable(sandbox):
+    target = REPO / "pyproject.toml"
+    assert target.is_file()
+    result = sandbox.run(f"print(open({str(target)!r}).read())")
+    assert result.exit_reason == "error"
+    assert result.error.startswith(("FileNotFoundError", "PermissionError")), result.error
+    assert "[tool.ruff]" not in result.output
 
 
 def test_network_connection_is_refused(sandbox):
