@@ -89,7 +89,7 @@ def check_batch(
 def check_weights(
     weights, num_objectives: int, *, default: float, name: str = "weights", rows=None
 ):
-    """``weights`` as float32 ``[M]`` (or ``[P, M]`` when ``rows = P`` is given); None -> default."""
+    """``weights`` as float32 ``[M]`` (or ``[P, M]`` when ``rows = P``); None -> ``default``."""
     if weights is None:
         return jnp.full((num_objectives,), default, dtype=jnp.float32)
     w = jnp.asarray(weights, dtype=jnp.float32)
@@ -171,7 +171,7 @@ def finalize(adv: jax.Array, keep: jax.Array) -> jax.Array:
 
 
 def group_metrics(mask: jax.Array, std: jax.Array | None = None) -> dict:
-    """Metrics every estimator logs: valid fraction, degenerate and zero-variance group fractions."""
+    """Metrics every estimator logs: valid, degenerate-group and zero-variance-group fractions."""
     ok = group_ok(mask)[..., 0].astype(jnp.float32)
     out = {
         "adv/valid_frac": jnp.mean(mask.astype(jnp.float32)),

@@ -5,8 +5,8 @@ eps)`` per group, population std by default (methods.md; switch ``std_ddof=1`` f
 Dr.GRPO: ``A = s - mean_g s`` (no std; pair it with the ``seq-mean-token-sum-norm`` loss).
 
 ``reward_scale`` multiplies the scalar reward per sample (or uniformly) before normalisation;
-ParetoPO Stage 1 uses it for ``r_tilde = r_pareto * r_w`` (000_e6cfe11db36d6d54, Eq. 6). A uniform scale
-cancels in GRPO (up to ``eps``) but not in Dr.GRPO -- a documented property, tested.
+ParetoPO Stage 1 uses it for ``r_tilde = r_pareto * r_w`` (000_e6cfe11db36d6d54, Eq. 6). A uniform
+scale cancels in GRPO (up to ``eps``) but not in Dr.GRPO -- a documented property, tested.
 """
 
 from __future__ import annotations

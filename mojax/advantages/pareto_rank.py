@@ -5,9 +5,9 @@ of fronts in the group); ``A_base = N_rank - rho + 1`` (Eq. 7); within each rank
 ``r_hat = (r_w - min) / (max - min)`` over that rank's members with ``r_w = w . r`` (Eq. 8), 0.5
 when ``max = min`` (single-member ranks included); ``A = A_base + beta (r_hat - 0.5)`` (Eq. 9).
 
-For ``beta <= 1`` every sample of a better rank gets a strictly larger A than every sample of a worse
-rank, and ``|A| <= N_rank + beta / 2``. Switch ``normalize``: ``"none"`` (paper, Theorem 3.5; default;
-an all-equal group gets A = 1 for every sample), ``"center"`` (subtract the group mean) or
+For ``beta <= 1`` every sample of a better rank gets a strictly larger A than every sample of a
+worse rank, and ``|A| <= N_rank + beta / 2``. Switch ``normalize``: ``"none"`` (paper, Theorem 3.5;
+default; an all-equal group gets A = 1 for every sample), ``"center"`` (subtract the group mean) or
 ``"zscore"`` (group z-score, population std + eps).
 """
 

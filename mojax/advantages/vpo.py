@@ -30,7 +30,7 @@ def dirichlet_weights(key, num_groups: int, num_weights: int, num_objectives: in
 
 
 def set_max_reward(r, weights):
-    """``(1/K) sum_k max_s w_k . r_s`` for ``r [P, G, S, M]``, ``weights [P, K, M]`` -> ``[P, G]``."""
+    """``(1/K) sum_k max_s w_k . r_s``: ``r [P, G, S, M]``, ``weights [P, K, M]`` -> ``[P, G]``."""
     scores = jnp.einsum("pgsm,pkm->pgks", r, weights)
     return jnp.mean(jnp.max(scores, axis=-1), axis=-1)
 
