@@ -122,12 +122,21 @@ def effective_mask(rewards: jax.Array, valid: jax.Array) -> tuple[jax.Array, jax
 
 
 def masked_moments(x: jax.Array, mask: jax.Array, axis, ddof: int = 0):
-    """Mean, std (``ddof``) and count of ``x`` over ``axis`` where ``mask``; keepdims."""
+    """Mean, std (``ddof``), count and deviations ``x - mean`` over ``axis`` where ``mask``.
+
+    Statistics are computed after subtracting the largest valid value, so a set of identical
+    values has deviations and std of exactly 0 (a plain ``sum / n`` can be off by one ulp, which
+    ``(x - mean) / (std + eps)`` would blow up to O(0.1) advantages).
+    """
     m = mask.astype(x.dtype)
+    shift = jnp.max(jnp.where(mask, x, -jnp.inf), axis=axis, keepdims=True)
+    shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+    xc = jnp.where(mask, x - shift, 0.0)
     count = jnp.sum(m, axis=axis, keepdims=True)
-    mean = jnp.sum(x * m, axis=axis, keepdims=True) / jnp.maximum(count, 1.0)
-    var = jnp.sum(m * (x - mean) ** 2, axis=axis, keepdims=True) / jnp.maximum(count - ddof, 1.0)
-    return mean, jnp.sqrt(var), count
+    mean_c = jnp.sum(xc, axis=axis, keepdims=True) / jnp.maximum(count, 1.0)
+    dev = jnp.where(mask, xc - mean_c, 0.0)
+    var = jnp.sum(dev**2, axis=axis, keepdims=True) / jnp.maximum(count - ddof, 1.0)
+    return mean_c + shift, jnp.sqrt(var), count, dev
 
 
 def group_ok(mask: jax.Array) -> jax.Array:
@@ -141,8 +150,8 @@ def group_zscore(x, mask, *, eps, ddof: int = 0, scale_by_std: bool = True, min_
     Invalid samples and groups with < 2 valid samples get 0; with ``min_std``, groups whose std is
     below it get 0 as a whole (VPO's authors' code).
     """
-    mean, std, _ = masked_moments(x, mask, axis=-1, ddof=ddof)
-    adv = (x - mean) / (std + eps) if scale_by_std else x - mean
+    _, std, _, dev = masked_moments(x, mask, axis=-1, ddof=ddof)
+    adv = dev / (std + eps) if scale_by_std else dev
     keep = mask & group_ok(mask)
     if min_std is not None:
         keep = keep & (std >= min_std)
@@ -158,10 +167,13 @@ def batch_normalize(a, keep, *, eps, token_counts=None):
     w = keep.astype(a.dtype)
     if token_counts is not None:
         w = w * token_counts
+    shift = jnp.max(jnp.where(keep, a, -jnp.inf))
+    shift = jnp.where(jnp.isfinite(shift), shift, 0.0)
+    ac = jnp.where(keep, a - shift, 0.0)
     total = jnp.maximum(jnp.sum(w), 1e-30)
-    mean = jnp.sum(w * a) / total
-    std = jnp.sqrt(jnp.sum(w * (a - mean) ** 2) / total)
-    return jnp.where(keep, (a - mean) / (std + eps), 0.0)
+    dev = ac - jnp.sum(w * ac) / total
+    std = jnp.sqrt(jnp.sum(w * dev**2) / total)
+    return jnp.where(keep, dev / (std + eps), 0.0)
 
 
 def finalize(adv: jax.Array, keep: jax.Array) -> jax.Array:

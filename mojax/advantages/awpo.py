@@ -37,8 +37,8 @@ def _impl(rewards, valid, peak, hp, *, running_peak):
     r, mask = C.effective_mask(rewards, valid)
     r_out = r[..., 0]
     r_mix = r[..., 0] + r[..., 1]
-    mean_out, sd_out, _ = C.masked_moments(r_out, mask, axis=-1)
-    mean_mix, sd_mix, _ = C.masked_moments(r_mix, mask, axis=-1)
+    mean_out, sd_out, _, dev_out = C.masked_moments(r_out, mask, axis=-1)
+    _, sd_mix, _, dev_mix = C.masked_moments(r_mix, mask, axis=-1)
     ok = C.group_ok(mask)  # [P, 1]
     ratio = sd_mix / (sd_out + sd_mix + hp["eps_std"])  # Eq. 24
     if running_peak:
@@ -49,8 +49,8 @@ def _impl(rewards, valid, peak, hp, *, running_peak):
         sat_max = hp["r_max"]
     gate = (mean_out < sat_max) & (ratio < hp["eps_mix"]) & ok
     w = jnp.where(gate, ratio, 0.0)  # Eq. 25
-    a_out = (r_out - mean_out) / (sd_out + hp["eps"])  # Eq. 26
-    a_mix = (r_mix - mean_mix) / (sd_mix + hp["eps"])
+    a_out = dev_out / (sd_out + hp["eps"])  # Eq. 26
+    a_mix = dev_mix / (sd_mix + hp["eps"])
     norm_mean = mean_out / hp["r_max"]
     prio = (hp["tau_low"] < norm_mean) & (norm_mean < hp["tau_high"])
     d = jnp.where(prio, hp["alpha_prio"], hp["alpha_base"])  # Eq. 27

@@ -38,10 +38,12 @@ def saw_weights(r, mask, reward_min, priorities, delta, *, fallback, advantage_m
     batch_min = jnp.min(jnp.where(m, r, jnp.inf), axis=(0, 1))
     batch_min = jnp.where(any_valid, batch_min, 0.0)
     mins = jnp.where(jnp.isnan(reward_min), batch_min, reward_min)
-    shifted = r - mins + delta
+    shifted = r - mins + delta  # [P, G, M]
     count = jnp.maximum(jnp.sum(mask), 1)
     mean = jnp.sum(jnp.where(m, shifted, 0.0), axis=(0, 1)) / count
-    var = jnp.sum(jnp.where(m, (shifted - mean) ** 2, 0.0), axis=(0, 1)) / count
+    flat = shifted.reshape(-1, num_obj).T  # [M, P*G]
+    _, std, _, _ = C.masked_moments(flat, mask.reshape(-1), axis=-1)
+    var = std[:, 0] ** 2
     # mean + delta > 0 whenever min_k is a true lower bound; the floor only guards misuse in jit.
     cv = jnp.sqrt(var) / jnp.maximum(mean + delta, delta)
     total = jnp.sum(cv)
