@@ -34,7 +34,7 @@ def _random_w_impl(rewards, valid, key, alpha, eps, *, std_ddof):
     return out
 
 
-_random_w_jit = jax.jit(_random_w_impl, static_argnames=("std_ddof",))
+_random_w_jit = jax.jit(_random_w_impl, static_argnames=("std_ddof", "alpha"))
 
 
 def random_w(
@@ -48,10 +48,10 @@ def random_w(
       alpha: Dirichlet concentration; std_ddof, eps: as :func:`grpo`.
     """
     C.check_choice("std_ddof", std_ddof, (0, 1))
-    if not alpha > 0:
+    if not float(alpha) > 0:
         raise ValueError(f"alpha must be > 0; got {alpha}")
     rewards, valid = C.check_batch(rewards, valid)
-    return _random_w_jit(rewards, valid, check_key(key), alpha, eps, std_ddof=std_ddof)
+    return _random_w_jit(rewards, valid, check_key(key), float(alpha), eps, std_ddof=std_ddof)
 
 
 def _distinct(ids, smask):

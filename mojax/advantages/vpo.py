@@ -24,9 +24,18 @@ __all__ = ["vpo", "dirichlet_weights", "set_max_reward"]
 
 
 def dirichlet_weights(key, num_groups: int, num_weights: int, num_objectives: int, alpha=1.0):
-    """``[P, K, M]`` weights on the simplex, ``Dir(alpha * 1_M)``; deterministic in ``key``."""
+    """``[P, K, M]`` weights on the simplex, ``Dir(alpha * 1_M)``; deterministic in ``key``.
+
+    For ``alpha == 1`` (the papers' choice) the draw is normalised i.i.d. Exp(1) variables, which is
+    exactly ``Dir(1)`` and compiles far faster than the gamma sampler behind
+    ``jax.random.dirichlet`` (used for any other ``alpha``).
+    """
+    shape = (num_groups, num_weights, num_objectives)
+    if isinstance(alpha, (int, float)) and float(alpha) == 1.0:
+        e = jax.random.exponential(key, shape, dtype=jnp.float32)
+        return e / jnp.sum(e, axis=-1, keepdims=True)
     conc = jnp.full((num_objectives,), alpha, dtype=jnp.float32)
-    return jax.random.dirichlet(key, conc, shape=(num_groups, num_weights))
+    return jax.random.dirichlet(key, conc, shape=shape[:2])
 
 
 def set_max_reward(r, weights):
@@ -49,7 +58,7 @@ def _impl(set_rewards, set_valid, valid, key, alpha, eps, min_std, *, num_weight
     return C.AdvantageOutput(C.finalize(adv, keep), None, metrics, None)
 
 
-_jit = jax.jit(_impl, static_argnames=("num_weights",))
+_jit = jax.jit(_impl, static_argnames=("num_weights", "alpha"))
 
 
 def check_key(key):
@@ -89,11 +98,11 @@ def vpo(
     )
     if int(num_weights) < 1:
         raise ValueError(f"num_weights must be >= 1; got {num_weights}")
-    if not alpha > 0:
+    if not float(alpha) > 0:
         raise ValueError(f"alpha must be > 0; got {alpha}")
     p, g = set_rewards.shape[:2]
     valid = C.check_batch(jnp.zeros((p, g, 1)), valid)[1]
     return _jit(
-        set_rewards, set_valid, valid, check_key(key), alpha, eps, min_std,
+        set_rewards, set_valid, valid, check_key(key), float(alpha), eps, min_std,
         num_weights=int(num_weights),
     )  # fmt: skip
