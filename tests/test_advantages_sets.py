@@ -1,6 +1,7 @@
 """Pareto-rank (ParetoPO Stage 2), VPO and Multi-RLVR against numpy loops, plus their properties."""
 
 import importlib
+from fractions import Fraction
 
 import jax
 import moocore
@@ -43,13 +44,15 @@ def ref_pareto_rank(r, v, w, beta, normalize="none", eps=1e-6):
         rho = moocore.pareto_rank(-r[p, idx].astype(np.float64)) + 1  # moocore minimises
         n_rank = rho.max()
         n_fronts[p] = n_rank
-        rw = r[p, idx].astype(np.float64) @ np.asarray(w, np.float64)
+        # exact rational arithmetic: ties such as 0.6 * 2 == 0.4 * 3 stay ties
+        wf = [Fraction(str(x)) for x in w]
+        rw = [sum(Fraction(float(x)) * wk for x, wk in zip(r[p, i], wf)) for i in idx]
         a = np.zeros(len(idx))
         for i in range(len(idx)):
-            members = rw[rho == rho[i]]
-            lo, hi = members.min(), members.max()
-            r_hat = 0.5 if hi == lo else (rw[i] - lo) / (hi - lo)
-            a[i] = (n_rank - rho[i] + 1) + beta * (r_hat - 0.5)
+            members = [rw[j] for j in range(len(idx)) if rho[j] == rho[i]]
+            lo, hi = min(members), max(members)
+            r_hat = Fraction(1, 2) if hi == lo else (rw[i] - lo) / (hi - lo)
+            a[i] = float((n_rank - rho[i] + 1) + Fraction(str(beta)) * (r_hat - Fraction(1, 2)))
         if normalize == "center":
             a = a - a.mean()
         elif normalize == "zscore":
@@ -109,6 +112,9 @@ def test_pareto_rank_examples():
     assert float(out.metrics["pareto/num_fronts"]) == 3.0
     center = pareto_rank(r, weights=(0.6, 0.4), beta=0.5, normalize="center").advantages
     np.testing.assert_allclose(center, [[1.0, 0.25, -0.25, -1.0]])
+    # 0.6 * 2 == 0.4 * 3: an exact tie inside a rank gives r_hat = 0.5, not float32 rounding noise
+    tie = np.array([[[0, 3], [2, 0], [0, 0]]], np.float32)
+    np.testing.assert_allclose(pareto_rank(tie, beta=0.5).advantages, [[2.0, 2.0, 1.0]])
     with pytest.raises(ValueError, match="weights"):
         pareto_rank(np.zeros((1, 4, 3)))  # default weights are 2-D
     with pytest.raises(ValueError, match="normalize"):

@@ -22,6 +22,7 @@ from mojax.pareto.nondominated import _rank_impl
 __all__ = ["pareto_rank", "NORMALIZE_MODES"]
 
 NORMALIZE_MODES = ("none", "center", "zscore")
+_TIE_RTOL = 1e-6  # relative tolerance for "max = min" in Eq. 8 (float32 resolution is ~1.2e-7)
 
 
 def _impl(rewards, valid, weights, beta, eps, *, normalize):
@@ -35,7 +36,11 @@ def _impl(rewards, valid, weights, beta, eps, *, normalize):
     rw_j = rw[..., None, :]
     rmin = jnp.min(jnp.where(same, rw_j, jnp.inf), axis=-1)
     rmax = jnp.max(jnp.where(same, rw_j, -jnp.inf), axis=-1)
-    spread = rmax > rmin
+    # max = min up to float32 rounding counts as a tie (r_hat = 0.5): w . r of different vectors can
+    # be equal exactly (0.6 * 2 = 0.4 * 3) yet differ by an ulp after rounding, which Eq. 8 would
+    # otherwise blow up to r_hat in {0, 1}.
+    scale = jnp.maximum(1.0, jnp.maximum(jnp.abs(rmax), jnp.abs(rmin)))
+    spread = (rmax - rmin) > _TIE_RTOL * jnp.where(jnp.isfinite(scale), scale, 1.0)
     r_hat = jnp.where(spread, (rw - rmin) / jnp.where(spread, rmax - rmin, 1.0), 0.5)  # Eq. 8
     adv = a_base + beta * (jnp.clip(r_hat, 0.0, 1.0) - 0.5)  # Eq. 9
     adv = jnp.where(mask, adv, 0.0)

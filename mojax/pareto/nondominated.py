@@ -16,6 +16,23 @@ import numpy as np
 __all__ = ["dominance_matrix", "nondominated_rank"]
 
 
+_WORD = 16  # bits per packed word; sums of 16 powers of two are exact in float32
+
+
+def _pairwise(points, valid, rows, cols):
+    """Dominance of ``cols`` rows over ``rows`` rows: ``[..., len(rows), len(cols)]`` bool."""
+    ge = None
+    gt = None
+    # A Python loop over M keeps every intermediate at [..., G, G]; XLA fuses it into one kernel.
+    for m in range(points.shape[-1]):
+        col = points[..., m]
+        a = col[..., None, cols]  # [..., 1, Gc] the dominating row i
+        b = col[..., rows, None]  # [..., Gr, 1] the dominated row j
+        ge = (a >= b) if ge is None else (ge & (a >= b))
+        gt = (a > b) if gt is None else (gt | (a > b))
+    return ge & gt & valid[..., None, cols] & valid[..., rows, None]
+
+
 def dominance_matrix(points: jax.Array, valid: jax.Array) -> jax.Array:
     """``D[..., i, j]`` is True iff row ``i`` Pareto-dominates row ``j`` (maximisation).
 
@@ -30,45 +47,60 @@ def dominance_matrix(points: jax.Array, valid: jax.Array) -> jax.Array:
     Returns:
       bool ``[..., G, G]``.
     """
-    num_objectives = points.shape[-1]
-    ge = None
-    gt = None
-    # A Python loop over M keeps every intermediate at [..., G, G]; XLA fuses it into one kernel.
-    for m in range(num_objectives):
-        col = points[..., m]
-        a = col[..., :, None]  # [..., G, 1] row i
-        b = col[..., None, :]  # [..., 1, G] row j
-        ge = (a >= b) if ge is None else (ge & (a >= b))
-        gt = (a > b) if gt is None else (gt | (a > b))
-    both_valid = valid[..., :, None] & valid[..., None, :]
-    return ge & gt & both_valid
+    g = points.shape[-2]
+    return jnp.swapaxes(_pairwise(points, valid, slice(0, g), slice(0, g)), -1, -2)
 
 
-def _rank_impl(points: jax.Array, valid: jax.Array) -> jax.Array:
-    """Front peeling on ``[N, G, M]``; see :func:`nondominated_rank`."""
-    finite = (
-        jnp.all(jnp.isfinite(points), axis=-1)
-        if jnp.issubdtype(points.dtype, jnp.floating)
-        else True
+def _pack(bits: jax.Array) -> jax.Array:
+    """``[..., W * 16]`` 0/1 -> ``[..., W]`` int32 words (a dot with powers of two: fast on CPU)."""
+    words = bits.reshape(bits.shape[:-1] + (-1, _WORD)).astype(jnp.float32)
+    return jnp.einsum("...wk,k->...w", words, 2.0 ** jnp.arange(_WORD, dtype=jnp.float32)).astype(
+        jnp.int32
     )
-    valid = valid & finite
-    dom = dominance_matrix(points, valid).astype(jnp.float32)  # [N, G, G]
+
+
+def _peel(is_dominated, valid):
+    """Front peeling: ``is_dominated(remaining) -> [N, G]`` says who has a remaining dominator."""
     ranks0 = jnp.full(valid.shape, -1, dtype=jnp.int32)
 
     def cond(carry):
-        _, remaining, _ = carry
-        return jnp.any(remaining)
+        return jnp.any(carry[1])
 
     def body(carry):
         ranks, remaining, front = carry
-        # Number of still-unranked rows that dominate each row j: [N, G] = remaining @ dom.
-        dominators = jnp.einsum("ni,nij->nj", remaining.astype(jnp.float32), dom)
-        current = remaining & (dominators == 0)
-        ranks = jnp.where(current, front, ranks)
-        return ranks, remaining & ~current, front + 1
+        current = remaining & ~is_dominated(remaining)
+        return jnp.where(current, front, ranks), remaining & ~current, front + 1
 
     ranks, _, _ = jax.lax.while_loop(cond, body, (ranks0, valid, jnp.int32(0)))
     return ranks
+
+
+def _rank_impl(points: jax.Array, valid: jax.Array | None = None) -> jax.Array:
+    """Traceable :func:`nondominated_rank` on ``[..., G, M]`` (no host-side checks)."""
+    batch_shape = points.shape[:-1]
+    g, m = points.shape[-2:]
+    points = points.reshape((-1, g, m))
+    valid = jnp.ones(points.shape[:-1], bool) if valid is None else valid.reshape((-1, g))
+    if jnp.issubdtype(points.dtype, jnp.floating):
+        valid = valid & jnp.all(jnp.isfinite(points), axis=-1)
+    if g <= _WORD:
+        # Small groups: the whole [N, G, G] matrix is tiny; a batched mat-vec per front.
+        dom = dominance_matrix(points, valid).astype(jnp.float32)  # [N, i, j]
+        ranks = _peel(lambda rem: jnp.einsum("ni,nij->nj", rem.astype(jnp.float32), dom) > 0, valid)
+    else:
+        # Large groups: pack each row's dominators into 16-bit words once, so every peeling step
+        # touches [N, G, G / 16] ints instead of the [N, G, G] matrix.
+        pad = -g % _WORD
+        pts = jnp.pad(points, ((0, 0), (0, pad), (0, 0)))
+        vpad = jnp.pad(valid, ((0, 0), (0, pad)))
+        dominators = _pack(_pairwise(pts, vpad, slice(0, g), slice(0, g + pad)))  # [N, G, W]
+
+        def is_dominated(rem):
+            rem_words = _pack(jnp.pad(rem, ((0, 0), (0, pad))))  # [N, W]
+            return jnp.any((dominators & rem_words[:, None, :]) != 0, axis=-1)
+
+        ranks = _peel(is_dominated, valid)
+    return ranks.reshape(batch_shape)
 
 
 _rank_jit = jax.jit(_rank_impl)
@@ -97,33 +129,32 @@ def nondominated_rank(points, valid=None) -> jax.Array:
       ValueError: ``points`` has fewer than 2 dimensions or ``M == 0``; ``valid`` has the wrong
         shape; (outside jit) ``points`` has a non-finite value in a row marked valid.
     """
-    points = jnp.asarray(points)
+    if not isinstance(points, jax.Array):
+        points = np.asarray(points)
     if points.ndim < 2:
         raise ValueError(f"points must have shape [..., G, M]; got shape {points.shape}")
     if points.shape[-1] == 0:
         raise ValueError("points has M = 0 objectives; need at least one")
-    if points.dtype == jnp.bool_:
-        points = points.astype(jnp.int32)
+    if points.dtype == bool:
+        points = points.astype(np.int32)
     batch_shape = points.shape[:-1]
-    if valid is None:
-        valid = jnp.ones(batch_shape, dtype=bool)
-    else:
-        valid = jnp.asarray(valid)
+    if valid is not None:
+        if not isinstance(valid, jax.Array):
+            valid = np.asarray(valid)
         if valid.shape != batch_shape:
             raise ValueError(
                 f"valid must have shape {batch_shape} (points.shape[:-1]); got {valid.shape}"
             )
-        valid = valid.astype(bool)
-    if _is_concrete(points) and _is_concrete(valid) and jnp.issubdtype(points.dtype, jnp.floating):
-        bad = np.asarray(valid) & ~np.all(np.isfinite(np.asarray(points)), axis=-1)
+        if valid.dtype != bool:
+            valid = valid.astype(bool)
+    if _is_concrete(points) and _is_concrete(valid) and np.issubdtype(points.dtype, np.floating):
+        finite = np.all(np.isfinite(np.asarray(points)), axis=-1)
+        bad = ~finite if valid is None else np.asarray(valid) & ~finite
         if bad.any():
             raise ValueError(
                 f"points has non-finite values in {int(bad.sum())} row(s) marked valid; "
                 "mark them invalid (valid=False)"
             )
-    group = batch_shape[-1]
-    if group == 0 or points.size == 0:
+    if batch_shape[-1] == 0 or int(np.prod(batch_shape)) == 0:
         return jnp.full(batch_shape, -1, dtype=jnp.int32)
-    flat_points = points.reshape((-1, group, points.shape[-1]))
-    flat_valid = valid.reshape((-1, group))
-    return _rank_jit(flat_points, flat_valid).reshape(batch_shape)
+    return _rank_jit(points, valid)
