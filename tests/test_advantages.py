@@ -155,7 +155,7 @@ def random_batch(seed, p=5, g=8, m=3, frac_valid=0.8):
 # ---------------------------------------------------------------- GRPO / Dr.GRPO
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(batches(), st.sampled_from([0, 1]))
 def test_grpo_matches_numpy(batch, ddof):
     r, v = batch
@@ -203,7 +203,7 @@ def test_global_r_pareto_cancels_under_grpo_not_dr_grpo():
 # ---------------------------------------------------------------- GDPO / MO-GRPO
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(batches())
 def test_gdpo_and_mo_grpo_match_numpy(batch):
     r, v = batch
@@ -234,7 +234,7 @@ def test_gdpo_token_batch_norm():
 # ---------------------------------------------------------------- SAW
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(batches(), st.booleans())
 def test_saw_matches_numpy(batch, fallback):
     r, v = batch
@@ -302,7 +302,7 @@ def test_saw_scale_invariance_fallback_and_times_m():
 # ---------------------------------------------------------------- AWPO
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     batches(m=2, elements=st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0])),
     st.sampled_from([0.3, 0.5, 0.9]),

@@ -68,7 +68,7 @@ def int_batches(p=4, g=8, m=2, hi=3):
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(
     int_batches(), st.sampled_from([0.1, 0.5, 1.0]), st.sampled_from(["none", "center", "zscore"])
 )
@@ -83,7 +83,7 @@ def test_pareto_rank_matches_numpy(batch, beta, normalize):
         np.testing.assert_allclose(out.metrics["pareto/num_fronts"], n_fronts[ok].mean(), rtol=1e-6)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(int_batches(g=8, m=3, hi=2), st.sampled_from([0.25, 0.5, 0.9, 1.0]))
 def test_pareto_rank_order_property(batch, beta):
     """A better rank always gets a larger A (strictly for beta < 1; at beta = 1 the extremes of
