@@ -56,15 +56,27 @@ def saw_weights(r, mask, reward_min, priorities, delta, *, fallback, advantage_m
     return omega * priorities, cv, fell_back
 
 
-def _impl(rewards, valid, reward_min, priorities, token_counts, delta, eps, **static):
-    fallback, mode, names = static["fallback"], static["mode"], static["names"]
+def _impl(
+    rewards,
+    valid,
+    reward_min,
+    priorities,
+    token_counts,
+    delta,
+    eps,
+    *,
+    fallback,
+    mode,
+    names,
+    std_ddof,
+):
     r, mask = C.effective_mask(rewards, valid)
     w, cv, fell_back = saw_weights(
         r, mask, reward_min, priorities, delta, fallback=fallback, advantage_mode=mode != "reward"
     )
     if mode == "reward":
         s = jnp.where(mask, r @ w, 0.0)
-        adv, std = C.group_zscore(s, mask, eps=eps, ddof=static["std_ddof"])
+        adv, std = C.group_zscore(s, mask, eps=eps, ddof=std_ddof)
         adv = C.finalize(adv, mask & C.group_ok(mask))
         metrics = C.group_metrics(mask, std)
     else:
