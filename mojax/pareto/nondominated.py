@@ -6,8 +6,8 @@ batch at once: one dominance matrix per group (``[..., G, G]``, built objective 
 that nothing of size ``G * G * M`` is materialised), then front peeling in a ``lax.while_loop``
 that stops as soon as every group is sorted. For G <= 16 each peeling step is a batched mat-vec
 with the matrix; for larger G every row's dominators are first packed into 16-bit words, so a
-step costs ``[N, G, G / 16]`` integer ANDs instead of a pass over ``[N, G, G]`` (6x at G = 64 on
-CPU, see ``benchmarks/advantages.py``). All objectives are maximised.
+step costs ``[N, G, G / 16]`` integer ANDs instead of a pass over ``[N, G, G]`` (3-4x faster at
+G = 64 on CPU, see ``benchmarks/advantages.py``). All objectives are maximised.
 """
 
 from __future__ import annotations
