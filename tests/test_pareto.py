@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 from mojax.pareto import (
     NOptimalTracker,
     archive_add,
+    dominance_matrix,
     nondominated_filter,
     nondominated_rank,
     tool_efficiency_reward,
@@ -150,6 +151,21 @@ def test_bad_input_and_nonfinite():
     np.testing.assert_array_equal(nondominated_rank(nan, [False, True, True]), [-1, 1, 0])
     got = jax.jit(nondominated_rank)(jnp.asarray(nan))
     np.testing.assert_array_equal(got, [-1, 1, 0])
+
+
+def test_dominance_matrix_vs_definition():
+    rng = np.random.default_rng(5)
+    pts = rng.integers(0, 3, (3, 20, 3)).astype(np.float32)  # G > 16: both code paths exist
+    valid = rng.random((3, 20)) < 0.8
+    got = np.asarray(dominance_matrix(jnp.asarray(pts), jnp.asarray(valid)))
+    for b, i, j in np.ndindex(3, 20, 20):
+        want = (
+            valid[b, i]
+            and valid[b, j]
+            and all(pts[b, i] >= pts[b, j])
+            and any(pts[b, i] > pts[b, j])
+        )
+        assert got[b, i, j] == want
 
 
 def test_traces_once():
