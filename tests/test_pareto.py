@@ -83,33 +83,41 @@ def test_float_objectives_and_no_mask():
         np.testing.assert_array_equal(got[b], moocore.pareto_rank(pts[b], maximise=True))
 
 
-_PAD_G, _PAD_M = 12, 4
+_PAD_B, _PAD_G, _PAD_M = 8, 12, 4
 
 
 @st.composite
 def _groups(draw):
-    g = draw(st.integers(1, _PAD_G))
-    m = draw(st.integers(1, _PAD_M))
-    hi = draw(st.sampled_from([0, 1, 2, 4]))
-    pts = draw(hnp.arrays(np.int32, (g, m), elements=st.integers(0, hi)))
-    valid = draw(hnp.arrays(np.bool_, (g,)))
-    return pts, valid
+    """One to eight groups, each with its own G, M, value range (ties) and mask."""
+    out = []
+    for _ in range(draw(st.integers(1, _PAD_B))):
+        g = draw(st.integers(1, _PAD_G))
+        m = draw(st.integers(1, _PAD_M))
+        hi = draw(st.sampled_from([0, 1, 2, 4]))
+        pts = draw(hnp.arrays(np.int32, (g, m), elements=st.integers(0, hi)))
+        valid = draw(st.one_of(st.just(np.ones(g, bool)), hnp.arrays(np.bool_, (g,))))
+        out.append((pts, valid))
+    return out
 
 
 @settings(max_examples=400, deadline=None)
 @given(_groups())
-def test_hypothesis_vs_brute_and_moocore(case):
-    """Padded to one shape (extra rows invalid, extra objectives constant) so it compiles once."""
-    pts, valid = case
-    g, m = pts.shape
-    padded = np.full((_PAD_G, _PAD_M), 7, dtype=np.int32)
-    padded[:g, :m] = pts
-    pvalid = np.zeros(_PAD_G, bool)
-    pvalid[:g] = valid
+def test_hypothesis_vs_brute_and_moocore(groups):
+    """~1800 random groups per run, padded to one batch shape so it compiles once: extra rows are
+    invalid (they must neither dominate nor be dominated) and extra objectives are constant (a
+    constant objective changes no dominance relation)."""
+    padded = np.full((_PAD_B, _PAD_G, _PAD_M), 7, dtype=np.int32)
+    pvalid = np.zeros((_PAD_B, _PAD_G), bool)
+    for b, (pts, valid) in enumerate(groups):
+        g, m = pts.shape
+        padded[b, :g, :m] = pts
+        pvalid[b, :g] = valid
     got = np.asarray(nondominated_rank(padded, pvalid))
-    assert np.all(got[g:] == -1)
-    np.testing.assert_array_equal(got[:g], brute_rank(pts, valid))
-    np.testing.assert_array_equal(got[:g], moocore_rank(pts, valid))
+    for b, (pts, valid) in enumerate(groups):
+        g = pts.shape[0]
+        assert np.all(got[b, g:] == -1)
+        np.testing.assert_array_equal(got[b, :g], brute_rank(pts, valid))
+        np.testing.assert_array_equal(got[b, :g], moocore_rank(pts, valid))
 
 
 def test_edge_cases():
