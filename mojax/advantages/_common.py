@@ -74,8 +74,7 @@ def check_batch(
             )
         if valid.dtype != jnp.bool_:
             valid = valid.astype(bool)
-    if is_concrete(rewards, valid):
-        r = np.asarray(rewards)
+    if is_concrete(rewards, valid) and not np.isfinite(r := np.asarray(rewards)).all():
         bad = np.asarray(valid) & ~np.all(np.isfinite(r), axis=-1)
         if bad.any():
             idx = tuple(int(i) for i in np.argwhere(bad)[0])

@@ -151,8 +151,9 @@ def nondominated_rank(points, valid=None) -> jax.Array:
         if valid.dtype != bool:
             valid = valid.astype(bool)
     if _is_concrete(points) and _is_concrete(valid) and np.issubdtype(points.dtype, np.floating):
-        finite = np.all(np.isfinite(np.asarray(points)), axis=-1)
-        bad = ~finite if valid is None else np.asarray(valid) & ~finite
+        host = np.asarray(points)
+        finite = True if np.isfinite(host).all() else np.all(np.isfinite(host), axis=-1)
+        bad = ~np.asarray(finite) if valid is None else np.asarray(valid) & ~np.asarray(finite)
         if bad.any():
             raise ValueError(
                 f"points has non-finite values in {int(bad.sum())} row(s) marked valid; "
