@@ -1,0 +1,86 @@
+"""Evaluation summaries: accuracy (EM), tool calls, per-objective means, best@k, pass@k, diversity,
+collinearity — written as ``eval/...`` metrics, a JSON file and a text table.
+
+The numbers come from ``N`` samples per problem (``rewards [P, N, M]``); best@k and pass@k need
+``k <= N`` (larger k are skipped). For VPO sets, pass the flattened answers (``flatten_sets``) so k
+counts answers, not chains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from mojax import metrics as metrics_lib
+from mojax.tasks.base import Task
+
+
+def summarize(
+    task: Task,
+    rewards,
+    valid,
+    n_calls,
+    *,
+    ks: Sequence[int] = (1, 3, 5, 10, 30),
+    prefix: str = "eval/",
+) -> dict[str, float]:
+    """Evaluation metrics of ``P`` problems with ``N`` samples each.
+
+    Args:
+      task: the task (objective names, success rule, scalar weights ``w*``).
+      rewards: float [P, N, M]; valid: bool [P, N]; n_calls: int [P, N].
+      ks: budgets for best@k / pass@k.
+
+    Returns:
+      ``{prefix}accuracy`` (mean success of the first sample — EM for answer tasks),
+      ``{prefix}accuracy_mean`` (over all samples), ``{prefix}tool_calls`` (mean calls per problem,
+      first sample), ``{prefix}<objective>`` means, ``{prefix}best@k`` / ``{prefix}pass@k``,
+      ``{prefix}diversity`` (reward space, valid answers), ``{prefix}collinearity``,
+      ``{prefix}valid_fraction``.
+    """
+    r = np.asarray(rewards, np.float64)
+    v = np.asarray(valid, bool)
+    calls = np.asarray(n_calls, np.float64)
+    if r.ndim != 3 or v.shape != r.shape[:2] or calls.shape != r.shape[:2]:
+        raise ValueError(
+            f"rewards must be [P, N, M] with valid / n_calls [P, N]; got {r.shape}, {v.shape}, "
+            f"{calls.shape}"
+        )
+    n = r.shape[1]
+    success = task.is_success(r) & v
+    out = {
+        "accuracy": float(success[:, 0].mean()),
+        "accuracy_mean": float(success.mean()),
+        "tool_calls": float(calls[:, 0].mean()),
+        "tool_calls_mean": float(calls.mean()),
+        "valid_fraction": float(v.mean()),
+    }
+    first = np.where(v[:, :1, None], r[:, :1], 0.0)[:, 0]
+    for k, name in enumerate(task.objective_names):
+        out[name] = float(first[:, k].mean())
+    weights = task.scalar_weights or None
+    for k in ks:
+        if 1 <= k <= n:
+            out[f"best@{k}"] = float(metrics_lib.best_at_k(r, k, weights=weights, valid=v).mean())
+            out[f"pass@{k}"] = float(metrics_lib.pass_at_k(n, success.sum(1), k).mean())
+    out["diversity"] = float(metrics_lib.reward_diversity(r, v).mean())
+    out["collinearity"] = float(metrics_lib.collinearity(r, v))
+    return {prefix + k: v for k, v in out.items()}
+
+
+def write_report(path: str, summary: dict[str, float], *, header: str = "") -> str:
+    """Writes ``summary`` as JSON (``path``) and as an aligned text table (``path`` with ``.txt``);
+    returns the table."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1, sort_keys=True)
+    width = max((len(k) for k in summary), default=0)
+    lines = [header] if header else []
+    lines += [f"{k:<{width}}  {v:.4f}" for k, v in sorted(summary.items())]
+    table = "\n".join(lines) + "\n"
+    with open(os.path.splitext(path)[0] + ".txt", "w", encoding="utf-8") as f:
+        f.write(table)
+    return table
