@@ -1,0 +1,206 @@
+"""Building a run's pieces from its config: task and splits, tokenizer, model config, tool, judge.
+
+Everything here is host-side and deterministic in the config (the self-built tokenizer included),
+so a resumed run rebuilds exactly the same pieces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from absl import logging
+
+from mojax import models
+from mojax.tasks.base import Example, Task
+
+TASKS = ("calculator", "toolrl", "math", "qa", "musique", "maze")
+GENERATED_TASKS = ("calculator", "maze")
+_TAGS = ("<calc>", "</calc>", "<output>", "</output>", "<answer>", "</answer>")
+
+
+def build_task(task_cfg) -> Task:
+    """The task object of ``config.task`` (constructor arguments from ``task.kwargs``)."""
+    from mojax import tasks
+
+    kwargs = dict(task_cfg.kwargs)
+    cls = {
+        "calculator": "CalculatorTask",
+        "toolrl": "ToolRLTask",
+        "math": "MathTask",
+        "qa": "QATask",
+        "musique": "MuSiQueTask",
+        "maze": "MazeTask",
+    }.get(task_cfg.name)
+    if cls is None:
+        raise ValueError(f"config.task.name={task_cfg.name!r} is not one of {list(TASKS)}")
+    try:
+        return getattr(tasks, cls)(**kwargs)
+    except TypeError as e:
+        raise ValueError(f"config.task.kwargs {kwargs} do not fit {cls}: {e}") from e
+
+
+@dataclasses.dataclass
+class Splits:
+    train: list[Example]
+    validation: list[Example]
+    test: list[Example]
+
+
+def load_splits(task: Task, task_cfg, seed: int) -> Splits:
+    """Train / validation / test examples.
+
+    Generated tasks draw their splits from their own disjoint streams; file-backed tasks read
+    ``task.train_path`` (and ``task.eval_path`` for validation and test; without it the last
+    ``num_eval`` training examples are held out).
+    """
+    n_eval = int(task_cfg.num_eval)
+    if task_cfg.name == "calculator":
+        return Splits(
+            task.load("train", int(task_cfg.num_train), seed=seed),
+            task.load("validation", n_eval, seed=seed),
+            task.load("test", n_eval, seed=seed),
+        )
+    if task_cfg.name == "maze":
+        train = task.load("train", int(task_cfg.num_train))
+        test = task.load("test", n_eval)
+        return Splits(train, test, test)
+    if not task_cfg.train_path:
+        raise ValueError(
+            f"config.task.train_path: task {task_cfg.name!r} reads its data from a file"
+        )
+    train = _load_file(task, task_cfg.train_path, "task.train_path")
+    if task_cfg.eval_path:
+        held = _load_file(task, task_cfg.eval_path, "task.eval_path")[:n_eval]
+    else:
+        if len(train) < 2:
+            raise ValueError("config.task.train_path: need >= 2 examples to hold some out")
+        n_eval = min(n_eval, len(train) // 2)
+        train, held = train[:-n_eval], train[-n_eval:]
+    return Splits(train, held, held)
+
+
+def _load_file(task: Task, path: str, key: str) -> list[Example]:
+    path = os.path.expanduser(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"config.{key}: no file at {path!r}")
+    return list(task.load(path))
+
+
+def build_tokenizer(config, task: Task, splits: Splits, workdir: str):
+    """``tokenizer.path``: ``"build"`` trains the task's own sentencepiece vocabulary into
+    ``<workdir>/tokenizer.model`` (deterministic); ``""`` uses the model checkpoint's tokenizer;
+    anything else is loaded with ``mojax.models.load_tokenizer``."""
+    path = config.tokenizer.path
+    if path == "build":
+        from mojax.tasks.vocab import build_sentencepiece
+
+        texts = corpus_texts(config, task, splits)
+        out = os.path.join(workdir, "tokenizer.model")
+        build_sentencepiece(texts, out, vocab_size=config.tokenizer.vocab_size, user_symbols=_TAGS)
+        return models.load_tokenizer(out)
+    if path == "":
+        if not config.model.checkpoint:
+            raise ValueError(
+                "config.tokenizer.path='' needs config.model.checkpoint (its tokenizer)"
+            )
+        return models.load_tokenizer(config.model.checkpoint)
+    return models.load_tokenizer(os.path.expanduser(path))
+
+
+def corpus_texts(config, task: Task, splits: Splits) -> list[str]:
+    """Texts the self-built vocabulary is trained on: every prompt (ChatML layout) and, for the
+    calculator, the SFT transcripts (so answers, tags and observations are covered)."""
+    render = _ChatML()
+    s = int(config.task.num_answers) or None
+    texts = []
+    for ex in splits.train + splits.validation + splits.test:
+        texts.append(task.build_prompt(ex, render, num_answers=s))
+    if config.task.name == "calculator":
+        from mojax.tasks.calculator import sft_demonstrations
+
+        texts += [d.response for d in sft_demonstrations(splits.train, seed=config.seed)]
+        # every digit and sign in every position the model may need
+        texts += ["0123456789 -+*=.,"]
+    return texts
+
+
+class _ChatML:
+    """Renders messages in the ChatML layout ``SentencePieceTokenizer.apply_chat_template`` uses."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        del tokenize
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
+def build_model_config(config, tokenizer) -> models.QwenConfig:
+    """The policy's ``QwenConfig``: a checkpoint's config.json, or a variant with overrides (the
+    vocabulary resized to a self-built tokenizer)."""
+    execution = dict(
+        dtype=config.model.dtype, param_dtype=config.model.param_dtype, remat=config.model.remat
+    )
+    if config.model.checkpoint:
+        cfg = models.QwenConfig.from_hf(config.model.checkpoint)
+        return cfg.replace(**execution)
+    overrides = dict(config.model.overrides)
+    if config.tokenizer.path == "build" and tokenizer is not None:
+        overrides.setdefault("vocab_size", int(tokenizer.vocab_size))
+        overrides.setdefault("eos_token_id", int(tokenizer.eos_token_id))
+        overrides.setdefault("bos_token_id", None)
+        overrides.setdefault("pad_token_id", int(tokenizer.pad_token_id))
+    try:
+        cfg = models.get_variant(config.model.variant, **overrides)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"config.model.variant / config.model.overrides: {e}") from e
+    if tokenizer is not None and tokenizer.vocab_size > cfg.vocab_size:
+        raise ValueError(
+            f"config.model: vocab_size {cfg.vocab_size} < tokenizer vocabulary "
+            f"{tokenizer.vocab_size}"
+        )
+    return cfg.replace(**execution)
+
+
+def build_tool(task_name: str, rollout_cfg, splits: Splits | None = None) -> Any:
+    """The tool a task's rollouts call (None for tasks without tool execution).
+
+    calculator: the safe AST calculator; math: the sandboxed Python interpreter; qa: a Search-R1
+    retrieval server (``rollout.retrieval_url``) or, without one, BM25 over the titled paragraphs
+    carried by the loaded examples (HotpotQA's ``context``).
+    """
+    from mojax.rollout import tools
+
+    if task_name == "calculator":
+        return tools.Calculator()
+    if task_name == "math":
+        return tools.PythonSandbox(timeout_s=float(rollout_cfg.tool_timeout_s))
+    if task_name == "qa":
+        if rollout_cfg.retrieval_url:
+            return tools.RetrievalClient(
+                rollout_cfg.retrieval_url, timeout_s=rollout_cfg.tool_timeout_s
+            )
+        corpus = {}
+        for ex in (splits.train + splits.validation) if splits is not None else []:
+            for para in (ex.meta or {}).get("context") or ():
+                if isinstance(para, (list, tuple)) and len(para) == 2:
+                    title, sents = para
+                    text = " ".join(sents) if isinstance(sents, (list, tuple)) else str(sents)
+                    corpus[(str(title), text)] = None
+        if not corpus:
+            raise ValueError(
+                "config.rollout.retrieval_url: the qa task needs a retrieval server or examples "
+                "that carry a 'context' corpus"
+            )
+        return tools.BM25Retriever([f"{t}\n{x}" for t, x in corpus])
+    return None
+
+
+def build_judge(config, task: Task):
+    """AWPO's judge when the task has an external ``r_reason`` objective, else None."""
+    if "r_reason" not in task.external_objectives:
+        return None
+    from mojax.tasks.judge import make_judge
+
+    j = config.judge
+    return make_judge(j.kind, url=j.url, model=j.model, timeout_s=j.timeout_s)
