@@ -10,8 +10,6 @@ import dataclasses
 import os
 from typing import Any
 
-from absl import logging
-
 from mojax import models
 from mojax.tasks.base import Example, Task
 
