@@ -44,11 +44,16 @@ class MetricsWriter:
     """
 
     def __init__(
-        self, workdir: str | os.PathLike, *, resume_step: int | None = None, tensorboard=True
+        self,
+        workdir: str | os.PathLike,
+        *,
+        resume_step: int | None = None,
+        tensorboard: bool = True,
+        filename: str = METRICS_FILE,
     ):
         self.workdir = pathlib.Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.path = self.workdir / METRICS_FILE
+        self.path = self.workdir / filename
         self._truncate_after(resume_step)
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
         self._tb = None

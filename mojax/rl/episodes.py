@@ -1,0 +1,168 @@
+"""Episodes: prompts -> (multi-turn) rollouts -> reward vectors, for training and evaluation.
+
+One call rolls out ``G`` samples of each of ``P`` examples with the current policy (the agentic
+driver ``mojax.rollout.rollout``: KV-cached decoding, tool calls executed on the host and their
+observations appended and masked), then scores them into ``rewards [P, G, M]`` / ``valid [P, G]``
+(single answers) or ``set_rewards [P, G, S, M]`` / ``set_valid [P, G, S]`` (VPO multi-answer sets).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from mojax import models
+from mojax.pareto import NOptimalTracker
+from mojax.rl import rewards as rewards_lib
+from mojax.tasks.base import Example, RewardStats, Task
+
+
+@dataclasses.dataclass
+class Episodes:
+    """A scored rollout batch (host arrays; rows prompt-major ``p * G + g``)."""
+
+    examples: list[Example]
+    prompt_ids: list[list[int]]
+    num_samples: int
+    rollout: Any  # mojax.rollout.RolloutResult
+    rewards: np.ndarray  # [P, G, M] (VPO: the set's mean over valid answers, for logging)
+    valid: np.ndarray  # [P, G]
+    metrics: dict[str, float]
+    set_rewards: np.ndarray | None = None  # [P, G, S, M]
+    set_valid: np.ndarray | None = None  # [P, G, S]
+
+    @property
+    def texts(self) -> list[str]:
+        return list(self.rollout.texts)
+
+    @property
+    def n_calls(self) -> np.ndarray:
+        return np.asarray(self.rollout.n_calls).reshape(len(self.examples), self.num_samples)
+
+
+@dataclasses.dataclass
+class EpisodeRunner:
+    """Rolls out and scores with fixed settings (everything but the policy and the key)."""
+
+    config: Any
+    task: Task
+    tokenizer: Any
+    model_config: models.QwenConfig
+    tool: Any = None
+    pool: Any = None
+    judge: Any = None
+    mesh: Any = None
+    _prompt_cache: dict = dataclasses.field(default_factory=dict)
+
+    def prompt_ids(self, ex: Example) -> list[int]:
+        ids = self._prompt_cache.get(ex.id)
+        if ids is None:
+            s = int(self.config.task.num_answers) or None
+            text = self.task.build_prompt(ex, self.tokenizer, num_answers=s)
+            ids = self._prompt_cache[ex.id] = list(self.tokenizer.encode(text))
+        return ids
+
+    def run(
+        self,
+        params,
+        examples: Sequence[Example],
+        *,
+        key: jax.Array,
+        num_samples: int,
+        temperature: float,
+        tracker: NOptimalTracker | None,
+        stats: RewardStats | None = None,
+    ) -> tuple[Episodes, NOptimalTracker | None]:
+        """Rollouts of ``examples`` with ``params`` and their rewards (tracker returned updated)."""
+        from mojax.rollout import rollout
+
+        rc = self.config.rollout
+        examples = list(examples)
+        prompt_ids = [self.prompt_ids(ex) for ex in examples]
+        model = models.QwenModel(config=self.model_config, params=params)
+        has_tool = self.tool is not None and getattr(self.task, "tool_stop", None)
+        result = rollout(
+            model,
+            self.tokenizer,
+            self.task,
+            prompt_ids,
+            key=key,
+            num_samples=int(num_samples),
+            max_new_tokens=int(rc.max_new_tokens),
+            max_response_len=int(rc.max_response_len),
+            max_turns=int(rc.max_turns) if has_tool else 1,
+            max_tool_calls=int(rc.max_tool_calls) if has_tool else 0,
+            temperature=float(temperature),
+            top_p=float(rc.top_p),
+            top_k=int(rc.top_k),
+            tool=self.tool if has_tool else None,
+            pool=self.pool,
+            mesh=self.mesh,
+            cache_dtype=self.config.model.cache_dtype or None,
+        )
+        g = int(num_samples)
+        n_calls = np.asarray(result.n_calls)
+        s = int(self.config.task.num_answers)
+        if s:
+            sb = self.task.score_set_batch(
+                result.texts, [ex for ex in examples for _ in range(g)], s, stats=stats
+            )
+            set_rewards = sb.set_rewards.reshape(len(examples), g, s, -1)
+            set_valid = sb.set_valid.reshape(len(examples), g, s)
+            w = set_valid[..., None].astype(np.float32)
+            mean = (set_rewards * w).sum(2) / np.maximum(w.sum(2), 1.0)
+            valid = set_valid.any(-1)
+            metrics = {
+                f"reward/{n}/mean": float(mean[..., k][valid].mean()) if valid.any() else 0.0
+                for k, n in enumerate(self.task.objective_names)
+            }
+            scal = self.task.scalar(mean)
+            metrics["reward/scalar/mean"] = float(scal[valid].mean()) if valid.any() else 0.0
+            metrics["reward/valid_answer_fraction"] = float(set_valid.mean())
+            eps = Episodes(
+                examples, prompt_ids, g, result, mean, valid, metrics, set_rewards, set_valid
+            )
+            return eps, tracker
+        prompts_text = None
+        if self.judge is not None:
+            prompts_text = [self.tokenizer.decode(ids) for ids in prompt_ids]
+        rb = rewards_lib.score_rollouts(
+            self.task,
+            examples,
+            result.texts,
+            n_calls,
+            g,
+            tracker=tracker,
+            tool_alpha=float(self.config.tool_reward.alpha),
+            no_success=self.config.tool_reward.no_success,
+            judge=self.judge,
+            prompts_text=prompts_text,
+            stats=stats,
+        )
+        return Episodes(
+            examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics
+        ), rb.tracker
+
+
+def rollout_metrics(eps: Episodes) -> dict[str, float]:
+    """Lengths, tool calls and finish reasons of a rollout batch."""
+    r = eps.rollout
+    lengths = np.asarray(r.lengths)
+    out = {
+        "rollout/response_len_mean": float(lengths.mean()),
+        "rollout/response_len_max": float(lengths.max()),
+        "rollout/policy_tokens_mean": float(np.asarray(r.loss_mask).sum(-1).mean()),
+        "rollout/tool_calls_mean": float(np.asarray(r.n_calls).mean()),
+    }
+    names = getattr(r, "finish_reason_names", None)
+    if names is not None:
+        names = list(names() if callable(names) else names)
+        for name in sorted(set(names)):
+            out[f"rollout/finish/{name}"] = names.count(name) / len(names)
+    for k, v in (getattr(r, "counters", None) or {}).items():
+        out[f"rollout/{k}"] = float(v)
+    return out
