@@ -1,0 +1,103 @@
+"""Token log-probabilities (and entropies) of a sequence under the Qwen policy, in fp32.
+
+``token_logprobs(config, params, tokens)[b, t] = log π(tokens[b, t] | tokens[b, :t])`` — aligned with
+the tokens as the rollout batch contract fixes (design.md), 0 at t = 0 (no prediction there; the
+loss mask is 0 on the prompt anyway). The vocabulary projection is done from the final hidden
+states in chunks of ``chunk_size`` positions under ``jax.checkpoint``, so neither the forward nor the
+backward pass holds the whole ``[B, T, V]`` logits (V = 152k for Qwen): only ``[B, chunk, V]`` at a
+time, in fp32. ``chunk_size=None`` projects all positions at once (fastest for small V).
+
+Shape legend: B sequences, T tokens, C chunk, V vocab, E embed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from mojax.models import Qwen, QwenConfig
+
+
+def _chunk_terms(module: Qwen, params: Any, hidden: jax.Array, targets: jax.Array, entropy: bool):
+    """fp32 log π(target) [B, C] and entropy [B, C] from hidden [B, C, E]."""
+    logits = module.apply({"params": params}, hidden, method=Qwen.logits)  # [B, C, V] fp32
+    logits = logits.astype(jnp.float32)
+    lse = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
+    # a masked sum instead of take_along_axis keeps a vocab-sharded logits array sharded
+    vocab_ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    picked = jnp.sum(jnp.where(vocab_ids == targets[..., None], logits, 0.0), axis=-1)
+    lp = picked - lse
+    if not entropy:
+        return lp, jnp.zeros_like(lp)
+    probs = jnp.exp(logits - lse[..., None])
+    ent = lse - jnp.sum(probs * logits, axis=-1)
+    return lp, ent
+
+
+def logprobs_from_hidden(
+    config: QwenConfig,
+    params: Any,
+    hidden: jax.Array,
+    tokens: jax.Array,
+    *,
+    chunk_size: int | None = None,
+    with_entropy: bool = False,
+) -> tuple[jax.Array, jax.Array | None]:
+    """Aligned token log-probs [B, T] (and entropies [B, T]) from final hidden states [B, T, E].
+
+    Position t uses the hidden state at t − 1; position 0 gets 0.
+    """
+    module = Qwen(config)
+    b, t = tokens.shape
+    # next-token targets: hidden[:, s] predicts tokens[:, s + 1]; the last position is discarded.
+    targets = jnp.concatenate([tokens[:, 1:], jnp.zeros((b, 1), tokens.dtype)], axis=1)
+    if chunk_size is None or chunk_size >= t:
+        lp, ent = _chunk_terms(module, params, hidden, targets, with_entropy)
+    else:
+        n = -(-t // chunk_size)
+        pad = n * chunk_size - t
+        h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+        y = jnp.pad(targets, ((0, 0), (0, pad)))
+        h = jnp.moveaxis(h.reshape(b, n, chunk_size, -1), 1, 0)  # [n, B, C, E]
+        y = jnp.moveaxis(y.reshape(b, n, chunk_size), 1, 0)  # [n, B, C]
+
+        @jax.checkpoint
+        def body(p, hy):
+            return _chunk_terms(module, p, hy[0], hy[1], with_entropy)
+
+        lp, ent = jax.lax.map(lambda hy: body(params, hy), (h, y))  # [n, B, C]
+        lp = jnp.moveaxis(lp, 0, 1).reshape(b, n * chunk_size)[:, :t]
+        ent = jnp.moveaxis(ent, 0, 1).reshape(b, n * chunk_size)[:, :t]
+    zero = jnp.zeros((b, 1), jnp.float32)
+    lp = jnp.concatenate([zero, lp[:, :-1]], axis=1)
+    ent = jnp.concatenate([zero, ent[:, :-1]], axis=1) if with_entropy else None
+    return lp, ent
+
+
+def token_logprobs(
+    config: QwenConfig,
+    params: Any,
+    tokens: jax.Array,
+    attention_mask: jax.Array | None = None,
+    *,
+    chunk_size: int | None = None,
+    with_entropy: bool = False,
+) -> tuple[jax.Array, jax.Array | None]:
+    """Aligned fp32 log π(tokens[:, t] | tokens[:, :t]) [B, T] (+ entropy [B, T]) of the policy.
+
+    Args:
+      config: the model config (static).
+      params: the model parameters (policy, or the frozen reference for ``ref_logprobs``).
+      tokens: int32 [B, T], prompt + response, right-padded.
+      attention_mask: [B, T] (default all ones; right padding needs none — causal attention).
+      chunk_size: positions per vocabulary-projection chunk (None = all at once).
+      with_entropy: also return the per-token entropy of π (for the entropy bonus / metrics).
+    """
+    hidden = Qwen(config).apply(
+        {"params": params}, tokens, attention_mask=attention_mask, return_hidden=True
+    )
+    return logprobs_from_hidden(
+        config, params, hidden, tokens, chunk_size=chunk_size, with_entropy=with_entropy
+    )

@@ -1,0 +1,240 @@
+"""Policy-gradient losses: PPO-clip (asymmetric, dual clip, AWPO radius), KL to a reference, SFT.
+
+Everything here is a pure function of ``[B, T]`` token arrays, so the train step can call it per
+micro-batch. Formulas are those of ``methods.md`` ("PPO-clip update"):
+
+* ratio ``ρ_t = exp(logπ − logπ_old)`` (PPO, Schulman et al. 2017, eq. 6);
+* per-token objective ``o = min(ρ A, clip(ρ, 1 − ε_low, 1 + ε_high) A)`` (PPO eq. 7 with DAPO's
+  decoupled "clip-higher" bounds, DAPO eq. 10);
+* dual clip for ``A < 0``: ``o = max(o, c A)`` (Ye et al. 2020, eq. 5), i.e. the loss ``−o`` is capped
+  at ``−c A``;
+* token loss ``−o + β_KL · kl − β_H · H`` aggregated by one of four modes (below);
+* KL to a frozen reference with ``q = logπ_ref − logπ``: ``k1 = −q``, ``k2 = q² / 2``,
+  ``k3 = exp(q) − q − 1`` (Schulman's estimators). ``k3`` is clamped to ``[−10, 10]`` (and ``q`` to
+  ``[−20, 20]`` before the exp so it cannot overflow), as verl's ``low_var_kl``.
+
+Aggregation modes (``agg``), with ``m`` the loss mask, ``n_b = Σ_t m_bt`` and ``N`` the number of
+sequences with at least one loss token (sequences with none are left out rather than divided by 0):
+
+* ``token-mean`` (DAPO): ``Σ_bt m ℓ / Σ_bt m``;
+* ``seq-mean-token-mean`` (GRPO paper): ``(1/N) Σ_b (1/n_b) Σ_t m ℓ``;
+* ``seq-mean-token-sum``: ``(1/N) Σ_b Σ_t m ℓ``;
+* ``seq-mean-token-sum-norm`` (Dr.GRPO, Liu et al. 2025, sec. 3.1): ``(1/N) Σ_b Σ_t m ℓ / L_max`` with
+  a *constant* normaliser ``L_max`` (``max_len``; default the padded length T of the batch, so give
+  the generation budget explicitly when T varies across steps).
+
+Every mode is written as fixed per-token weights ``w_bt`` (``aggregation_weights``) so that a batch
+split into micro-batches gives exactly the loss and gradient of the whole batch when the weights
+are computed once on the whole (mini-)batch.
+
+Shape legend: B sequences, T tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+AGGREGATIONS = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
+KL_TYPES = ("k1", "k2", "k3")
+K3_CLAMP = 10.0
+_Q_CLAMP = 20.0
+
+
+def _check_choice(name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not one of {list(allowed)}")
+
+
+def aggregation_weights(loss_mask: jax.Array, agg: str = "token-mean", max_len=None) -> jax.Array:
+    """Per-token weights ``w [B, T]`` (fp32) with ``loss = Σ_bt w_bt ℓ_bt`` for the mode ``agg``.
+
+    Args:
+      loss_mask: [B, T], 1 on tokens that carry loss.
+      agg: one of ``AGGREGATIONS`` (see the module docstring for the formulas).
+      max_len: the constant ``L_max`` of ``seq-mean-token-sum-norm`` (default T).
+
+    Returns:
+      fp32 [B, T]; all zeros when the mask is empty (the loss is then 0, never NaN).
+    """
+    _check_choice("agg", agg, AGGREGATIONS)
+    m = loss_mask.astype(jnp.float32)
+    if agg == "token-mean":
+        return m / jnp.maximum(m.sum(), 1.0)
+    n_b = m.sum(axis=-1, keepdims=True)  # [B, 1]
+    num_seqs = jnp.maximum(jnp.sum(n_b > 0), 1).astype(jnp.float32)
+    if agg == "seq-mean-token-mean":
+        return m / (jnp.maximum(n_b, 1.0) * num_seqs)
+    if agg == "seq-mean-token-sum":
+        return m / num_seqs
+    norm = float(m.shape[-1] if max_len is None else max_len)
+    if norm <= 0:
+        raise ValueError(f"max_len must be positive, got {max_len!r}")
+    return m / (num_seqs * norm)
+
+
+def kl_penalty(logprobs: jax.Array, ref_logprobs: jax.Array, kl_type: str = "k3") -> jax.Array:
+    """Per-token estimate of KL(π ‖ π_ref) from sampled tokens, ``q = logπ_ref − logπ`` [B, T].
+
+    ``k1 = −q`` (unbiased, high variance), ``k2 = q²/2``, ``k3 = exp(q) − q − 1`` (unbiased, ≥ 0,
+    low variance; clamped to [−10, 10] as methods.md fixes).
+    """
+    _check_choice("kl_type", kl_type, KL_TYPES)
+    q = ref_logprobs.astype(jnp.float32) - logprobs.astype(jnp.float32)
+    if kl_type == "k1":
+        return -q
+    if kl_type == "k2":
+        return 0.5 * jnp.square(q)
+    q = jnp.clip(q, -_Q_CLAMP, _Q_CLAMP)
+    return jnp.clip(jnp.exp(q) - q - 1.0, -K3_CLAMP, K3_CLAMP)
+
+
+def ppo_token_terms(
+    logprobs: jax.Array,
+    old_logprobs: jax.Array,
+    advantages: jax.Array,
+    *,
+    clip_low: float | jax.Array = 0.2,
+    clip_high: float | jax.Array = 0.2,
+    clip_eps: float | jax.Array | None = None,
+    dual_clip: float | None = None,
+) -> dict[str, jax.Array]:
+    """Unaggregated PPO-clip terms [B, T]: ``pg_loss = −o`` and the indicators used for metrics.
+
+    ``clip_eps`` (AWPO's batch radius, eq. 30) replaces both bounds: ``(1 − ε, 1 + ε)``.
+    """
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (methods.md uses c = 3), got {dual_clip!r}")
+    if clip_eps is not None:
+        clip_low = clip_high = clip_eps
+    logprobs = logprobs.astype(jnp.float32)
+    adv = advantages.astype(jnp.float32)
+    if adv.ndim == logprobs.ndim - 1:  # per-sequence [B] -> [B, 1]
+        adv = adv[..., None]
+    adv = jnp.broadcast_to(adv, logprobs.shape)
+    log_ratio = logprobs - old_logprobs.astype(jnp.float32)
+    ratio = jnp.exp(log_ratio)
+    lo, hi = 1.0 - clip_low, 1.0 + clip_high
+    o = jnp.minimum(ratio * adv, jnp.clip(ratio, lo, hi) * adv)
+    dual = jnp.zeros_like(o, dtype=bool)
+    if dual_clip is not None:
+        dual = (adv < 0) & (o < dual_clip * adv)
+        o = jnp.where(adv < 0, jnp.maximum(o, dual_clip * adv), o)
+    return {
+        "pg_loss": -o,
+        "ratio": ratio,
+        "clipped_high": (adv > 0) & (ratio > hi),
+        "clipped_low": (adv < 0) & (ratio < lo),
+        "dual_clipped": dual,
+        # k3 estimate of KL(π_old ‖ π) between the sampler and the current policy (for logging)
+        "approx_kl": jnp.exp(-log_ratio) + log_ratio - 1.0,
+    }
+
+
+def ppo_clip_loss(
+    logprobs: jax.Array,
+    old_logprobs: jax.Array,
+    advantages: jax.Array,
+    loss_mask: jax.Array,
+    *,
+    clip_low: float | jax.Array = 0.2,
+    clip_high: float | jax.Array = 0.2,
+    dual_clip: float | None = None,
+    agg: str = "token-mean",
+    ref_logprobs: jax.Array | None = None,
+    kl_coef: float = 0.0,
+    kl_type: str = "k3",
+    clip_eps: float | jax.Array | None = None,
+    entropy: jax.Array | None = None,
+    entropy_coef: float = 0.0,
+    max_len: int | None = None,
+    token_weights: jax.Array | None = None,
+) -> tuple[jax.Array, dict[str, jax.Array]]:
+    """PPO-clip policy loss (methods.md "PPO-clip update"), differentiable in ``logprobs``.
+
+    Args:
+      logprobs: fp32 [B, T], log π(token_t | tokens_<t) under the current policy.
+      old_logprobs: [B, T], the same under the sampling policy (constants).
+      advantages: per token [B, T] or per sequence [B] (broadcast over T).
+      loss_mask: [B, T], 1 on policy-generated tokens.
+      clip_low, clip_high: ε_low, ε_high of the clip range ``[1 − ε_low, 1 + ε_high]``.
+      dual_clip: c > 1 for the dual clip of negative advantages (None = off).
+      agg: aggregation mode, see the module docstring.
+      ref_logprobs: [B, T] under the frozen reference; required when ``kl_coef != 0``.
+      kl_coef: β of the KL loss term; kl_type: ``"k1" | "k2" | "k3"``.
+      clip_eps: a per-batch clip radius (AWPO eq. 30) overriding both bounds symmetrically.
+      entropy: [B, T] per-token policy entropy, for the bonus ``− entropy_coef · H``.
+      max_len: the constant normaliser of ``seq-mean-token-sum-norm``.
+      token_weights: precomputed ``aggregation_weights`` (micro-batching); overrides ``agg``.
+
+    Returns:
+      ``(loss, metrics)``: scalar fp32 loss and scalar metrics ``pg_loss, kl, entropy,
+      clip_frac_low, clip_frac_high, dual_clip_frac, approx_kl, ratio_mean, ratio_min,
+      ratio_max`` (token means over the loss mask; ``pg_loss``/``kl``/``entropy`` use ``agg``).
+    """
+    if logprobs.shape != old_logprobs.shape or logprobs.shape != loss_mask.shape:
+        raise ValueError(
+            "logprobs, old_logprobs and loss_mask must share the shape [B, T]; got "
+            f"{logprobs.shape}, {old_logprobs.shape}, {loss_mask.shape}"
+        )
+    if advantages.shape not in (logprobs.shape, logprobs.shape[:1]):
+        raise ValueError(
+            f"advantages must be [B, T] or [B] for logprobs {logprobs.shape}; got {advantages.shape}"
+        )
+    if kl_coef != 0.0 and ref_logprobs is None:
+        raise ValueError("kl_coef != 0 needs ref_logprobs (log-probs under the frozen reference)")
+    if entropy_coef != 0.0 and entropy is None:
+        raise ValueError("entropy_coef != 0 needs the per-token entropy")
+    terms = ppo_token_terms(
+        logprobs,
+        old_logprobs,
+        advantages,
+        clip_low=clip_low,
+        clip_high=clip_high,
+        clip_eps=clip_eps,
+        dual_clip=dual_clip,
+    )
+    w = aggregation_weights(loss_mask, agg, max_len) if token_weights is None else token_weights
+    token_loss = terms["pg_loss"]
+    metrics = {"pg_loss": jnp.sum(w * terms["pg_loss"])}
+    if ref_logprobs is not None:
+        kl = kl_penalty(logprobs, ref_logprobs, kl_type)
+        metrics["kl"] = jnp.sum(w * kl)
+        if kl_coef != 0.0:
+            token_loss = token_loss + kl_coef * kl
+    if entropy is not None:
+        metrics["entropy"] = jnp.sum(w * entropy)
+        if entropy_coef != 0.0:
+            token_loss = token_loss - entropy_coef * entropy
+    loss = jnp.sum(w * token_loss)
+    m = loss_mask.astype(bool)
+    n = jnp.maximum(m.sum(), 1).astype(jnp.float32)
+
+    def mean(x):
+        return jnp.sum(jnp.where(m, x, 0.0)) / n
+
+    metrics.update(
+        clip_frac_low=mean(terms["clipped_low"].astype(jnp.float32)),
+        clip_frac_high=mean(terms["clipped_high"].astype(jnp.float32)),
+        dual_clip_frac=mean(terms["dual_clipped"].astype(jnp.float32)),
+        approx_kl=mean(terms["approx_kl"]),
+        ratio_mean=mean(terms["ratio"]),
+        ratio_min=jnp.min(jnp.where(m, terms["ratio"], jnp.inf)),
+        ratio_max=jnp.max(jnp.where(m, terms["ratio"], -jnp.inf)),
+    )
+    return loss, metrics
+
+
+def sft_loss(
+    logprobs: jax.Array, loss_mask: jax.Array, *, token_weights: jax.Array | None = None
+) -> jax.Array:
+    """Token cross-entropy ``−Σ w log π(token)`` with token-mean weights by default (SFT)."""
+    w = aggregation_weights(loss_mask, "token-mean") if token_weights is None else token_weights
+    return -jnp.sum(w * logprobs.astype(jnp.float32))

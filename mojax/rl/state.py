@@ -1,0 +1,193 @@
+"""Train state (params, optimizer state, step, RNG), the optimizer, and their mesh shardings.
+
+``TrainState`` is a plain pytree (``flax.struct``) with no functions inside, so it can be jitted,
+donated, sharded and saved by orbax as is; the optax transformation lives beside it (static)::
+
+    tx = make_optimizer(OptimizerConfig(learning_rate=1e-6, schedule="cosine", total_steps=1000))
+    state = create_train_state(model_config, tx, seed=0, mesh=mesh, rules=rules)  # or params=...
+    shardings = state_shardings(model_config, tx, mesh, rules)  # same pytree of NamedSharding
+
+The params are created already sharded (``jax.jit`` with ``out_shardings`` from the model's logical
+axis names), so a 7B state never exists unsharded on one device. The optimizer moments take the
+shardings of the params they belong to (``optax.tree_map_params``); counters are replicated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh
+
+from mojax import sharding as sharding_lib
+from mojax.models import QwenConfig, init_params, param_shapes, param_shardings
+
+SCHEDULES = ("constant", "cosine", "linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+    """AdamW with global-norm clipping and a warmup + decay schedule.
+
+    Attributes:
+      learning_rate: peak learning rate.
+      schedule: ``"constant"`` (after warmup), ``"cosine"`` or ``"linear"`` decay to
+        ``end_lr_ratio * learning_rate`` at ``total_steps``.
+      warmup_steps: linear warmup from 0 over this many optimizer updates.
+      total_steps: optimizer updates until the end of the decay (cosine / linear only).
+      end_lr_ratio: final learning rate as a fraction of the peak.
+      b1, b2, eps, weight_decay: AdamW (decoupled weight decay, Loshchilov & Hutter 2019).
+      max_grad_norm: clip the global L2 norm of the gradient (None = no clipping).
+    """
+
+    learning_rate: float = 1e-6
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    total_steps: int = 0
+    end_lr_ratio: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    max_grad_norm: float | None = 1.0
+
+    def __post_init__(self):
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"optimizer.schedule={self.schedule!r} is not one of {SCHEDULES}")
+        if self.schedule != "constant" and self.total_steps <= self.warmup_steps:
+            raise ValueError(
+                f"optimizer.total_steps ({self.total_steps}) must exceed warmup_steps "
+                f"({self.warmup_steps}) for schedule={self.schedule!r}"
+            )
+        if self.learning_rate < 0 or self.warmup_steps < 0:
+            raise ValueError("optimizer.learning_rate and optimizer.warmup_steps must be >= 0")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            raise ValueError(
+                f"optimizer.max_grad_norm must be > 0 or None, got {self.max_grad_norm}"
+            )
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> OptimizerConfig:
+        """From a ConfigDict / mapping; unknown keys raise naming the key."""
+        d = dict(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown optimizer key(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**d)
+
+
+def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:
+    """Learning rate as a function of the optimizer-update count."""
+    peak, end = cfg.learning_rate, cfg.learning_rate * cfg.end_lr_ratio
+    if cfg.schedule == "constant":
+        if cfg.warmup_steps == 0:
+            return optax.constant_schedule(peak)
+        return optax.join_schedules(
+            [optax.linear_schedule(0.0, peak, cfg.warmup_steps), optax.constant_schedule(peak)],
+            [cfg.warmup_steps],
+        )
+    if cfg.schedule == "cosine":
+        return optax.warmup_cosine_decay_schedule(
+            0.0, peak, cfg.warmup_steps, cfg.total_steps, end_value=end
+        )
+    decay = optax.linear_schedule(peak, end, cfg.total_steps - cfg.warmup_steps)
+    if cfg.warmup_steps == 0:
+        return decay
+    return optax.join_schedules(
+        [optax.linear_schedule(0.0, peak, cfg.warmup_steps), decay], [cfg.warmup_steps]
+    )
+
+
+def make_optimizer(cfg: OptimizerConfig) -> optax.GradientTransformation:
+    """``clip_by_global_norm`` then AdamW with ``make_schedule(cfg)``."""
+    adamw = optax.adamw(
+        make_schedule(cfg), b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay
+    )
+    if cfg.max_grad_norm is None:
+        return adamw
+    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
+
+
+@flax.struct.dataclass
+class TrainState:
+    """Everything the update changes: a pytree of arrays only (jit/donate/shard/checkpoint as is).
+
+    Attributes:
+      step: int32 [], number of optimizer updates applied (skipped non-finite updates excluded),
+        equal to the optax schedule count.
+      params: the policy parameters (model pytree).
+      opt_state: the optax state for ``params``.
+      rng: uint32 [2], a raw PRNG key (``jax.random.PRNGKey`` layout, checkpointable as an array);
+        split once per ``train_step`` for the mini-batch shuffle.
+    """
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    rng: jax.Array
+
+
+def _init_state(params: Any, tx: optax.GradientTransformation, rng: jax.Array) -> TrainState:
+    return TrainState(
+        step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=rng
+    )
+
+
+def state_shardings(
+    config: QwenConfig, tx: optax.GradientTransformation, mesh: Mesh, rules
+) -> TrainState:
+    """``TrainState`` of ``NamedSharding``s: params by logical axes, moments like their params."""
+    p_sh = param_shardings(config, mesh, rules)
+    shapes = param_shapes(config)
+    opt_shapes = jax.eval_shape(tx.init, shapes)
+    rep = sharding_lib.replicated(mesh)
+    opt_sh = optax.tree_map_params(
+        tx, lambda _, s: s, opt_shapes, p_sh, transform_non_params=lambda _: rep
+    )
+    return TrainState(step=rep, params=p_sh, opt_state=opt_sh, rng=rep)
+
+
+def abstract_train_state(
+    config: QwenConfig, tx: optax.GradientTransformation, mesh: Mesh, rules
+) -> TrainState:
+    """``TrainState`` of ``jax.ShapeDtypeStruct`` with shardings: the restore target of a checkpoint."""
+    shapes = param_shapes(config)
+    abstract = jax.eval_shape(lambda p: _init_state(p, tx, jax.random.PRNGKey(0)), shapes)
+    sh = state_shardings(config, tx, mesh, rules)
+    return jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, sh
+    )
+
+
+def create_train_state(
+    config: QwenConfig,
+    tx: optax.GradientTransformation,
+    *,
+    seed: int = 0,
+    mesh: Mesh,
+    rules=None,
+    params: Any = None,
+) -> TrainState:
+    """A fresh ``TrainState`` placed on ``mesh``.
+
+    Args:
+      config: the model config.
+      tx: the optimizer (``make_optimizer``).
+      seed: seeds the param init (when ``params`` is None) and the state RNG.
+      mesh: a ("data", "fsdp", "tensor") mesh (``mojax.sharding.make_mesh``).
+      rules: logical axis rules (default: the model's).
+      params: existing parameters (e.g. ``from_pretrained(...).params``); resharded onto ``mesh``.
+    """
+    rules = sharding_lib.logical_axis_rules() if rules is None else rules
+    sh = state_shardings(config, tx, mesh, rules)
+    init_key, state_key = jax.random.split(jax.random.PRNGKey(seed))
+    if params is None:
+        params = init_params(config, init_key, shardings=sh.params)
+    else:
+        params = jax.device_put(params, sh.params)
+    return jax.jit(lambda p, k: _init_state(p, tx, k), out_shardings=sh)(params, state_key)

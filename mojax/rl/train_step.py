@@ -1,0 +1,544 @@
+"""The mesh-sharded PPO-clip update: ``train_step(state, batch) -> (state, metrics)``.
+
+One call consumes one rollout batch: ``ppo_epochs`` passes, each over a fresh permutation of the B
+rows (drawn from ``state.rng``) split into ``num_minibatches`` optimizer updates, each update
+accumulating gradients over ``num_microbatches`` micro-batches with ``lax.scan``. All of it is one
+jitted pure function with explicit in/out shardings over a ("data", "fsdp", "tensor") mesh and the
+state donated, so it runs unchanged from one CPU to a multi-host mesh::
+
+    step = make_train_step(model_config, tx, PPOConfig(...), mesh, rules)
+    state, metrics = step(state, batch)       # batch: dict of host or device arrays (keys below)
+
+Batch keys (design.md rollout contract): ``tokens`` int32 [B, T], ``loss_mask`` [B, T],
+``old_logprobs`` fp32 [B, T], ``advantages`` [B] or [B, T]; ``ref_logprobs`` [B, T] when
+``kl_coef != 0``; optional ``attention_mask`` [B, T], ``clip_eps`` (scalar AWPO radius); ``n_calls``
+and other host metadata are accepted and ignored. A missing or unknown key raises naming it.
+
+Exact micro-batching: the aggregation weights of the loss (``mojax.rl.losses.aggregation_weights``)
+are computed once on the whole mini-batch and split with it, so the accumulated loss and gradient
+equal those of the un-split mini-batch for every aggregation mode.
+
+NaN guard: an update whose loss or gradient norm is not finite is skipped (params, optimizer state
+and ``state.step`` unchanged) and counted in ``metrics["skipped_updates"]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh
+
+from mojax import sharding as sharding_lib
+from mojax.models import QwenConfig
+from mojax.rl import losses
+from mojax.rl.logprobs import token_logprobs
+from mojax.rl.state import TrainState, state_shardings
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    """Hyperparameters of the PPO-clip update (methods.md "PPO-clip update").
+
+    Attributes:
+      clip_low, clip_high: ε_low, ε_high (DAPO clip-higher: 0.2, 0.28).
+      dual_clip: c for negative advantages (None = off; methods.md's value is 3).
+      agg: loss aggregation (``mojax.rl.losses.AGGREGATIONS``).
+      max_len: constant normaliser of ``seq-mean-token-sum-norm`` (default T of the batch).
+      kl_coef, kl_type: KL-to-reference loss term (needs ``ref_logprobs`` in the batch).
+      entropy_coef: entropy bonus weight (0 = off; the entropy is still logged when
+        ``log_entropy``).
+      ppo_epochs: passes over the rollout batch per call.
+      num_minibatches: optimizer updates per pass (B must be divisible by
+        ``num_minibatches * num_microbatches``).
+      num_microbatches: gradient-accumulation micro-batches per update.
+      shuffle: permute the rows before each pass (key from ``state.rng``).
+      logprob_chunk: positions per vocab-projection chunk (None = whole sequence at once).
+      log_entropy: compute the per-token entropy for metrics even without a bonus.
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    agg: str = "token-mean"
+    max_len: int | None = None
+    kl_coef: float = 0.0
+    kl_type: str = "k3"
+    entropy_coef: float = 0.0
+    ppo_epochs: int = 1
+    num_minibatches: int = 1
+    num_microbatches: int = 1
+    shuffle: bool = True
+    logprob_chunk: int | None = None
+    log_entropy: bool = True
+
+    def __post_init__(self):
+        if self.agg not in losses.AGGREGATIONS:
+            raise ValueError(f"ppo.agg={self.agg!r} is not one of {list(losses.AGGREGATIONS)}")
+        if self.kl_type not in losses.KL_TYPES:
+            raise ValueError(f"ppo.kl_type={self.kl_type!r} is not one of {list(losses.KL_TYPES)}")
+        for name in ("ppo_epochs", "num_minibatches", "num_microbatches"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"ppo.{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ValueError(f"ppo.dual_clip must be > 1 or None, got {self.dual_clip!r}")
+        if self.logprob_chunk is not None and self.logprob_chunk < 1:
+            raise ValueError(f"ppo.logprob_chunk must be >= 1 or None, got {self.logprob_chunk}")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> PPOConfig:
+        """From a ConfigDict / mapping; unknown keys raise naming the key."""
+        d = dict(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown ppo key(s) {unknown}; allowed: {sorted(known)}")
+        return cls(**d)
+
+
+# --------------------------------------------------------------------------------------------------
+# pure pieces
+
+
+def split_rows(tree: Any, n: int) -> Any:
+    """[B, ...] -> [n, B/n, ...] taking rows strided (row i goes to split i % n).
+
+    Strided, so a batch sharded in contiguous row blocks keeps every split evenly spread over the
+    devices (the reshape + transpose is local on each device).
+    """
+    return jax.tree.map(
+        lambda x: jnp.swapaxes(x.reshape(x.shape[0] // n, n, *x.shape[1:]), 0, 1), tree
+    )
+
+
+def _constrain_rows(tree: Any, mesh: Mesh, rules) -> Any:
+    return jax.tree.map(
+        lambda x: jax.lax.with_sharding_constraint(
+            x, sharding_lib.batch_sharding(mesh, rules, x.ndim)
+        ),
+        tree,
+    )
+
+
+_SUM_METRICS = ("loss", "pg_loss", "kl", "entropy")  # already weighted by the global weights
+_MEAN_METRICS = ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "approx_kl", "ratio_mean")
+
+
+def accumulate_gradients(
+    loss_fn: Callable[[Any, Mapping[str, jax.Array]], tuple[jax.Array, dict]],
+    params: Any,
+    minibatch: Mapping[str, jax.Array],
+    num_microbatches: int,
+    constrain: Callable[[Any], Any] = lambda x: x,
+) -> tuple[Any, dict[str, jax.Array]]:
+    """Σ over micro-batches of ``grad(loss_fn)`` (``lax.scan``), with combined metrics.
+
+    ``loss_fn(params, micro)`` must return a loss already weighted for the whole mini-batch (so the
+    sum is the mini-batch loss) and metrics; ``_SUM_METRICS`` are summed, ``_MEAN_METRICS`` are
+    token-means recombined with the micro-batch token counts, ``ratio_min/max`` by min / max.
+    """
+    micro = split_rows(minibatch, num_microbatches)
+    grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
+
+    def body(acc, x):
+        x = constrain(x)
+        (loss, metrics), grads = grad_fn(params, x)
+        n = jnp.sum(x["loss_mask"].astype(jnp.float32))
+        g_acc, m_acc = acc
+        g_acc = jax.tree.map(lambda a, g: a + g.astype(a.dtype), g_acc, grads)
+        new = dict(m_acc)
+        for k, v in {"loss": loss, **metrics}.items():
+            if k in _SUM_METRICS:
+                new[k] = m_acc[k] + v
+            elif k in _MEAN_METRICS:
+                new[k] = m_acc[k] + v * n
+            elif k == "ratio_min":
+                new[k] = jnp.minimum(m_acc[k], v)
+            elif k == "ratio_max":
+                new[k] = jnp.maximum(m_acc[k], v)
+        new["tokens"] = m_acc["tokens"] + n
+        return (g_acc, new), None
+
+    # metric structure from an abstract evaluation (no compute)
+    x0 = jax.tree.map(lambda x: x[0], micro)
+    _, m_shape = jax.eval_shape(lambda p, x: loss_fn(p, x), params, x0)
+    m0 = {k: jnp.zeros((), jnp.float32) for k in ("loss", *m_shape)}
+    if "ratio_min" in m0:
+        m0["ratio_min"] = jnp.full((), jnp.inf, jnp.float32)
+        m0["ratio_max"] = jnp.full((), -jnp.inf, jnp.float32)
+    m0["tokens"] = jnp.zeros((), jnp.float32)
+    g0 = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.promote_types(p.dtype, jnp.float32)), params)
+    (grads, metrics), _ = jax.lax.scan(body, (g0, m0), micro)
+    for k in _MEAN_METRICS:
+        if k in metrics:
+            metrics[k] = metrics[k] / jnp.maximum(metrics["tokens"], 1.0)
+    grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+    return grads, metrics
+
+
+def apply_update(
+    tx: optax.GradientTransformation,
+    params: Any,
+    opt_state: Any,
+    step: jax.Array,
+    grads: Any,
+    loss: jax.Array,
+    lr_schedule: Callable | None = None,
+) -> tuple[Any, Any, jax.Array, dict[str, jax.Array]]:
+    """One optax update with the NaN guard; returns new (params, opt_state, step) and norms.
+
+    A non-finite loss or gradient norm keeps params, optimizer state and step as they were.
+    """
+    grad_norm = optax.global_norm(grads)
+    updates, new_opt = tx.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    ok = jnp.isfinite(grad_norm) & jnp.isfinite(loss)
+
+    def keep(new, old):
+        return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
+
+    metrics = {
+        "grad_norm": grad_norm,
+        "update_norm": jnp.where(ok, optax.global_norm(updates), 0.0),
+        "skipped_updates": (~ok).astype(jnp.float32),
+    }
+    if lr_schedule is not None:
+        metrics["learning_rate"] = jnp.asarray(lr_schedule(step), jnp.float32)
+    params, opt_state = keep(new_params, params), keep(new_opt, opt_state)
+    metrics["param_norm"] = optax.global_norm(params)
+    return params, opt_state, step + ok.astype(step.dtype), metrics
+
+
+def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig) -> Callable:
+    """``loss_fn(params, micro) -> (loss, metrics)`` of one micro-batch carrying its ``weights``."""
+    with_entropy = cfg.entropy_coef != 0.0 or cfg.log_entropy
+
+    def loss_fn(params, x):
+        lp, ent = token_logprobs(
+            model_config,
+            params,
+            x["tokens"],
+            x.get("attention_mask"),
+            chunk_size=cfg.logprob_chunk,
+            with_entropy=with_entropy,
+        )
+        return losses.ppo_clip_loss(
+            lp,
+            x["old_logprobs"],
+            x["advantages"],
+            x["loss_mask"],
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            clip_eps=x.get("clip_eps"),
+            dual_clip=cfg.dual_clip,
+            ref_logprobs=x.get("ref_logprobs"),
+            kl_coef=cfg.kl_coef,
+            kl_type=cfg.kl_type,
+            entropy=ent if cfg.entropy_coef != 0.0 or ent is None else jax.lax.stop_gradient(ent),
+            entropy_coef=cfg.entropy_coef,
+            token_weights=x["weights"],
+        )
+
+    return loss_fn
+
+
+def _with_weights(minibatch: Mapping[str, jax.Array], cfg: PPOConfig, agg: str) -> dict:
+    rows = {k: v for k, v in minibatch.items() if k != "clip_eps"}
+    rows["weights"] = losses.aggregation_weights(minibatch["loss_mask"], agg, cfg.max_len)
+    return rows
+
+
+def _micro_loss_with_scalars(loss_fn: Callable, scalars: dict) -> Callable:
+    return lambda p, x: loss_fn(p, {**x, **scalars})
+
+
+def ppo_grads(
+    model_config: QwenConfig,
+    cfg: PPOConfig,
+    params: Any,
+    minibatch: Mapping[str, jax.Array],
+    *,
+    mesh: Mesh | None = None,
+    rules=None,
+) -> tuple[Any, dict]:
+    """Accumulated gradient and metrics of the PPO loss on one mini-batch (no optimizer)."""
+    scalars = {k: minibatch[k] for k in ("clip_eps",) if k in minibatch}
+    rows = _with_weights(minibatch, cfg, cfg.agg)
+    constrain = (lambda x: x) if mesh is None else (lambda x: _constrain_rows(x, mesh, rules))
+    fn = _micro_loss_with_scalars(ppo_loss_fn(model_config, cfg), scalars)
+    return accumulate_gradients(fn, params, rows, cfg.num_microbatches, constrain)
+
+
+def _mean_over_updates(per_update: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    out = {}
+    for k, v in per_update.items():
+        v = v.reshape(-1)
+        if k == "ratio_min":
+            out[k] = jnp.min(v)
+        elif k == "ratio_max":
+            out[k] = jnp.max(v)
+        elif k in ("skipped_updates", "tokens"):
+            out[k] = jnp.sum(v)
+        elif k in ("learning_rate", "param_norm"):
+            out[k] = v[-1]
+        else:
+            out[k] = jnp.mean(v)
+    return out
+
+
+def ppo_update(
+    state: TrainState,
+    batch: Mapping[str, jax.Array],
+    *,
+    model_config: QwenConfig,
+    cfg: PPOConfig,
+    tx: optax.GradientTransformation,
+    mesh: Mesh | None = None,
+    rules=None,
+    lr_schedule: Callable | None = None,
+) -> tuple[TrainState, dict[str, jax.Array]]:
+    """The pure body of ``train_step``: epochs x mini-batches of accumulated PPO updates."""
+    b = batch["tokens"].shape[0]
+    rng, shuffle_key = jax.random.split(state.rng)
+    epoch_keys = jax.random.split(shuffle_key, cfg.ppo_epochs)
+    rows = {k: v for k, v in batch.items() if k != "clip_eps"}
+    scalars = {k: batch[k] for k in ("clip_eps",) if k in batch}
+
+    def minibatch_update(carry, mb):
+        params, opt_state, step = carry
+        grads, metrics = ppo_grads(
+            model_config, cfg, params, {**mb, **scalars}, mesh=mesh, rules=rules
+        )
+        params, opt_state, step, norms = apply_update(
+            tx, params, opt_state, step, grads, metrics["loss"], lr_schedule
+        )
+        return (params, opt_state, step), {**metrics, **norms}
+
+    def epoch(carry, key):
+        perm = jax.random.permutation(key, b) if cfg.shuffle else jnp.arange(b)
+        mbs = split_rows(
+            jax.tree.map(lambda x: jnp.take(x, perm, axis=0), rows), cfg.num_minibatches
+        )
+        return jax.lax.scan(minibatch_update, carry, mbs)
+
+    carry = (state.params, state.opt_state, state.step)
+    (params, opt_state, step), per_update = jax.lax.scan(epoch, carry, epoch_keys)
+    metrics = _mean_over_updates(per_update)
+    metrics["num_updates"] = jnp.asarray(cfg.ppo_epochs * cfg.num_minibatches, jnp.float32)
+    return TrainState(step=step, params=params, opt_state=opt_state, rng=rng), metrics
+
+
+# --------------------------------------------------------------------------------------------------
+# the jitted, sharded step
+
+
+_DTYPES = {"tokens": np.int32, "attention_mask": np.int32}
+
+
+def _as_dtype(x, dtype):
+    if x.dtype == dtype:
+        return x
+    return x.astype(dtype)
+
+
+class ShardedStep:
+    """``(state, batch) -> (state, metrics)`` jitted per batch-key set with explicit shardings.
+
+    Validates the batch (missing / unknown keys and shapes raise naming the key), drops ignored
+    host metadata, places the rows over the mesh's batch axes and calls one ``jax.jit`` with
+    ``in_shardings=(state_shardings, batch_shardings)``, ``out_shardings=(state_shardings,
+    replicated)`` and ``donate_argnums=0`` (the old state's buffers are reused).
+
+    Attributes:
+      trace_count: how many times the step function was traced (1 across steps of equal shapes).
+    """
+
+    def __init__(
+        self,
+        fn: Callable,
+        shardings: TrainState,
+        mesh: Mesh,
+        rules,
+        *,
+        required: tuple[str, ...],
+        optional: tuple[str, ...],
+        ignored: tuple[str, ...] = (),
+        row_divisor: int = 1,
+    ):
+        self._fn, self.shardings, self.mesh, self.rules = fn, shardings, mesh, rules
+        self.required, self.optional, self.ignored = required, optional, ignored
+        self.row_divisor = row_divisor
+        self.trace_count = 0
+        self._jitted: dict[tuple, Callable] = {}
+
+    def _traced(self, state, batch):
+        self.trace_count += 1
+        with self.mesh, nn.logical_axis_rules(self.rules):
+            return self._fn(state, batch)
+
+    def check_batch(self, batch: Mapping[str, Any]) -> dict[str, Any]:
+        missing = [k for k in self.required if k not in batch]
+        if missing:
+            raise KeyError(f"batch is missing required key(s) {missing}; got {sorted(batch)}")
+        unknown = sorted(set(batch) - set(self.required + self.optional + self.ignored))
+        if unknown:
+            raise KeyError(
+                f"unknown batch key(s) {unknown}; allowed: {sorted(self.required + self.optional)}"
+                f" (+ ignored metadata {sorted(self.ignored)})"
+            )
+        out = {
+            k: v if isinstance(v, jax.Array) else np.asarray(v)
+            for k, v in batch.items()
+            if k not in self.ignored
+        }
+        b, t = np.shape(out["tokens"])
+        for k, v in out.items():
+            shape = np.shape(v)
+            if k == "clip_eps":
+                if shape != ():
+                    raise ValueError(f"batch['clip_eps'] must be a scalar, got shape {shape}")
+            elif k == "advantages":
+                if shape not in ((b,), (b, t)):
+                    raise ValueError(
+                        f"batch['advantages'] must be [B]={b} or [B, T]={(b, t)}, got {shape}"
+                    )
+            elif shape != (b, t):
+                raise ValueError(
+                    f"batch[{k!r}] must have the shape of tokens {(b, t)}, got {shape}"
+                )
+        if b % self.row_divisor:
+            raise ValueError(
+                f"batch has B={b} rows, not a multiple of {self.row_divisor} (mini-batches x "
+                "micro-batches x batch shards of the mesh)"
+            )
+        if not np.issubdtype(out["tokens"].dtype, np.integer):
+            raise ValueError(f"batch['tokens'] must be an integer array, got {out['tokens'].dtype}")
+        # one dtype per key, so host batches of any numeric dtype hit the same compiled step
+        return {k: _as_dtype(v, _DTYPES.get(k, np.float32)) for k, v in out.items()}
+
+    def jitted(self, batch: Mapping[str, Any]) -> Callable:
+        """The ``jax.jit`` object used for this batch's key set (e.g. to ``.lower(...)``)."""
+        key = tuple(sorted((k, np.ndim(v)) for k, v in batch.items()))
+        if key not in self._jitted:
+            b_sh = {k: sharding_lib.batch_sharding(self.mesh, self.rules, nd) for k, nd in key}
+            self._jitted[key] = jax.jit(
+                self._traced,
+                in_shardings=(self.shardings, b_sh),
+                out_shardings=(self.shardings, sharding_lib.replicated(self.mesh)),
+                donate_argnums=0,
+            )
+        return self._jitted[key]
+
+    def __call__(self, state: TrainState, batch: Mapping[str, Any]) -> tuple[TrainState, dict]:
+        batch = self.check_batch(batch)
+        batch = sharding_lib.shard_batch(batch, self.mesh, self.rules)
+        return self.jitted(batch)(state, batch)
+
+
+def make_train_step(
+    model_config: QwenConfig,
+    tx: optax.GradientTransformation,
+    cfg: PPOConfig,
+    mesh: Mesh,
+    rules=None,
+    *,
+    lr_schedule: Callable | None = None,
+) -> ShardedStep:
+    """The jitted PPO ``train_step(state, batch) -> (state, metrics)`` for ``mesh``.
+
+    Metrics (scalars, averaged over the call's updates unless noted): ``loss, pg_loss, kl`` (when
+    ``ref_logprobs`` given), ``entropy``, ``clip_frac_low, clip_frac_high, dual_clip_frac,
+    approx_kl, ratio_mean``, ``ratio_min / ratio_max`` (over all updates), ``grad_norm,
+    update_norm``, ``param_norm`` and ``learning_rate`` (after / at the last update),
+    ``skipped_updates`` and ``tokens`` (summed), ``num_updates``.
+    """
+    rules = sharding_lib.logical_axis_rules() if rules is None else rules
+    fn = lambda state, batch: ppo_update(
+        state,
+        batch,
+        model_config=model_config,
+        cfg=cfg,
+        tx=tx,
+        mesh=mesh,
+        rules=rules,
+        lr_schedule=lr_schedule,
+    )
+    required = ("tokens", "loss_mask", "old_logprobs", "advantages")
+    if cfg.kl_coef != 0.0:
+        required += ("ref_logprobs",)
+    optional = tuple(k for k in ("ref_logprobs", "attention_mask", "clip_eps") if k not in required)
+    return ShardedStep(
+        fn,
+        state_shardings(model_config, tx, mesh, rules),
+        mesh,
+        rules,
+        required=required,
+        optional=optional,
+        ignored=("n_calls",),
+        row_divisor=cfg.num_minibatches * cfg.num_microbatches,
+    )
+
+
+def make_grad_fn(model_config: QwenConfig, cfg: PPOConfig, mesh: Mesh, rules=None) -> Callable:
+    """Jitted ``(params, batch) -> (grads, metrics)`` of the PPO loss on the whole batch, grads
+    sharded like the params (for tests and analysis; the train step does the same internally)."""
+    rules = sharding_lib.logical_axis_rules() if rules is None else rules
+    from mojax.models import param_shardings
+
+    p_sh = param_shardings(model_config, mesh, rules)
+
+    def fn(params, batch):
+        with mesh, nn.logical_axis_rules(rules):
+            return ppo_grads(model_config, cfg, params, batch, mesh=mesh, rules=rules)
+
+    jitted = jax.jit(fn, out_shardings=(p_sh, sharding_lib.replicated(mesh)))
+
+    def call(params, batch):
+        return jitted(params, sharding_lib.shard_batch(batch, mesh, rules))
+
+    return call
+
+
+def make_logprob_fn(
+    model_config: QwenConfig,
+    mesh: Mesh,
+    rules=None,
+    *,
+    chunk_size: int | None = None,
+    offloaded: bool = False,
+) -> Callable:
+    """Jitted ``(params, tokens, attention_mask=None) -> fp32 logprobs [B, T]`` (aligned).
+
+    For ``ref_logprobs`` under the frozen reference (params sharded like the policy: pass
+    ``param_shardings``-placed params, or ``mojax.sharding.offload(...)``-placed ones with
+    ``offloaded=True``: they are streamed from pinned host memory to the devices inside the call),
+    and for recomputing ``old_logprobs`` with the training numerics.
+    """
+    rules = sharding_lib.logical_axis_rules() if rules is None else rules
+    from mojax.models import param_shardings
+
+    p_sh = param_shardings(model_config, mesh, rules)
+    in_p = jax.tree.map(lambda s: s.with_memory_kind("pinned_host"), p_sh) if offloaded else p_sh
+
+    def fn(params, tokens, mask):
+        if offloaded:
+            params = jax.device_put(params, p_sh)
+        with mesh, nn.logical_axis_rules(rules):
+            lp, _ = token_logprobs(model_config, params, tokens, mask, chunk_size=chunk_size)
+        return lp
+
+    rows = sharding_lib.batch_sharding(mesh, rules, 2)
+    jitted = jax.jit(fn, in_shardings=(in_p, rows, rows), out_shardings=rows)
+
+    def call(params, tokens, attention_mask=None):
+        tokens = jnp.asarray(tokens, jnp.int32)
+        mask = jnp.ones(tokens.shape, jnp.int32) if attention_mask is None else attention_mask
+        return jitted(params, tokens, jnp.asarray(mask, jnp.int32))
+
+    return call
