@@ -12,6 +12,7 @@ import pytest
 
 import mojax.models as mm
 import mojax.sampling as ms
+from mojax.sampling import decode
 
 ATOL = 1e-4
 WIDTH = 112  # the reference forward pads every sequence to this width (one compile)
@@ -227,23 +228,23 @@ def test_no_recompilation_across_prompt_lengths_in_one_bucket(model):
         return ms.generate(model, toks, prompt_lengths=np.asarray(lengths), **kw)
 
     out = call(5, [5, 2, 4])  # bucket 16
-    before = ms.generate_from_arrays._cache_size()
+    before = decode._generate_jit._cache_size()
     events = count_backend_compiles()
     call(9, [9, 1, 6])
     out = call(16, [13, 16, 1])
-    assert events == [] and ms.generate_from_arrays._cache_size() == before
+    assert events == [] and decode._generate_jit._cache_size() == before
     call(17, [17, 3, 5])  # bucket 32: one new program
-    assert ms.generate_from_arrays._cache_size() == before + 1
+    assert decode._generate_jit._cache_size() == before + 1
     # appends of observations of different lengths inside one bucket (8) do not recompile either
     resume = np.array([True, False, True, True, False, True])
     cont = dict(max_new_tokens=5, temperature=1.0, top_k=50)
     out = ms.append_and_continue(model, out.state, np.ones((6, 3), np.int32), [3, 0, 1, 2, 0, 3],
                                  resume, **cont)  # fmt: skip
-    n_before = ms.continue_from_arrays._cache_size()
+    n_before = decode._continue_jit._cache_size()
     del events[:]
     ms.append_and_continue(model, out.state, np.ones((6, 7), np.int32), [7, 0, 6, 5, 0, 1],
                            resume, **cont)  # fmt: skip
-    assert events == [] and ms.continue_from_arrays._cache_size() == n_before
+    assert events == [] and decode._continue_jit._cache_size() == n_before
 
 
 def test_bf16_cache(model):

@@ -36,13 +36,15 @@ from mojax.sampling.processors import SamplingParams, sample_step
 from mojax.sampling.state import LENGTH, RUNNING, STOP, SamplingState
 
 
-def _context(mesh, rules):
-    if mesh is None:
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(mesh)
-    stack.enter_context(nn.logical_axis_rules(rules))
-    return stack
+def _rules_context(mesh, rules):
+    """Logical axis rules inside the trace (the mesh itself is set outside jit, see
+    ``_mesh_context``)."""
+    return contextlib.nullcontext() if mesh is None else nn.logical_axis_rules(rules)
+
+
+def _mesh_context(mesh):
+    """``jax.set_mesh`` (outside jit): flax's logical constraints only apply under it."""
+    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
 
 
 def _constrain_cache(cache: KVCache) -> KVCache:
@@ -95,7 +97,7 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
     full = (length >= r) | (s.cache.end + 1 >= max_len)  # no slot left for another step
     hit_len = active & ~is_stop & ((num_new >= s.max_new) | full)
     logits, cache = _forward(model, tok[:, None], active[:, None], s.cache, jnp.zeros_like(tok))
-    return s.replace(
+    s = s.replace(
         cache=cache,
         logits=jnp.where(active[:, None], logits, s.logits),
         tokens=s.tokens.at[rows, idx].set(tok, mode="drop"),
@@ -107,6 +109,7 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
         finish_reason=jnp.where(is_stop, STOP, jnp.where(hit_len, LENGTH, s.finish_reason)),
         step=s.step + 1,
     )
+    return _constrain_rows(s)
 
 
 def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ...]):
@@ -120,7 +123,7 @@ def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ..
             return jnp.any(~x.done) & (x.cache.end[0] < cap)
 
         part = jax.lax.while_loop(cond, step, part)
-        s = part.replace(cache=state_lib.write_back_cache(s.cache, part.cache))
+        s = _constrain_rows(part.replace(cache=state_lib.write_back_cache(s.cache, part.cache)))
     return s
 
 
@@ -137,7 +140,7 @@ def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ..
         "rules",
     ),
 )
-def generate_from_arrays(
+def _generate_jit(
     model: QwenModel,
     prompt_tokens: jax.Array,  # int32 [P, Tb]
     prompt_lengths: jax.Array,  # int32 [P]
@@ -156,7 +159,7 @@ def generate_from_arrays(
     rules=(),
 ) -> SamplingState:
     """The compiled core of ``generate`` (validated, bucketed arrays in; the final state out)."""
-    with _context(mesh, rules):
+    with _rules_context(mesh, rules):
         p, tb = prompt_tokens.shape
         b = p * num_samples
         mask = jnp.arange(tb)[None, :] < prompt_lengths[:, None]  # right-padded prompts
@@ -186,7 +189,7 @@ def generate_from_arrays(
 @functools.partial(
     jax.jit, static_argnames=("params", "caps", "mesh", "rules"), donate_argnames=("cache",)
 )
-def continue_from_arrays(
+def _continue_jit(
     model: QwenModel,
     state: SamplingState,  # its cache field is ignored (passed separately, donated)
     cache: KVCache,
@@ -201,7 +204,7 @@ def continue_from_arrays(
     rules=(),
 ) -> SamplingState:
     """The compiled core of ``append_and_continue``: one batched append, then the decode loop."""
-    with _context(mesh, rules):
+    with _rules_context(mesh, rules):
         s = state.replace(cache=cache)
         b, r = s.tokens.shape
         to = obs_tokens.shape[1]
@@ -223,3 +226,21 @@ def continue_from_arrays(
             finish_reason=jnp.where(resume, RUNNING, s.finish_reason),
         )
         return _decode(model, _constrain_rows(s), params, caps)
+
+
+def generate_from_arrays(*args, mesh=None, **kwargs) -> SamplingState:
+    """The compiled core of ``generate``: validated, bucketed arrays in, the final state out.
+
+    Args: as ``_generate_jit`` (``model, prompt_tokens [P, Tb], prompt_lengths [P], stop_ids [B, N],
+    max_new [B], key, pad_id`` and the static keywords). Under ``mesh`` the call runs inside
+    ``jax.set_mesh`` so the logical sharding constraints of the model and the cache apply.
+    """
+    with _mesh_context(mesh):
+        return _generate_jit(*args, mesh=mesh, **kwargs)
+
+
+def continue_from_arrays(*args, mesh=None, **kwargs) -> SamplingState:
+    """The compiled core of ``append_and_continue`` (``cache`` donated); see
+    ``generate_from_arrays``."""
+    with _mesh_context(mesh):
+        return _continue_jit(*args, mesh=mesh, **kwargs)
