@@ -1,0 +1,247 @@
+"""Public sampler entry points: ``generate`` and ``append_and_continue`` (host-side validation).
+
+These check and bucket the inputs on the host (clear errors naming the argument), then call the
+compiled cores of ``mojax.sampling.decode``. See ``mojax.sampling`` for the multi-turn recipe.
+
+Shape legend: P prompts, G samples per prompt, B = P*G rows, Tp prompt width, To observation width,
+N stop ids per row, R response slots, S cache slots.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
+from mojax.sampling import buckets, decode
+from mojax.sampling.processors import SamplingParams
+from mojax.sampling.state import SamplingOutput, SamplingState
+
+
+def _per_row(value, name: str, p: int, g: int, dtype) -> np.ndarray:
+    """A scalar, a [P] or a [B] array -> a [B] array (prompt-major rows)."""
+    a = np.asarray(value, dtype)
+    if a.ndim == 0:
+        return np.full((p * g,), a, dtype)
+    if a.shape == (p * g,):
+        return a
+    if a.shape == (p,):
+        return np.repeat(a, g)
+    raise ValueError(f"{name} must be a scalar, [P]={p} or [B]={p * g} values, got {a.shape}")
+
+
+def stop_id_array(stop_token_ids, p: int, g: int) -> np.ndarray:
+    """``stop_token_ids`` (ids shared by all rows, or a [P, N] / [B, N] array padded with -1) ->
+    int32 [B, N] (N >= 1; -1 = unused)."""
+    if isinstance(stop_token_ids, Sequence) and all(
+        isinstance(t, int | np.integer) for t in stop_token_ids
+    ):
+        ids = np.asarray(list(stop_token_ids) or [-1], np.int32)
+        return np.tile(ids[None], (p * g, 1))
+    a = np.asarray(stop_token_ids, np.int32)
+    if a.ndim == 2 and a.shape[0] == p * g:
+        return a if a.shape[1] else np.full((p * g, 1), -1, np.int32)
+    if a.ndim == 2 and a.shape[0] == p:
+        return np.repeat(a if a.shape[1] else np.full((p, 1), -1, np.int32), g, axis=0)
+    raise ValueError(
+        f"stop_token_ids must be a sequence of ints or a [P, N] / [B, N] array, got shape {a.shape}"
+    )
+
+
+def _check_tokens(name: str, tokens: np.ndarray, mask: np.ndarray, vocab: int):
+    real = tokens[mask]
+    if real.size and (real.min() < 0 or real.max() >= vocab):
+        raise ValueError(f"{name} has ids outside [0, {vocab}): min {real.min()}, max {real.max()}")
+
+
+def generate(
+    model: QwenModel,
+    prompt_tokens,
+    *,
+    key: jax.Array,
+    max_new_tokens,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    min_p: float = 0.0,
+    num_samples: int = 1,
+    stop_token_ids=(),
+    prompt_lengths=None,
+    pad_id: int = 0,
+    logprobs: str = "policy",
+    max_response_len: int | None = None,
+    max_total_len: int | None = None,
+    cache_dtype=None,
+    min_prompt_bucket: int = 16,
+    segmented: bool = True,
+    mesh=None,
+    rules=DEFAULT_LOGICAL_AXIS_RULES,
+) -> SamplingOutput:
+    """Samples ``num_samples`` continuations of each prompt in one compiled program.
+
+    Args:
+      model: a ``QwenModel`` (params may be sharded on ``mesh``).
+      prompt_tokens: int32 [P, Tp], right-padded.
+      key: PRNG key; the whole call (and its continuations) is deterministic given it.
+      max_new_tokens: int, or [P] / [B] per-row budgets for this call.
+      temperature: 0.0 = greedy. top_p / top_k / min_p: see ``mojax.sampling.processors``.
+      num_samples: G; output rows are prompt-major (row ``p * G + g``).
+      stop_token_ids: ids shared by all rows, or a per-row [P, N] / [B, N] array padded with -1.
+        The stop token is kept as the row's last token.
+      prompt_lengths: int [P] real tokens per prompt (None = all Tp). Must be >= 1.
+      pad_id: written after each row's end.
+      logprobs: "policy" (default; log-softmax of the raw logits at temperature 1, the PPO
+        old log-prob) or "sampling" (under the processed distribution).
+      max_response_len: R, response slots (default ``max(max_new_tokens)``); make it larger to
+        leave room for appended observations and later turns.
+      max_total_len: S, cache slots (default ``Tb + R``, Tb the prompt bucket). Fix it across calls
+        to get one compiled program per (P, G, Tb). Each decode step of the batch uses one slot and
+        each append uses ``To`` (its bucket) slots for every row.
+      cache_dtype: k/v storage dtype (e.g. ``jnp.bfloat16``); default the model's compute dtype.
+      min_prompt_bucket: prompts are padded to ``max(min_prompt_bucket, next_pow2(max length))``.
+      segmented: attend over doubling cache prefixes (faster); False attends over all S slots.
+      mesh, rules: shard the batch / heads by the logical axis rules (batch on data, heads on
+        tensor).
+
+    Returns:
+      ``SamplingOutput`` (tokens / logprobs / loss_mask [B, R], lengths [B], finish_reason [B],
+      state for ``append_and_continue``).
+    """
+    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs)
+    tokens = np.asarray(prompt_tokens)
+    if tokens.ndim != 2 or tokens.shape[1] == 0:
+        raise ValueError(f"prompt_tokens must be int [P, Tp] with Tp >= 1, got {tokens.shape}")
+    p, tp = tokens.shape
+    g = int(num_samples)
+    if g < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    lengths = np.full((p,), tp, np.int32) if prompt_lengths is None else np.asarray(prompt_lengths)
+    if lengths.shape != (p,) or lengths.min() < 1 or lengths.max() > tp:
+        raise ValueError(f"prompt_lengths must be [P]={p} ints in [1, {tp}], got {lengths}")
+    _check_tokens(
+        "prompt_tokens", tokens, np.arange(tp)[None] < lengths[:, None], model.config.vocab_size
+    )
+    max_new = _per_row(max_new_tokens, "max_new_tokens", p, g, np.int32)
+    if max_new.min() < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    tb = buckets.bucket_length(int(lengths.max()), min_prompt_bucket)
+    padded = np.zeros((p, tb), np.int32)
+    width = min(tp, tb)
+    padded[:, :width] = np.where(np.arange(width)[None] < lengths[:, None], tokens[:, :width], 0)
+    r = int(max_response_len or max_new.max())
+    s = int(max_total_len or tb + r)
+    if s < tb + 1:
+        raise ValueError(f"max_total_len={s} leaves no slot after the prompt bucket {tb}")
+    caps = buckets.segment_caps(tb, s) if segmented else (s,)
+    state = decode.generate_from_arrays(
+        model,
+        jnp.asarray(padded),
+        jnp.asarray(lengths, jnp.int32),
+        jnp.asarray(stop_id_array(stop_token_ids, p, g)),
+        jnp.asarray(max_new),
+        key,
+        jnp.asarray(pad_id, jnp.int32),
+        num_samples=g,
+        max_total_len=s,
+        max_response_len=r,
+        params=params,
+        cache_dtype=None if cache_dtype is None else jnp.dtype(cache_dtype).name,
+        caps=caps,
+        mesh=mesh,
+        rules=tuple(rules) if mesh is not None else (),
+    )
+    return SamplingOutput.from_state(state)
+
+
+def append_and_continue(
+    model: QwenModel,
+    state: SamplingState,
+    obs_tokens,
+    obs_lengths,
+    resume,
+    *,
+    max_new_tokens,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    min_p: float = 0.0,
+    logprobs: str = "policy",
+    min_obs_bucket: int = 8,
+    segmented: bool = True,
+    mesh=None,
+    rules=DEFAULT_LOGICAL_AXIS_RULES,
+) -> SamplingOutput:
+    """Appends observation tokens to the rows in ``resume`` and decodes them further.
+
+    The observations are written into the existing cache (one batched cached call; no prefix is
+    recomputed), recorded in the response buffer with ``loss_mask`` False, and the resumed rows
+    sample up to ``max_new_tokens`` more tokens. Rows not in ``resume`` stay as they are (finished).
+
+    Args:
+      model: the model that produced ``state``.
+      state: ``out.state`` of ``generate`` or of a previous ``append_and_continue``. Its cache is
+        donated: do not use this state again (``out.tokens`` etc. of earlier calls stay valid).
+      obs_tokens: int [B, To] right-padded observation tokens (To >= 0; the rows' chat-template
+        glue such as ``<|im_end|>\\n<|im_start|>user\\n`` belongs here).
+      obs_lengths: int [B] real tokens per row (ignored where ``resume`` is False).
+      resume: bool [B] rows to continue.
+      max_new_tokens: int or [B] budget of this call for the resumed rows.
+      temperature, top_p, top_k, min_p, logprobs: as in ``generate`` (may differ per call).
+      min_obs_bucket: ``To`` is padded to ``max(min_obs_bucket, next_pow2(max obs length))``.
+
+    Raises:
+      ValueError: bad shapes / ids, or when the cache (``max_total_len``) or the response buffer
+        (``max_response_len``) cannot hold the observations plus one more token.
+    """
+    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs)
+    b, r, s = state.batch, state.max_response_len, state.max_total_len
+    obs = np.asarray(obs_tokens, np.int64)
+    if obs.ndim != 2 or obs.shape[0] != b:
+        raise ValueError(f"obs_tokens must be int [B={b}, To], got {obs.shape}")
+    obs_len = np.asarray(obs_lengths, np.int32)
+    res = np.asarray(resume, bool)
+    if obs_len.shape != (b,) or res.shape != (b,):
+        raise ValueError(f"obs_lengths / resume must be [B={b}], got {obs_len.shape}, {res.shape}")
+    if obs_len.min(initial=0) < 0 or obs_len.max(initial=0) > obs.shape[1]:
+        raise ValueError(f"obs_lengths must be in [0, To={obs.shape[1]}], got {obs_len}")
+    obs_len = np.where(res, obs_len, 0)
+    _check_tokens(
+        "obs_tokens", obs, np.arange(obs.shape[1])[None] < obs_len[:, None], model.config.vocab_size
+    )
+    max_new = _per_row(max_new_tokens, "max_new_tokens", b, 1, np.int32)
+    if max_new[res].min(initial=1) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    to = buckets.bucket_length(int(obs_len.max(initial=0)), min_obs_bucket)
+    padded = np.zeros((b, to), np.int32)
+    width = min(obs.shape[1], to)
+    padded[:, :width] = np.where(np.arange(width)[None] < obs_len[:, None], obs[:, :width], 0)
+    end = int(np.asarray(state.cache.end)[0])  # one host fetch per turn
+    if end + to + 1 > s:
+        raise ValueError(
+            f"max_total_len={s} too small: the cache holds {end} slots and appending a {to}-slot "
+            "observation bucket leaves no room to decode; pass a larger max_total_len to generate"
+        )
+    length = np.asarray(state.length)
+    if (res & (length + obs_len + 1 > r)).any():
+        raise ValueError(
+            f"max_response_len={r} too small for the observations of rows "
+            f"{np.flatnonzero(res & (length + obs_len + 1 > r)).tolist()}"
+        )
+    caps = buckets.segment_caps(0, s) if segmented else (s,)
+    new_state = decode.continue_from_arrays(
+        model,
+        state.replace(cache=None),
+        state.cache,
+        jnp.asarray(padded),
+        jnp.asarray(obs_len),
+        jnp.asarray(res),
+        jnp.asarray(max_new),
+        params=params,
+        caps=caps,
+        mesh=mesh,
+        rules=tuple(rules) if mesh is not None else (),
+    )
+    return SamplingOutput.from_state(new_state)

@@ -1,0 +1,246 @@
+"""Compiled prefill + ``lax.while_loop`` decode, and the resumable append-and-continue step.
+
+One call of ``generate`` is one compiled XLA program per (P, G, prompt bucket, S, R, sampling
+params): the P prompts are prefilled once on a cache of exactly the prompt bucket, the cache and
+the next-token logits are repeated to the B = P*G rows (``broadcast_cache``), then the decode loop
+runs until every row is done, with no host round-trip per token.
+
+Decode segments: the loop is split into segments over cache prefixes of doubling size
+(``buckets.segment_caps``), so step ``i`` attends over ``next_pow2(Tb + i)`` slots instead of all S
+(the Tunix "vanilla" sampler attends over the whole cache every step). Each segment truncates the
+cache once and writes it back once (``dynamic_update_slice``, in place), O(log S) copies in all.
+
+Each loop step, for every row still running: draw a token from the current logits
+(``processors.sample_step``), append it to the response buffer, mark the row done on a stop id, on
+its ``max_new_tokens`` budget or when the buffer / cache is full, then feed the token (finished
+rows feed padding with an invalid slot) to get the next logits. The stop token is fed too, so the
+cache always holds every response token and a stopped row can be resumed.
+
+Shape legend: P prompts, G samples per prompt, B = P*G rows, Tb prompt bucket, To observation
+bucket, R response slots, S cache slots, V vocab, E embed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from mojax.models.cache import CACHE_LOGICAL_AXES, KVCache, init_cache
+from mojax.models.qwen import Qwen, QwenModel
+from mojax.sampling import state as state_lib
+from mojax.sampling.processors import SamplingParams, sample_step
+from mojax.sampling.state import LENGTH, RUNNING, STOP, SamplingState
+
+
+def _rules_context(mesh, rules):
+    """Logical axis rules inside the trace (the mesh itself is set outside jit, see
+    ``_mesh_context``)."""
+    return contextlib.nullcontext() if mesh is None else nn.logical_axis_rules(rules)
+
+
+def _mesh_context(mesh):
+    """``jax.set_mesh`` (outside jit): flax's logical constraints only apply under it."""
+    return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
+
+
+def _constrain_cache(cache: KVCache) -> KVCache:
+    """Batch on ("data", "fsdp"), kv heads on "tensor" (no-op outside a mesh + rules context)."""
+    return KVCache(
+        **{
+            name: nn.with_logical_constraint(getattr(cache, name), axes)
+            for name, axes in CACHE_LOGICAL_AXES.items()
+        }
+    )
+
+
+def _constrain_rows(state: SamplingState) -> SamplingState:
+    """Row-major state arrays sharded on the batch axis like the cache."""
+    rows = nn.with_logical_constraint
+    return state.replace(
+        cache=_constrain_cache(state.cache),
+        logits=rows(state.logits, ("batch", "vocab")),
+        tokens=rows(state.tokens, ("batch", None)),
+        logprobs=rows(state.logprobs, ("batch", None)),
+        sampled=rows(state.sampled, ("batch", None)),
+    )
+
+
+def _forward(model: QwenModel, tokens, mask, cache, last_index):
+    """Cached call on ``tokens [B, T]``; returns fp32 logits [B, V] at ``last_index [B]`` + cache.
+
+    Only the gathered hidden state is projected to the vocabulary (not all T positions).
+    """
+    variables = {"params": model.params}
+    hidden, cache = model.apply_fn(
+        variables, tokens, attention_mask=mask, cache=cache, return_hidden=True
+    )
+    last = jnp.take_along_axis(hidden, last_index[:, None, None], axis=1)[:, 0]  # [B, E]
+    logits = model.apply_fn(variables, last, method=Qwen.logits)  # fp32 [B, V]
+    return logits, _constrain_cache(cache)
+
+
+def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: SamplingState):
+    """One token for every running row (see the module docstring)."""
+    b, r = s.tokens.shape
+    active = ~s.done
+    tok, lp = sample_step(s.logits, jax.random.fold_in(s.key, s.step), params)
+    tok = jnp.where(active, tok, s.pad_id)
+    rows = jnp.arange(b)
+    idx = jnp.where(active, s.length, r)  # out of range -> dropped for finished rows
+    length = s.length + active
+    num_new = s.num_new + active
+    is_stop = active & jnp.any(tok[:, None] == s.stop_ids, axis=-1)
+    full = (length >= r) | (s.cache.end + 1 >= max_len)  # no slot left for another step
+    hit_len = active & ~is_stop & ((num_new >= s.max_new) | full)
+    logits, cache = _forward(model, tok[:, None], active[:, None], s.cache, jnp.zeros_like(tok))
+    s = s.replace(
+        cache=cache,
+        logits=jnp.where(active[:, None], logits, s.logits),
+        tokens=s.tokens.at[rows, idx].set(tok, mode="drop"),
+        logprobs=s.logprobs.at[rows, idx].set(lp, mode="drop"),
+        sampled=s.sampled.at[rows, idx].set(True, mode="drop"),
+        length=length,
+        num_new=num_new,
+        done=s.done | is_stop | hit_len,
+        finish_reason=jnp.where(is_stop, STOP, jnp.where(hit_len, LENGTH, s.finish_reason)),
+        step=s.step + 1,
+    )
+    return _constrain_rows(s)
+
+
+def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ...]):
+    """Runs the decode loop segment by segment until every row is done (or the cache is full)."""
+    max_len = s.cache.max_len
+    step = functools.partial(_decode_step, model, params, max_len)
+    for cap in caps:
+        part = s.replace(cache=state_lib.truncate_cache(s.cache, cap))
+
+        def cond(x, cap=cap):
+            return jnp.any(~x.done) & (x.cache.end[0] < cap)
+
+        part = jax.lax.while_loop(cond, step, part)
+        s = _constrain_rows(part.replace(cache=state_lib.write_back_cache(s.cache, part.cache)))
+    return s
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=(
+        "num_samples",
+        "max_total_len",
+        "max_response_len",
+        "params",
+        "cache_dtype",
+        "caps",
+        "mesh",
+        "rules",
+    ),
+)
+def _generate_jit(
+    model: QwenModel,
+    prompt_tokens: jax.Array,  # int32 [P, Tb]
+    prompt_lengths: jax.Array,  # int32 [P]
+    stop_ids: jax.Array,  # int32 [B, N]
+    max_new: jax.Array,  # int32 [B]
+    key: jax.Array,
+    pad_id: jax.Array,  # int32 []
+    *,
+    num_samples: int,
+    max_total_len: int,
+    max_response_len: int,
+    params: SamplingParams,
+    cache_dtype: str | None,
+    caps: tuple[int, ...],
+    mesh=None,
+    rules=(),
+) -> SamplingState:
+    """The compiled core of ``generate`` (validated, bucketed arrays in; the final state out)."""
+    with _rules_context(mesh, rules):
+        p, tb = prompt_tokens.shape
+        b = p * num_samples
+        mask = jnp.arange(tb)[None, :] < prompt_lengths[:, None]  # right-padded prompts
+        cache = _constrain_cache(init_cache(model.config, p, tb, cache_dtype))
+        logits, cache = _forward(model, prompt_tokens, mask, cache, prompt_lengths - 1)
+        cache = _constrain_cache(state_lib.broadcast_cache(cache, num_samples, max_total_len))
+        s = SamplingState(
+            cache=cache,
+            logits=jnp.repeat(logits, num_samples, axis=0),
+            tokens=jnp.full((b, max_response_len), pad_id, jnp.int32),
+            logprobs=jnp.zeros((b, max_response_len), jnp.float32),
+            sampled=jnp.zeros((b, max_response_len), bool),
+            length=jnp.zeros((b,), jnp.int32),
+            num_new=jnp.zeros((b,), jnp.int32),
+            max_new=max_new.astype(jnp.int32),
+            done=jnp.zeros((b,), bool),
+            finish_reason=jnp.full((b,), RUNNING, jnp.int32),
+            stop_ids=stop_ids.astype(jnp.int32),
+            prompt_lengths=jnp.repeat(prompt_lengths, num_samples),
+            key=key,
+            step=jnp.zeros((), jnp.int32),
+            pad_id=jnp.asarray(pad_id, jnp.int32),
+        )
+        return _decode(model, _constrain_rows(s), params, caps)
+
+
+@functools.partial(
+    jax.jit, static_argnames=("params", "caps", "mesh", "rules"), donate_argnames=("cache",)
+)
+def _continue_jit(
+    model: QwenModel,
+    state: SamplingState,  # its cache field is ignored (passed separately, donated)
+    cache: KVCache,
+    obs_tokens: jax.Array,  # int32 [B, To]
+    obs_lengths: jax.Array,  # int32 [B]
+    resume: jax.Array,  # bool [B]
+    max_new: jax.Array,  # int32 [B]
+    *,
+    params: SamplingParams,
+    caps: tuple[int, ...],
+    mesh=None,
+    rules=(),
+) -> SamplingState:
+    """The compiled core of ``append_and_continue``: one batched append, then the decode loop."""
+    with _rules_context(mesh, rules):
+        s = state.replace(cache=cache)
+        b, r = s.tokens.shape
+        to = obs_tokens.shape[1]
+        obs_lengths = jnp.where(resume, obs_lengths, 0)
+        mask = jnp.arange(to)[None, :] < obs_lengths[:, None]  # [B, To]
+        logits, cache = _forward(model, obs_tokens, mask, s.cache, jnp.maximum(obs_lengths - 1, 0))
+        idx = jnp.where(mask, s.length[:, None] + jnp.arange(to)[None, :], r)
+        rows = jnp.arange(b)[:, None]
+        s = s.replace(
+            cache=cache,
+            logits=jnp.where((obs_lengths > 0)[:, None], logits, s.logits),
+            tokens=s.tokens.at[rows, idx].set(obs_tokens.astype(jnp.int32), mode="drop"),
+            logprobs=s.logprobs.at[rows, idx].set(0.0, mode="drop"),
+            sampled=s.sampled.at[rows, idx].set(False, mode="drop"),
+            length=s.length + obs_lengths,
+            num_new=jnp.where(resume, 0, s.num_new),
+            max_new=jnp.where(resume, max_new, s.max_new),
+            done=s.done & ~resume,
+            finish_reason=jnp.where(resume, RUNNING, s.finish_reason),
+        )
+        return _decode(model, _constrain_rows(s), params, caps)
+
+
+def generate_from_arrays(*args, mesh=None, **kwargs) -> SamplingState:
+    """The compiled core of ``generate``: validated, bucketed arrays in, the final state out.
+
+    Args: as ``_generate_jit`` (``model, prompt_tokens [P, Tb], prompt_lengths [P], stop_ids [B, N],
+    max_new [B], key, pad_id`` and the static keywords). Under ``mesh`` the call runs inside
+    ``jax.set_mesh`` so the logical sharding constraints of the model and the cache apply.
+    """
+    with _mesh_context(mesh):
+        return _generate_jit(*args, mesh=mesh, **kwargs)
+
+
+def continue_from_arrays(*args, mesh=None, **kwargs) -> SamplingState:
+    """The compiled core of ``append_and_continue`` (``cache`` donated); see
+    ``generate_from_arrays``."""
+    with _mesh_context(mesh):
+        return _continue_jit(*args, mesh=mesh, **kwargs)

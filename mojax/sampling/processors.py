@@ -1,0 +1,118 @@
+"""Logit processors (temperature, top-k, top-p, min-p) and the per-step token draw.
+
+Definitions (the statistical test in tests/test_sampling_processors.py checks these against a numpy
+implementation written from them):
+
+* temperature ``tau``: ``z = logits / tau``; ``tau = 0`` means greedy (``argmax logits``).
+* top-k (``k > 0``): keep the tokens whose ``z`` is ``>=`` the k-th largest ``z`` (ties at the
+  boundary are kept, as transformers' ``TopKLogitsWarper`` does).
+* top-p (``p < 1``, nucleus, Holtzman et al. 2020, eq. 3): sort the (top-k-truncated) distribution
+  in decreasing order and keep the smallest prefix whose probability mass reaches ``p``; the most
+  likely token is always kept, ties at the boundary are kept.
+* min-p (``m > 0``): keep tokens with ``softmax(z) >= m * max softmax(z)``.
+
+The kept tokens are renormalised (the others get ``-inf``) and one token per row is drawn with
+``jax.random.categorical`` (Gumbel-max). Order: temperature, top-k, top-p, min-p (transformers'
+order).
+
+Log-probs: by default the sampler records the **policy** log-prob ``log_softmax(logits)[token]`` of
+the raw fp32 logits at temperature 1 with no truncation -- the ``pi_old(a|s)`` of the PPO ratio,
+which the train step recomputes from the same logits. ``logprobs="sampling"`` records the log-prob
+under the processed distribution the token was actually drawn from instead.
+
+Shape legend: B rows, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+LOGPROB_MODES = ("policy", "sampling")
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """Static (hashable) sampling hyperparameters; part of the compile key.
+
+    Attributes:
+      temperature: ``0.0`` = greedy.
+      top_k: ``0`` = off.
+      top_p: ``1.0`` = off.
+      min_p: ``0.0`` = off.
+      logprobs: "policy" (log-softmax of the raw logits, temperature 1; the default) or "sampling"
+        (log-prob under the processed distribution).
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    logprobs: str = "policy"
+
+    def __post_init__(self):
+        if not self.temperature >= 0.0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {self.temperature}")
+        if int(self.top_k) != self.top_k or self.top_k < 0:
+            raise ValueError(f"top_k must be a non-negative int (0 = off), got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p}")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ValueError(f"min_p must be in [0, 1) (0 = off), got {self.min_p}")
+        if self.logprobs not in LOGPROB_MODES:
+            raise ValueError(f"logprobs must be one of {LOGPROB_MODES}, got {self.logprobs!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def process_logits(logits: jax.Array, params: SamplingParams) -> jax.Array:
+    """The processed logits fp32 [B, V] the sampler draws from (removed tokens are ``-inf``).
+
+    For greedy (temperature 0) the raw logits are returned (the draw is an argmax).
+    """
+    z = logits.astype(jnp.float32)
+    if params.greedy:
+        return z
+    if params.temperature != 1.0:
+        z = z / params.temperature
+    vocab = z.shape[-1]
+    k = min(int(params.top_k), vocab)
+    if 0 < k < vocab or params.top_p < 1.0:
+        # Sorted candidates: the top k (or the whole vocab when only top-p is on).
+        cand = jax.lax.top_k(z, k if k > 0 else vocab)[0]  # [B, k] descending
+        threshold = cand[:, -1:]  # the k-th largest value (ties kept)
+        if params.top_p < 1.0:
+            probs = jax.nn.softmax(cand, axis=-1)
+            mass_before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each candidate
+            keep = mass_before < params.top_p  # the first candidate always kept
+            # smallest kept value: the last kept candidate (keep is a prefix of the sorted list)
+            n_keep = jnp.sum(keep, axis=-1, keepdims=True)
+            threshold = jnp.take_along_axis(cand, n_keep - 1, axis=-1)
+        z = jnp.where(z >= threshold, z, -jnp.inf)
+    if params.min_p > 0.0:
+        probs = jax.nn.softmax(z, axis=-1)
+        z = jnp.where(probs >= params.min_p * jnp.max(probs, -1, keepdims=True), z, -jnp.inf)
+    return z
+
+
+def sample_step(
+    logits: jax.Array, key: jax.Array, params: SamplingParams
+) -> tuple[jax.Array, jax.Array]:
+    """Draws one token per row and returns ``(tokens int32 [B], logprobs fp32 [B])``.
+
+    ``logits`` are the raw fp32 next-token logits [B, V]; the log-prob is that of
+    ``params.logprobs`` (see the module docstring).
+    """
+    logits = logits.astype(jnp.float32)
+    z = process_logits(logits, params)
+    if params.greedy:
+        tokens = jnp.argmax(z, axis=-1).astype(jnp.int32)
+    else:
+        tokens = jax.random.categorical(key, z, axis=-1).astype(jnp.int32)
+    source = logits if params.logprobs == "policy" or params.greedy else z
+    logp = jax.nn.log_softmax(source, axis=-1)
+    return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
