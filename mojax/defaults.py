@@ -159,6 +159,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft.data_path = ""  # demonstrations file for file-backed tasks (e.g. rlla_sft.json)
     c.sft.learning_rate = 3e-3
     c.sft.warmup_steps = 20
+    # calculator demonstrations: behaviour mix (always call / never call / call only when hard)
+    c.sft.behaviours = ml_collections.ConfigDict({"always": 0.5, "never": 0.2, "when_hard": 0.3})
 
     c.eval = ml_collections.ConfigDict()
     c.eval.num_samples = 1  # samples per problem (best@k / pass@k need k <= this)
@@ -178,3 +180,108 @@ def base_config() -> ml_collections.ConfigDict:
     c.mesh.fsdp = 1
     c.mesh.tensor = 1
     return c
+
+
+# The embedded default's model: a tiny Qwen3-architecture decoder (GQA, q/k norm, untied head) sized
+# for the calculator task on a 2-core CPU; the vocabulary comes from the self-built tokenizer.
+TINY_CALC_MODEL = dict(
+    hidden_size=128,
+    intermediate_size=384,
+    num_layers=4,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=32,
+    max_position_embeddings=512,
+    rope_theta=10000.0,
+)
+
+COMMON_ARGS = dict(
+    model="tiny",  # "tiny" (embedded default) or a variant name (qwen2.5-math-1.5b, qwen3-4b, ...)
+    checkpoint="",  # HF checkpoint dir of that model
+    task="calculator",
+    train_path="",
+    eval_path="",
+    sft_path="",
+    steps=0,  # 0 = the config's default
+    data=-1,  # mesh axes
+    fsdp=1,
+    tensor=1,
+)
+
+
+def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> bool:
+    """Applies the arguments every method config accepts (``COMMON_ARGS``) to config ``c``.
+
+    ``model=tiny`` keeps the embedded tiny run; any other model switches to the paper-scale recipe
+    (checkpoint's tokenizer, bf16, lr 1e-6, 8 samples per prompt, longer responses). Returns True for
+    the paper-scale recipe, so the method config can add its paper's own hyperparameters.
+    """
+    c.task.name = a.task
+    c.task.train_path, c.task.eval_path = a.train_path, a.eval_path
+    c.sft.data_path = a.sft_path
+    c.mesh.data, c.mesh.fsdp, c.mesh.tensor = a.data, a.fsdp, a.tensor
+    if a.steps:
+        c.steps = a.steps
+    if a.model == "tiny":
+        c.model.variant = "tiny-qwen3"
+        c.model.overrides = ml_collections.ConfigDict(dict(TINY_CALC_MODEL))
+        if a.task != "calculator":  # real data: the real Qwen2 tokenizer, no warm start
+            c.tokenizer.path = a.checkpoint or _shared_tokenizer()
+            c.model.overrides.vocab_size = 151936
+            c.model.overrides.max_position_embeddings = 8192
+            c.model.overrides.tie_word_embeddings = True
+            c.ppo.logprob_chunk = 64  # never materialise [B, T, 151936] logits at once
+            c.sft.steps = 0
+        return False
+    c.model.variant = a.model
+    c.model.checkpoint = a.checkpoint
+    c.tokenizer.path = "" if a.checkpoint else c.tokenizer.path
+    c.model.dtype = c.model.param_dtype = "bfloat16"
+    c.model.cache_dtype = "bfloat16"
+    c.model.remat = "full"
+    c.sft.steps = 0
+    c.rollout.prompts_per_step = 128
+    c.rollout.num_samples = 8
+    c.rollout.max_new_tokens = 1024
+    c.rollout.max_response_len = 3072
+    c.rollout.max_turns = 4
+    c.rollout.max_tool_calls = 3
+    c.rollout.temperature = 1.0
+    c.optimizer.learning_rate = 1e-6
+    c.optimizer.weight_decay = 0.01
+    c.ppo.num_minibatches = 4
+    c.ppo.num_microbatches = 8
+    c.ppo.logprob_chunk = 512
+    c.task.num_eval = 500
+    c.eval_every = 20
+    c.checkpoint_every = 20
+    return True
+
+
+def _shared_tokenizer() -> str:
+    """The real Qwen2 tokenizer of the shared assets (``$MOJAX_SHARED_DIR`` or ``../shared``)."""
+    import os
+
+    root = os.environ.get("MOJAX_SHARED_DIR") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared"
+    )
+    return os.path.join(root, "assets", "qwen2-tokenizer")
+
+
+def shared_data(*parts: str) -> str:
+    """A path under the shared data folder (``$MOJAX_SHARED_DIR/data`` or ``../shared/data``)."""
+    import os
+
+    return os.path.join(os.path.dirname(_shared_tokenizer()), "..", "data", *parts)
+
+
+def tiny_schedule(c: ml_collections.ConfigDict, paper: bool, steps_arg: int, steps: int = 40):
+    """Run length of the method configs: the tiny calculator recipe (SFT warm start + ``steps`` RL
+    steps, evaluation every 10) unless the paper-scale recipe is selected."""
+    if paper:
+        c.steps = steps_arg or 300
+        return
+    c.steps = steps_arg or steps
+    if c.task.name == "calculator":
+        c.sft.steps = 500
+    c.eval_every = 10

@@ -158,11 +158,9 @@ def rollout_metrics(eps: Episodes) -> dict[str, float]:
         "rollout/policy_tokens_mean": float(np.asarray(r.loss_mask).sum(-1).mean()),
         "rollout/tool_calls_mean": float(np.asarray(r.n_calls).mean()),
     }
-    names = getattr(r, "finish_reason_names", None)
-    if names is not None:
-        names = list(names() if callable(names) else names)
-        for name in sorted(set(names)):
-            out[f"rollout/finish/{name}"] = names.count(name) / len(names)
+    names = [str(x) for x in r.finish_reason]
+    for name in sorted(set(names)):
+        out[f"rollout/finish/{name}"] = names.count(name) / len(names)
     for k, v in (getattr(r, "counters", None) or {}).items():
         out[f"rollout/{k}"] = float(v)
     return out

@@ -21,7 +21,9 @@ def sft_arrays(config, task: Task, tokenizer, train_examples) -> tuple[np.ndarra
     if config.task.name == "calculator":
         from mojax.tasks.calculator import sft_demonstrations, tokenize_demo
 
-        demos = sft_demonstrations(train_examples[:n], seed=int(config.seed))
+        demos = sft_demonstrations(
+            train_examples[:n], seed=int(config.seed), behaviours=dict(config.sft.behaviours)
+        )
         rows = [tokenize_demo(d, tokenizer, end_token_id=eos) for d in demos]
     else:
         if not config.sft.data_path:

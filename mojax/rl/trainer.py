@@ -198,11 +198,13 @@ class Trainer:
                 for i in range(steps):
                     batch = sft_data.sft_batches(tokens, mask, int(c.sft.batch_size), i, c.seed)
                     state, m = step_fn(state, batch)
-                    if (i + 1) % 25 == 0 or i + 1 == steps:
+                    if (i + 1) % 100 == 0 or i + 1 == steps:
                         m = jax.device_get(m)
                         writer.write(i + 1, {f"sft/{k}": v for k, v in m.items()})
-                        logging.info(
-                            "SFT %d/%d loss %.4f (%.0fs)", i + 1, steps, m["loss"], time.time() - t0
+                        print(
+                            f"SFT {i + 1}/{steps} loss {float(m['loss']):.4f} "
+                            f"({time.time() - t0:.0f}s)",
+                            flush=True,
                         )
             ckpt.save(steps, state, {"phase": "sft"}, force=True)
             ckpt.wait()
@@ -314,12 +316,12 @@ class Trainer:
                 last.update(vm)
                 last.update(self.controller.start(v0))
             self.writer.write(0, last)
-            logging.info(log_lib.format_progress(0, c.steps, last, PROGRESS_KEYS))
+            print(log_lib.format_progress(0, c.steps, last, PROGRESS_KEYS), flush=True)
         for t in range(start, int(c.steps)):
             state, last = self.rl_step(state, t)
             done = t + 1
             self.writer.write(done, last)
-            logging.info(log_lib.format_progress(done, c.steps, last, PROGRESS_KEYS))
+            print(log_lib.format_progress(done, c.steps, last, PROGRESS_KEYS), flush=True)
             if done % int(c.checkpoint_every) == 0 or done == int(c.steps):
                 self.ckpt.save(done, state, self.host_state(done), force=True)
         self.ckpt.wait()

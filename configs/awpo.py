@@ -1,0 +1,46 @@
+"""AWPO (001): variance-aware gating of a judge's reasoning reward, difficulty weights and the dynamic
+clip radius (Eqs. 25–30), on ToolRL function calling with ``(R_out, R_reason)``.
+
+The tiny default trains on the real ToolRL test split in ``../shared/data/toolrl`` (80 prompts, the
+real Qwen2 tokenizer) with the offline overlap judge; point ``judge.kind=http`` at a served judge
+for the paper's setting::
+
+    python -m mojax.main --config=configs/awpo.py
+    python -m mojax.main --config=configs/awpo.py:model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet \
+      --config.judge.kind=http --config.judge.url=http://judge:8000 --config.judge.model=Qwen3-235B-A22B
+"""
+
+from mojax import defaults
+
+
+def get_config(arg=None):
+    args = dict(defaults.COMMON_ARGS, task="toolrl")
+    a = defaults.parse_arg(arg, **args)
+    if a.task != "toolrl":
+        raise ValueError("configs/awpo.py: AWPO's (R_out, R_reason) rewards come from task=toolrl")
+    if not a.train_path:
+        a.train_path = defaults.shared_data("toolrl", "test.parquet")
+    c = defaults.base_config()
+    paper = defaults.apply_common_args(c, a)
+    c.task.kwargs = dict(mode="awpo", matching="optimal")
+    c.estimator = "awpo"
+    # R_max = the theoretical maximum of R_out (format 1 + execution 1)
+    c.advantage = dict(
+        r_max=2.0,
+        eps_mix=0.5,
+        tau_low=0.2,
+        tau_high=0.8,
+        alpha_base=1.0,
+        alpha_prio=1.5,
+        clip_min=0.1,
+        clip_max=0.2,
+    )
+    c.judge.kind = "overlap"
+    if not paper:
+        c.task.num_eval = 8
+        c.rollout.prompts_per_step = 4
+        c.rollout.num_samples = 4
+        c.rollout.max_new_tokens = c.rollout.max_response_len = 32
+        c.eval.ks = (1,)
+    defaults.tiny_schedule(c, paper, a.steps, steps=4)
+    return c.lock()

@@ -1,0 +1,19 @@
+"""Dr.GRPO: ``A = s − mean_g s`` (no std) with the ``seq-mean-token-sum-norm`` loss::
+
+python -m mojax.main --config=configs/dr_grpo.py
+"""
+
+from mojax import defaults
+
+
+def get_config(arg=None):
+    a = defaults.parse_arg(arg, **defaults.COMMON_ARGS)
+    c = defaults.base_config()
+    paper = defaults.apply_common_args(c, a)
+    c.estimator = "dr_grpo"
+    c.advantage = dict(weights=(0.6, 0.4))
+    c.ppo.agg = "seq-mean-token-sum-norm"
+    c.ppo.max_len = c.rollout.max_response_len
+    c.ppo.clip_low = c.ppo.clip_high = 0.2
+    defaults.tiny_schedule(c, paper, a.steps)
+    return c.lock()

@@ -1,0 +1,21 @@
+"""GRPO baseline: scalar ``s = w·r`` with group z-scores (methods.md "Baselines").
+
+On the embedded default (calculator, tiny model, same SFT warm start and tool turns as
+``paretopo.py``) this is the comparison run: ``w = (0.6, 0.4)`` on ``(r_task, r_tool)``::
+
+    python -m mojax.main --config=configs/grpo.py
+    python -m mojax.main --config=configs/grpo.py:model=qwen2.5-math-1.5b,task=math,checkpoint=/ckpt/Qwen2.5-Math-1.5B,train_path=/data/torl/train.parquet
+"""
+
+from mojax import defaults
+
+
+def get_config(arg=None):
+    a = defaults.parse_arg(arg, **defaults.COMMON_ARGS, std_ddof=0)
+    c = defaults.base_config()
+    paper = defaults.apply_common_args(c, a)
+    c.estimator = "grpo"
+    c.advantage = dict(weights=(0.6, 0.4), std_ddof=a.std_ddof)
+    c.ppo.clip_low = c.ppo.clip_high = 0.2
+    defaults.tiny_schedule(c, paper, a.steps)
+    return c.lock()

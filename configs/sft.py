@@ -1,0 +1,20 @@
+"""SFT only: the warm start as its own run (token cross-entropy on demonstrations, observations
+masked); the resulting checkpoint seeds any RL config::
+
+    python -m mojax.main --config=configs/sft.py
+    python -m mojax.main --config=configs/sft.py:model=qwen2.5-1.5b,task=toolrl,checkpoint=/ckpt/Qwen2.5-1.5B-Instruct,sft_path=/data/toolrl/rlla_sft.json,train_path=/data/toolrl/test.parquet
+"""
+
+from mojax import defaults
+
+
+def get_config(arg=None):
+    a = defaults.parse_arg(arg, **defaults.COMMON_ARGS, sft_steps=500)
+    c = defaults.base_config()
+    defaults.apply_common_args(c, a)
+    c.estimator = "grpo"
+    c.advantage = dict(weights=(0.6, 0.4))
+    c.sft.steps = a.sft_steps
+    c.steps = 0  # no RL: the run ends with the SFT evaluation
+    c.eval_every = 1
+    return c.lock()
