@@ -197,6 +197,7 @@ def validate(config: Any) -> None:
     ):
         c.in_range(f"rollout.{key}", 1)
     c.in_range("rollout.max_tool_calls", 0)
+    c.in_range("rollout.max_prompt_len", 0)
     c.in_range("rollout.temperature", 0.0)
     c.in_range("rollout.top_p", 0.0, 1.0, low_inclusive=False)
     c.in_range("rollout.top_k", 0)

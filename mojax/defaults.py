@@ -90,6 +90,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout = ml_collections.ConfigDict()
     c.rollout.prompts_per_step = 16  # P
     c.rollout.num_samples = 8  # G
+    c.rollout.max_prompt_len = 0  # 0 = measured from the data (dry runs assume 1024)
     c.rollout.max_new_tokens = 24  # per turn
     c.rollout.max_response_len = 48  # R: all turns and observations together
     c.rollout.max_turns = 3  # decode turns (tool calls + 1)
