@@ -1,0 +1,195 @@
+"""End to end: every method config's tiny default runs (a few steps), the CLI validates configs before
+compiling, a kill -9 mid-run resumes to a bitwise-identical end, and the paper-scale dry run fits an
+8-device mesh."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py"))
+PUBLIC_KEYS = ("step", "reward/scalar/mean", "loss", "time/step_s")
+
+
+def load_config(name, arg=None):
+    spec = importlib.util.spec_from_file_location(f"cfg_{name}", REPO / "configs" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(arg)
+
+
+def shrink(c):
+    """The same run, smaller: 2 RL steps, a few prompts and samples, a short warm start."""
+    c.steps = 2
+    c.checkpoint_every = c.eval_every = 1
+    c.rollout.prompts_per_step = 2
+    c.rollout.num_samples = 2
+    c.task.num_eval = min(c.task.num_eval, 4)
+    c.sft.steps = min(c.sft.steps, 20)
+    c.sft.batch_size = 16
+    c.sft.num_examples = 64
+    c.task.num_train = min(c.task.num_train, 64)
+    c.eval.ks = (1,)
+    c.eval.num_samples = 1
+    c.ppo.num_minibatches = c.ppo.num_microbatches = 1
+    return c
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    yield
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_runs_end_to_end(name, tmp_path, request):
+    if name == "awpo":
+        request.getfixturevalue("shared")  # skips with a reason when ../shared is absent
+    from mojax.rl import trainer
+
+    c = shrink(load_config(name))
+    summary = trainer.run(c, str(tmp_path))
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(c.steps + 1))
+    for r in records[1:]:
+        for key in PUBLIC_KEYS:
+            assert key in r, (name, key)
+        for obj in trainer.builders.build_task(c.task).objective_names:
+            assert f"reward/{obj}/mean" in r
+        assert np.isfinite(r["loss"])
+    assert "eval/accuracy" in records[-1] and "eval/tool_calls" in records[-1]
+    if c.paretopo.enabled:
+        assert {"pareto/hv", "pareto/r_pareto", "pareto/archive_size"} <= set(records[-1])
+    assert (tmp_path / "done").exists() and (tmp_path / "plots" / "rewards.png").exists()
+    assert summary["step"] if "step" in summary else True
+    if c.steps:
+        assert (tmp_path / "checkpoints" / str(c.steps)).is_dir()
+
+
+def _cli(workdir, *flags, env=None, **kw):
+    cmd = [sys.executable, "-m", "mojax.main", f"--workdir={workdir}", *flags]
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kw,
+    )
+
+
+def test_cli_rejects_bad_configs_before_compiling(tmp_path):
+    p = _cli(tmp_path, "--config=configs/paretopo.py", "--config.ppo.clip_hihg=0.3")
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode != 0 and "clip_hihg" in out
+    p = _cli(
+        tmp_path,
+        "--config=configs/paretopo.py",
+        "--config.estimator=ppo_rank",
+        "--config.ppo.agg=token-meen",
+    )
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode != 0
+    assert "config.estimator: 'ppo_rank' is not allowed" in out
+    assert (
+        "config.ppo.agg: 'token-meen' is not allowed" in out and "did you mean 'token-mean'" in out
+    )
+    p = _cli(tmp_path, "--config=configs/paretopo.py:modle=tiny")
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode != 0 and "'modle' is unknown" in out
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def _final_params(workdir):
+    import orbax.checkpoint as ocp
+
+    from mojax.checkpoint import Checkpointer
+
+    steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+    with ocp.StandardCheckpointer() as ck:
+        state = ck.restore(workdir / "checkpoints" / str(steps[-1]) / "state")
+    host = json.loads((workdir / "checkpoints" / str(steps[-1]) / "host" / "metadata").read_text())
+    del Checkpointer
+    return state, host
+
+
+def _metrics_without_time(workdir):
+    out = []
+    for line in (workdir / "metrics.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        out.append({k: v for k, v in r.items() if not k.startswith("time/")})
+    return out
+
+
+@pytest.mark.slow
+def test_kill_9_then_resume_ends_bitwise_identical(tmp_path):
+    flags = [
+        "--config=configs/paretopo.py",
+        "--config.steps=4",
+        "--config.checkpoint_every=1",
+        "--config.sft.steps=20",
+        "--config.task.num_eval=4",
+        "--config.rollout.prompts_per_step=2",
+        "--config.rollout.num_samples=4",
+        "--config.eval_every=2",
+        "--config.paretopo.stage1_steps=2",
+        "--config.paretopo.validate_every=1",
+        "--config.sft.batch_size=16",
+    ]
+    env = {
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    p = _cli(straight, *flags, env=env)
+    out, _ = p.communicate(timeout=900)
+    assert p.returncode == 0, out[-3000:]
+    p = _cli(killed, *flags, env=env, start_new_session=True)
+    deadline = time.time() + 900
+    while not (killed / "checkpoints" / "2").is_dir():
+        assert p.poll() is None and time.time() < deadline, "run ended before its step-2 checkpoint"
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert not (killed / "done").exists()
+    p = _cli(killed, *flags, env=env)
+    out, _ = p.communicate(timeout=900)
+    assert p.returncode == 0, out[-3000:]
+    a, ha = _final_params(straight)
+    b, hb = _final_params(killed)
+    import jax
+
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert ha == hb
+    assert _metrics_without_time(straight) == _metrics_without_time(killed)
+
+
+@pytest.mark.slow
+def test_paper_scale_dry_run_on_8_devices(tmp_path):
+    p = _cli(
+        tmp_path,
+        "--config=configs/paretopo.py:model=qwen2.5-math-1.5b,task=math,data=2,fsdp=4",
+        "--config.dry_run=true",
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
+    )
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, out[-3000:]
+    assert (
+        "(8 devices)" in out
+        and "1.544B params" in out
+        and "lowered with explicit shardings: OK" in out
+    )
