@@ -19,7 +19,6 @@ import numpy as np
 import optax
 import pytest
 
-from mojax import sharding as shl
 from mojax.checkpoint import Checkpointer, CheckpointError, decode_host_state, encode_host_state
 from mojax.rl import TrainState
 
@@ -215,22 +214,3 @@ def test_kill_during_async_save_leaves_previous_step_usable(tmp_path):
         ck.wait()
         assert ck.all_steps() == [1, 2]
     assert not [d for d in os.listdir(tmp_path / "ck") if "tmp" in d]
-
-
-def test_mesh_shape_validation():
-    assert shl.resolve_mesh_shape(-1, 2, 1, num_devices=8) == (4, 2, 1)
-    assert shl.resolve_mesh_shape(1, 1, -1, num_devices=8) == (1, 1, 8)
-    with pytest.raises(ValueError, match="at most one"):
-        shl.resolve_mesh_shape(-1, -1, 1, num_devices=8)
-    with pytest.raises(ValueError, match="mesh.tensor"):
-        shl.resolve_mesh_shape(1, 1, 0, num_devices=8)
-    with pytest.raises(ValueError, match="!= 8 devices"):
-        shl.resolve_mesh_shape(2, 2, 1, num_devices=8)
-    with pytest.raises(ValueError, match="not divisible"):
-        shl.resolve_mesh_shape(-1, 3, 1, num_devices=8)
-    with pytest.raises(ValueError, match="unknown mesh key"):
-        shl.mesh_from_config({"data": 1, "model": 1})
-    with pytest.raises(ValueError, match="unknown mesh axes"):
-        shl.logical_axis_rules({"logical_axis_rules": (("batch", "pipeline"),)})
-    mesh = shl.mesh_from_config({"data": -1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
-    assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 1}

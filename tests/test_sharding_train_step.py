@@ -145,6 +145,7 @@ def sharded_run(tmp_path_factory):
     return proc
 
 
+@pytest.mark.slow
 def test_sharded_step_equals_one_device(sharded_run):
     proc = sharded_run
     assert "REPORT " in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -158,6 +159,7 @@ def test_sharded_step_equals_one_device(sharded_run):
             assert r["params"] <= 1e-2 * 1e-3, (shape, r)  # 1% of the learning rate
 
 
+@pytest.mark.slow
 def test_checkpoint_restores_across_mesh_shapes(sharded_run):
     proc = sharded_run
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
