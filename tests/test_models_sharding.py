@@ -1,4 +1,4 @@
-"""Sharded placement: logical axis names -> mesh shardings, slice-wise checkpoint reads, equal logits.
+"""Sharded placement: logical axes -> mesh shardings, slice-wise checkpoint reads, equal logits.
 
 The 8-device part runs in a subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=8``
 (jax may already be initialised in this process). Reference: the same checkpoint loaded unsharded.
@@ -90,13 +90,15 @@ _SCRIPT = textwrap.dedent(
 
     # the cache shards by its logical axes too; a prefill under the mesh equals the unsharded one
     cache = mm.init_cache(cfg, 4, 24)
-    cache_sh = nn.logical_to_mesh_sharding(cache.logical_axes(), mesh, mm.DEFAULT_LOGICAL_AXIS_RULES)
+    rules = mm.DEFAULT_LOGICAL_AXIS_RULES
+    cache_sh = nn.logical_to_mesh_sharding(cache.logical_axes(), mesh, rules)
     cache = jax.device_put(cache, cache_sh)
     assert cache.k.sharding.spec == P(None, ("data", "fsdp"), None, "tensor", None)
     with mesh, nn.logical_axis_rules(mm.DEFAULT_LOGICAL_AXIS_RULES):
         got, cache = jax.jit(lambda p, t, m, c: model.apply_fn({"params": p}, t,
                              attention_mask=m, cache=c))(model.params, tokens, mask, cache)
-    assert np.abs(np.where(np.asarray(mask)[..., None] > 0, np.asarray(got) - want, 0)).max() <= 1e-5
+    diff = np.where(np.asarray(mask)[..., None] > 0, np.asarray(got) - want, 0)
+    assert np.abs(diff).max() <= 1e-5
     print("SHARDING-OK")
     """
 )

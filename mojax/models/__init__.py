@@ -52,6 +52,7 @@ from mojax.models.qwen import (
     param_logical_axes,
     param_shapes,
     param_shardings,
+    token_logprobs,
 )
 from mojax.models.tokenizer import HFTokenizer, SentencePieceTokenizer, load_tokenizer
 from mojax.models.variants import VARIANTS, get_variant
@@ -76,4 +77,5 @@ __all__ = [
     "param_shapes",
     "param_shardings",
     "save_pretrained",
+    "token_logprobs",
 ]

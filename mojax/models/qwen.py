@@ -149,15 +149,30 @@ class Qwen(nn.Module):
         """fp32 logits [..., V] from final hidden states [..., E] (tied or untied head)."""
         cfg = self.config
         head = self.embed_tokens if cfg.tie_word_embeddings else self.lm_head
-        logits = jnp.einsum(
-            "...e,ve->...v",
-            hidden.astype(cfg.jnp_dtype),
+        lead = hidden.shape[:-1]
+        logits = jax.lax.dot_general(  # 2-D [N, E] x [V, E]^T: see layers.Projection for why
+            hidden.astype(cfg.jnp_dtype).reshape(-1, cfg.hidden_size),
             head.astype(cfg.jnp_dtype),
+            (((1,), (1,)), ((), ())),
             preferred_element_type=jnp.float32,
-        )
+        ).reshape(*lead, cfg.vocab_size)
         if logits.ndim == 3:
             logits = constrain(logits, "batch", "length", "vocab")
         return logits
+
+
+def token_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """fp32 ``log softmax(logits)[targets]``: ``[..., V]``, ``[...]`` -> ``[...]``.
+
+    Written as ``sum(logits * one_hot) - logsumexp`` rather than ``take_along_axis(log_softmax)``:
+    same value, but its gradient is elementwise instead of a scatter, which XLA's CPU backend runs
+    slowly. To score next tokens, shift the *targets* (``roll(tokens, -1)`` with the last position
+    masked) rather than slicing the logits, whose gradient would otherwise be a padded copy of the
+    whole ``[B, T, V]`` array.
+    """
+    logits = logits.astype(jnp.float32)
+    picked = jnp.sum(logits * jax.nn.one_hot(targets, logits.shape[-1], dtype=logits.dtype), -1)
+    return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
 # --------------------------------------------------------------------------------------------------
