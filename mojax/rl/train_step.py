@@ -36,7 +36,7 @@ import optax
 from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
-from mojax.models import QwenConfig
+from mojax.models import QwenConfig, param_shardings
 from mojax.rl import losses
 from mojax.rl.logprobs import token_logprobs
 from mojax.rl.state import TrainState, state_shardings
@@ -409,6 +409,8 @@ class ShardedStep:
             for k, v in batch.items()
             if k not in self.ignored
         }
+        if np.ndim(out["tokens"]) != 2:
+            raise ValueError(f"batch['tokens'] must be [B, T], got shape {np.shape(out['tokens'])}")
         b, t = np.shape(out["tokens"])
         for k, v in out.items():
             shape = np.shape(v)
@@ -501,8 +503,6 @@ def make_grad_fn(model_config: QwenConfig, cfg: PPOConfig, mesh: Mesh, rules=Non
     """Jitted ``(params, batch) -> (grads, metrics)`` of the PPO loss on the whole batch, grads
     sharded like the params (for tests and analysis; the train step does the same internally)."""
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
-    from mojax.models import param_shardings
-
     p_sh = param_shardings(model_config, mesh, rules)
 
     def fn(params, batch):
@@ -533,8 +533,6 @@ def make_logprob_fn(
     and for recomputing ``old_logprobs`` with the training numerics.
     """
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
-    from mojax.models import param_shardings
-
     p_sh = param_shardings(model_config, mesh, rules)
     in_p = jax.tree.map(lambda s: s.with_memory_kind("pinned_host"), p_sh) if offloaded else p_sh
 
