@@ -217,3 +217,18 @@ def test_kill_during_async_save_leaves_previous_step_usable(tmp_path):
         ck.wait()
         assert ck.all_steps() == [1, 2]
     assert not [d for d in os.listdir(tmp_path / "ck") if "tmp" in d]
+
+
+def test_async_save_survives_the_next_donating_step(tmp_path):
+    """``save`` returns once the arrays are copied off the device buffers, so the trainer may run
+    the next (donating) step while the write is in flight."""
+    state = small_state(1)
+    want = jax.tree.map(np.asarray, state)
+    bump = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=0)
+    with Checkpointer(tmp_path / "ck", async_save=True) as ck:
+        ck.save(1, state, host_state(1))
+        state = bump(state)  # reuses (overwrites) the saved buffers where the backend donates
+        ck.wait()
+        got, _, _ = ck.restore(small_state(0))
+    assert_tree_equal(got, want)
+    assert int(state.step) == int(want.step) + 1
