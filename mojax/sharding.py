@@ -132,11 +132,19 @@ def batch_shardings(batch: Mapping[str, Any], mesh: Mesh, rules: Sequence) -> di
     return {k: batch_sharding(mesh, rules, np.ndim(v)) for k, v in batch.items()}
 
 
+def num_shards(mesh: Mesh | None, rules: Sequence, name: str) -> int:
+    """Into how many pieces the logical axis ``name`` is split on ``mesh`` (1 without a mesh)."""
+    if mesh is None:
+        return 1
+    spec = logical_sharding(mesh, rules, name).spec
+    axes = spec[0] if spec else None
+    axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+    return math.prod(mesh.shape[a] for a in axes)
+
+
 def batch_divisor(mesh: Mesh, rules: Sequence) -> int:
     """Number of shards of the batch axis (rows per call must be a multiple of it)."""
-    spec = batch_sharding(mesh, rules, 1).spec[0]
-    axes = (spec,) if isinstance(spec, str) else tuple(spec or ())
-    return math.prod(mesh.shape[a] for a in axes)
+    return num_shards(mesh, rules, "batch")
 
 
 def shard_batch(batch: Mapping[str, Any], mesh: Mesh, rules: Sequence) -> dict[str, jax.Array]:

@@ -6,6 +6,7 @@ tmp directory is ignored), broken steps (a clear error naming the path; fallback
 good step), and a restore target of the wrong shape.
 """
 
+import gc
 import math
 import os
 import shutil
@@ -19,7 +20,6 @@ import numpy as np
 import optax
 import pytest
 
-from mojax import sharding as shl
 from mojax.checkpoint import Checkpointer, CheckpointError, decode_host_state, encode_host_state
 from mojax.rl import TrainState
 
@@ -122,6 +122,7 @@ def test_save_restore_keep_last_n(tmp_path):
         Checkpointer(tmp_path / "empty").restore(target)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_broken_step_is_named_and_falls_back(tmp_path):
     ck = Checkpointer(tmp_path / "ck", max_to_keep=5, async_save=False)
     ck.save(1, small_state(1), host_state(1))
@@ -155,6 +156,7 @@ def test_broken_step_is_named_and_falls_back(tmp_path):
     with pytest.raises(CheckpointError, match="step 1"):
         ck.restore(bad, step=1)
     ck.close()
+    gc.collect()  # orbax leaves the reads of a failed restore un-awaited; collect them here
 
 
 def test_unfinished_tmp_directory_is_ignored(tmp_path):
@@ -217,20 +219,16 @@ def test_kill_during_async_save_leaves_previous_step_usable(tmp_path):
     assert not [d for d in os.listdir(tmp_path / "ck") if "tmp" in d]
 
 
-def test_mesh_shape_validation():
-    assert shl.resolve_mesh_shape(-1, 2, 1, num_devices=8) == (4, 2, 1)
-    assert shl.resolve_mesh_shape(1, 1, -1, num_devices=8) == (1, 1, 8)
-    with pytest.raises(ValueError, match="at most one"):
-        shl.resolve_mesh_shape(-1, -1, 1, num_devices=8)
-    with pytest.raises(ValueError, match="mesh.tensor"):
-        shl.resolve_mesh_shape(1, 1, 0, num_devices=8)
-    with pytest.raises(ValueError, match="!= 8 devices"):
-        shl.resolve_mesh_shape(2, 2, 1, num_devices=8)
-    with pytest.raises(ValueError, match="not divisible"):
-        shl.resolve_mesh_shape(-1, 3, 1, num_devices=8)
-    with pytest.raises(ValueError, match="unknown mesh key"):
-        shl.mesh_from_config({"data": 1, "model": 1})
-    with pytest.raises(ValueError, match="unknown mesh axes"):
-        shl.logical_axis_rules({"logical_axis_rules": (("batch", "pipeline"),)})
-    mesh = shl.mesh_from_config({"data": -1, "fsdp": 1, "tensor": 1}, devices=jax.devices()[:1])
-    assert dict(mesh.shape) == {"data": 1, "fsdp": 1, "tensor": 1}
+def test_async_save_survives_the_next_donating_step(tmp_path):
+    """``save`` returns once the arrays are copied off the device buffers, so the trainer may run
+    the next (donating) step while the write is in flight."""
+    state = small_state(1)
+    want = jax.tree.map(np.asarray, state)
+    bump = jax.jit(lambda s: jax.tree.map(lambda x: x + 1, s), donate_argnums=0)
+    with Checkpointer(tmp_path / "ck", async_save=True) as ck:
+        ck.save(1, state, host_state(1))
+        state = bump(state)  # reuses (overwrites) the saved buffers where the backend donates
+        ck.wait()
+        got, _, _ = ck.restore(small_state(0))
+    assert_tree_equal(got, want)
+    assert int(state.step) == int(want.step) + 1

@@ -122,6 +122,15 @@ _SCRIPT = textwrap.dedent(
     assert st1.params["embed_tokens"].sharding.mesh.devices.size == 1
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(st1), jax.device_get(ref["state"]))
     print("CKPT-OK", flush=True)
+
+    # reference log-probs with frozen params sharded like the policy (offloaded to host if possible)
+    rules = shl.logical_axis_rules()
+    want = rl.make_logprob_fn(cfg, mesh1)(st1.params, batch["tokens"])
+    host_params, off = shl.offload(st.params, rl.state_shardings(cfg, tx, mesh8, rules).params)
+    got = rl.make_logprob_fn(cfg, mesh8, offloaded=off)(host_params, batch["tokens"])
+    err = float(np.abs(np.asarray(got) - np.asarray(want)).max())
+    assert err <= 1e-5, err
+    print("LOGPROBS-OK offloaded=%s max_err=%.2e" % (off, err), flush=True)
     """
 )
 
@@ -145,10 +154,12 @@ def sharded_run(tmp_path_factory):
     return proc
 
 
+@pytest.mark.slow
 def test_sharded_step_equals_one_device(sharded_run):
     proc = sharded_run
     assert "REPORT " in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
     report = json.loads(proc.stdout.split("REPORT ", 1)[1].splitlines()[0])
+    print(json.dumps(report, indent=1))  # the tolerances reached (pytest -s)
     assert set(report) == {"(2, 2, 2)", "(8, 1, 1)", "(1, 1, 8)", "(2, 4, 1)", "adamw"}
     for shape, r in report.items():
         assert r["loss"] <= 1e-5 and r["metrics"] <= 1e-5, (shape, r)
@@ -158,7 +169,16 @@ def test_sharded_step_equals_one_device(sharded_run):
             assert r["params"] <= 1e-2 * 1e-3, (shape, r)  # 1% of the learning rate
 
 
+@pytest.mark.slow
 def test_checkpoint_restores_across_mesh_shapes(sharded_run):
     proc = sharded_run
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert "CKPT-OK" in proc.stdout
+
+
+@pytest.mark.slow
+def test_reference_logprobs_sharded_and_offloaded(sharded_run):
+    proc = sharded_run
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert "LOGPROBS-OK" in proc.stdout
+    print(proc.stdout.split("LOGPROBS-OK", 1)[1].splitlines()[0])

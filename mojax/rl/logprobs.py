@@ -20,14 +20,23 @@ import jax.numpy as jnp
 from mojax.models import Qwen, QwenConfig
 
 
-def _chunk_terms(module: Qwen, params: Any, hidden: jax.Array, targets: jax.Array, entropy: bool):
+def _chunk_terms(
+    module: Qwen,
+    params: Any,
+    hidden: jax.Array,
+    targets: jax.Array,
+    entropy: bool,
+    vocab_sharded: bool,
+):
     """fp32 log π(target) [B, C] and entropy [B, C] from hidden [B, C, E]."""
     logits = module.apply({"params": params}, hidden, method=Qwen.logits)  # [B, C, V] fp32
     logits = logits.astype(jnp.float32)
     lse = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
-    # a masked sum instead of take_along_axis keeps a vocab-sharded logits array sharded
-    vocab_ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
-    picked = jnp.sum(jnp.where(vocab_ids == targets[..., None], logits, 0.0), axis=-1)
+    if vocab_sharded:  # a masked sum keeps vocab-sharded logits sharded (no gather of [B, C, V])
+        vocab_ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+        picked = jnp.sum(jnp.where(vocab_ids == targets[..., None], logits, 0.0), axis=-1)
+    else:  # a gather: ~25% cheaper on CPU
+        picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     lp = picked - lse
     if not entropy:
         return lp, jnp.zeros_like(lp)
@@ -44,17 +53,20 @@ def logprobs_from_hidden(
     *,
     chunk_size: int | None = None,
     with_entropy: bool = False,
+    vocab_sharded: bool = False,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned token log-probs [B, T] (and entropies [B, T]) from final hidden states [B, T, E].
 
-    Position t uses the hidden state at t − 1; position 0 gets 0.
+    Position t uses the hidden state at t − 1; position 0 gets 0. ``vocab_sharded``: the logits'
+    vocab axis is split over devices (tensor parallelism); pick the target logit with a masked sum
+    instead of a gather.
     """
     module = Qwen(config)
     b, t = tokens.shape
     # next-token targets: hidden[:, s] predicts tokens[:, s + 1]; the last position is discarded.
     targets = jnp.concatenate([tokens[:, 1:], jnp.zeros((b, 1), tokens.dtype)], axis=1)
     if chunk_size is None or chunk_size >= t:
-        lp, ent = _chunk_terms(module, params, hidden, targets, with_entropy)
+        lp, ent = _chunk_terms(module, params, hidden, targets, with_entropy, vocab_sharded)
     else:
         n = -(-t // chunk_size)
         pad = n * chunk_size - t
@@ -65,7 +77,7 @@ def logprobs_from_hidden(
 
         @jax.checkpoint
         def body(p, hy):
-            return _chunk_terms(module, p, hy[0], hy[1], with_entropy)
+            return _chunk_terms(module, p, hy[0], hy[1], with_entropy, vocab_sharded)
 
         lp, ent = jax.lax.map(lambda hy: body(params, hy), (h, y))  # [n, B, C]
         lp = jnp.moveaxis(lp, 0, 1).reshape(b, n * chunk_size)[:, :t]
@@ -84,6 +96,7 @@ def token_logprobs(
     *,
     chunk_size: int | None = None,
     with_entropy: bool = False,
+    vocab_sharded: bool = False,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned fp32 log π(tokens[:, t] | tokens[:, :t]) [B, T] (+ entropy [B, T]) of the policy.
 
@@ -94,10 +107,17 @@ def token_logprobs(
       attention_mask: [B, T] (default all ones; right padding needs none — causal attention).
       chunk_size: positions per vocabulary-projection chunk (None = all at once).
       with_entropy: also return the per-token entropy of π (for the entropy bonus / metrics).
+      vocab_sharded: the vocab axis is split over devices (see ``logprobs_from_hidden``).
     """
     hidden = Qwen(config).apply(
         {"params": params}, tokens, attention_mask=attention_mask, return_hidden=True
     )
     return logprobs_from_hidden(
-        config, params, hidden, tokens, chunk_size=chunk_size, with_entropy=with_entropy
+        config,
+        params,
+        hidden,
+        tokens,
+        chunk_size=chunk_size,
+        with_entropy=with_entropy,
+        vocab_sharded=vocab_sharded,
     )

@@ -108,7 +108,7 @@ def ppo_token_terms(
 ) -> dict[str, jax.Array]:
     """Unaggregated PPO-clip terms [B, T]: ``pg_loss = −o`` and the indicators used for metrics.
 
-    ``clip_eps`` (AWPO's batch radius, eq. 30) replaces both bounds: ``(1 − ε, 1 + ε)``.
+    ``clip_eps`` (AWPO's batch radius, eqs. 29-30) replaces both bounds: ``(1 − ε, 1 + ε)``.
     """
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"dual_clip must be > 1 (methods.md uses c = 3), got {dual_clip!r}")
@@ -169,7 +169,7 @@ def ppo_clip_loss(
       agg: aggregation mode, see the module docstring.
       ref_logprobs: [B, T] under the frozen reference; required when ``kl_coef != 0``.
       kl_coef: β of the KL loss term; kl_type: ``"k1" | "k2" | "k3"``.
-      clip_eps: a per-batch clip radius (AWPO eq. 30) overriding both bounds symmetrically.
+      clip_eps: a per-batch clip radius (AWPO eqs. 29-30) overriding both bounds symmetrically.
       entropy: [B, T] per-token policy entropy, for the bonus ``− entropy_coef · H``.
       max_len: the constant normaliser of ``seq-mean-token-sum-norm``.
       token_weights: precomputed ``aggregation_weights`` (micro-batching); overrides ``agg``.

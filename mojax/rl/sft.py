@@ -46,7 +46,12 @@ def sft_update(
 
     def loss_fn(params, x):
         lp, _ = token_logprobs(
-            model_config, params, x["tokens"], x.get("attention_mask"), chunk_size=logprob_chunk
+            model_config,
+            params,
+            x["tokens"],
+            x.get("attention_mask"),
+            chunk_size=logprob_chunk,
+            vocab_sharded=sharding_lib.num_shards(mesh, rules, "vocab") > 1,
         )
         return losses.sft_loss(lp, x["loss_mask"], token_weights=x["weights"]), {}
 
