@@ -99,6 +99,10 @@ _SCRIPT = textwrap.dedent(
                              attention_mask=m, cache=c))(model.params, tokens, mask, cache)
     diff = np.where(np.asarray(mask)[..., None] > 0, np.asarray(got) - want, 0)
     assert np.abs(diff).max() <= 1e-5
+    # random init of a variant is created already sharded too
+    tiny = mm.from_pretrained("tiny-qwen3", mesh=mesh)
+    spec = tiny.params["layers"]["mlp"]["down_proj"]["kernel"].sharding.spec
+    assert spec == P(None, "tensor", "fsdp"), spec
     print("SHARDING-OK")
     """
 )

@@ -97,6 +97,22 @@ def test_cached_step_under_jit_with_bf16_cache(model):
     assert np.abs(np.asarray(logits2)[:, 0] - full[:, 3]).max() < 0.05  # bf16 k/v storage only
 
 
+def test_shared_prefill_repeated_rows_decode_like_separate_prefills(model):
+    """One prefill per prompt, repeated G times (prompt-major), then per-sample decode tokens."""
+    rng = np.random.RandomState(2)
+    prompts = rng.randint(0, model.config.vocab_size, (2, 5)).astype(np.int32)
+    pmask = np.array([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]], np.int32)
+    cache = mm.init_cache(model.config, 2, max_len=8)
+    _, cache = model(prompts, attention_mask=pmask, cache=cache)
+    cache = cache.repeat_rows(3)
+    nxt = rng.randint(0, model.config.vocab_size, (6, 1)).astype(np.int32)
+    got, _ = model(nxt, cache=cache)
+    full_tokens = np.concatenate([np.repeat(prompts, 3, 0), nxt], 1)
+    full_mask = np.concatenate([np.repeat(pmask, 3, 0), np.ones((6, 1), np.int32)], 1)
+    ref = np.asarray(model(full_tokens, attention_mask=full_mask))[:, -1]
+    np.testing.assert_allclose(np.asarray(got)[:, 0], ref, atol=ATOL, rtol=0)
+
+
 def test_writes_past_capacity_are_dropped_not_wrapped(model):
     cache = mm.init_cache(model.config, 1, max_len=4)
     _, cache = model(jnp.ones((1, 3), jnp.int32), cache=cache)

@@ -79,6 +79,16 @@ def test_bf16_save_loads_in_transformers(qwen3_dir, tmp_path):
         assert torch.equal(back.state_dict()[k], v.to(torch.bfloat16)), k
 
 
+def test_save_with_tokenizer_serves_as_is(qwen2_dir, qwen2_tokenizer_dir, tmp_path):
+    src, _ = qwen2_dir
+    mm.save_pretrained(mm.from_pretrained(src), tmp_path, tokenizer_dir=qwen2_tokenizer_dir)
+    tok = transformers.AutoTokenizer.from_pretrained(tmp_path, local_files_only=True)
+    assert tok.eos_token_id == 151645 and tok.chat_template
+    assert mm.load_tokenizer(tmp_path).encode("Hello world") == [9707, 1879]
+    with pytest.raises(FileNotFoundError, match="tokenizer_dir"):
+        mm.save_pretrained(mm.from_pretrained(src), tmp_path / "x", tokenizer_dir=tmp_path / "no")
+
+
 def test_sharded_checkpoints_both_ways(qwen3_dir, tmp_path):
     src, hf = qwen3_dir
     hf.save_pretrained(tmp_path / "hf_sharded", max_shard_size="40KB")

@@ -4,7 +4,7 @@ Quick use::
 
     model = mojax.models.from_pretrained("/ckpt/Qwen3-1.7B", dtype="bfloat16")  # or "tiny-qwen3"
     logits = model(tokens, attention_mask=mask)  # fp32 [B, T, V]; positions = cumsum(mask) - 1
-    mojax.models.save_pretrained(model, out_dir)  # config.json + safetensors (transformers)
+    mojax.models.save_pretrained(model, out_dir, tokenizer_dir=src)  # HF format, serves as-is
     tok = mojax.models.load_tokenizer(path)  # HF dir (chat template) or sentencepiece .model
 
 Functional core (inside jit)::
@@ -22,7 +22,11 @@ Functional core (inside jit)::
 ``end .. end+T-1`` (padding in the chunk takes a slot marked invalid), advances ``end`` by T and
 attends causally (by slot index) over the valid slots. Default positions continue each row from its
 number of valid tokens, so prefill (T = prompt bucket), decode (T = 1) and per-row appends of tool
-observations all use this one path. See ``mojax.models.cache``.
+observations all use this one path. ``cache.repeat_rows(G)`` shares one prefill across G samples
+(prompt-major). See ``mojax.models.cache``.
+
+Loss helper: ``token_logprobs(logits, targets)`` (fp32, scatter-free gradient); score next tokens by
+shifting the targets (``roll(tokens, -1)``, last position masked) rather than slicing the logits.
 
 Sharding: params carry logical axis names (``param_logical_axes(config)``); with a mesh of axes
 ("data", "fsdp", "tensor") use ``param_shardings(config, mesh, DEFAULT_LOGICAL_AXIS_RULES)`` or

@@ -54,6 +54,16 @@ class KVCache:
         """int32 [B]: real tokens held per row (the next token's default RoPE position)."""
         return jnp.sum(self.slot_mask, axis=-1, dtype=jnp.int32)
 
+    def repeat_rows(self, n: int) -> KVCache:
+        """Each row repeated ``n`` times, prompt-major (row ``p * n + g``), e.g. to share one
+        prefill across the G samples of a prompt."""
+        return KVCache(
+            k=jnp.repeat(self.k, n, axis=1),
+            v=jnp.repeat(self.v, n, axis=1),
+            slot_mask=jnp.repeat(self.slot_mask, n, axis=0),
+            end=jnp.repeat(self.end, n, axis=0),
+        )
+
     def logical_axes(self) -> KVCache:
         """A KVCache of ``PartitionSpec``s of logical names, for ``nn.logical_to_mesh_sharding``."""
         return KVCache(**{k: PartitionSpec(*v) for k, v in CACHE_LOGICAL_AXES.items()})

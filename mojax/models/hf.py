@@ -13,6 +13,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -285,12 +286,26 @@ def from_pretrained(
 # saving
 
 
+#: Files copied by ``save_pretrained(..., tokenizer_dir=...)`` so the output serves as-is.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "generation_config.json",
+)
+
+
 def save_pretrained(
     model: QwenModel,
     out_dir: str | os.PathLike,
     *,
     dtype: Any = None,
     max_shard_bytes: int = 5 << 30,
+    tokenizer_dir: str | os.PathLike | None = None,
 ) -> None:
     """Writes ``config.json`` and HF-format safetensors (sharded with an index above
     ``max_shard_bytes``).
@@ -299,6 +314,9 @@ def save_pretrained(
       model: the model to save (params may be sharded; they are gathered tensor by tensor).
       out_dir: created if needed.
       dtype: dtype of the saved tensors; defaults to the params' dtype.
+      max_shard_bytes: size above which tensors go to numbered shards plus an index file.
+      tokenizer_dir: if given, its tokenizer (and generation config) files are copied along, so
+        transformers / vLLM can serve ``out_dir`` unchanged.
     """
     config = model.config
     out_dir = os.fspath(out_dir)
@@ -329,6 +347,17 @@ def save_pretrained(
     hf_config["torch_dtype"] = saved_dtype
     with open(os.path.join(out_dir, "config.json"), "w") as fh:
         json.dump(hf_config, fh, indent=2)
+    if tokenizer_dir is not None:
+        copied = 0
+        for fname in TOKENIZER_FILES:
+            src = os.path.join(os.fspath(tokenizer_dir), fname)
+            if os.path.isfile(src):
+                shutil.copyfile(src, os.path.join(out_dir, fname))
+                copied += 1
+        if not copied:
+            raise FileNotFoundError(
+                f"tokenizer_dir={tokenizer_dir!r} has none of {TOKENIZER_FILES}"
+            )
     if len(shards) == 1:
         safetensors_io.save_file(shards[0], os.path.join(out_dir, _SINGLE))
         return
