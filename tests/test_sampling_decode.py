@@ -207,6 +207,21 @@ def test_sampled_multi_turn_logprobs_equal_teacher_forced(model):
         assert m.sum() >= 6 and (~m).sum() >= 1
         assert np.abs(lp[row, : n[row]][m] - ref[m]).max() <= ATOL
         assert (lp[row, : n[row]][~m] == 0).all()
+    # the design.md rollout batch: prompt + response per row, mask / old log-probs aligned
+    rb = ms.rollout_batch(tokens, lengths, out, num_samples=2, pad_id=-1)
+    for row in range(6):
+        p, k = row // 2, lengths[row // 2]
+        want = np.full(10 + 80, -1)
+        want[:k], want[k : k + n[row]] = tokens[p, :k], toks[row, : n[row]]
+        np.testing.assert_array_equal(np.asarray(rb["tokens"])[row], want)
+        want_mask = np.zeros(90, bool)
+        want_mask[k : k + n[row]] = mask[row, : n[row]]
+        np.testing.assert_array_equal(np.asarray(rb["loss_mask"])[row], want_mask)
+        np.testing.assert_array_equal(
+            np.asarray(rb["old_logprobs"])[row][want_mask],
+            lp[row, : n[row]][mask[row, : n[row]]],
+        )
+        assert int(rb["lengths"][row]) == k + n[row]
 
 
 def count_backend_compiles():

@@ -25,7 +25,8 @@ Multi-turn (tool calls), all rows in one batch::
         obs, obs_len = run_tools_and_tokenize(toks, lens, resume)        # [B, To], [B]
         out = append_and_continue(model, out.state, obs, obs_len, resume,
                                   max_new_tokens=T_turn, temperature=1.0)
-    # out.tokens / out.loss_mask / out.logprobs cover the whole multi-turn response
+    # out.tokens / out.loss_mask / out.logprobs cover the whole multi-turn response;
+    batch = rollout_batch(prompts, lengths, out, num_samples=G)  # prompt + response rows [B, T]
 
 Size the cache up front: ``max_total_len >= Tb + sum over calls of (decode steps of the call +
 To bucket of each append)``; a call that would overflow raises a ValueError before running. The
@@ -33,6 +34,7 @@ cache layout is documented in ``mojax.sampling.state``.
 """
 
 from mojax.sampling.api import append_and_continue, generate, stop_id_array
+from mojax.sampling.batch import rollout_batch
 from mojax.sampling.buckets import bucket_length, next_power_of_two, segment_caps
 from mojax.sampling.decode import continue_from_arrays, generate_from_arrays
 from mojax.sampling.processors import SamplingParams, process_logits, sample_step
@@ -62,6 +64,7 @@ __all__ = [
     "generate_from_arrays",
     "next_power_of_two",
     "process_logits",
+    "rollout_batch",
     "sample_step",
     "segment_caps",
     "stop_id_array",
