@@ -28,9 +28,18 @@ Multi-turn (tool calls), all rows in one batch::
     # out.tokens / out.loss_mask / out.logprobs cover the whole multi-turn response;
     batch = rollout_batch(prompts, lengths, out, num_samples=G)  # prompt + response rows [B, T]
 
-Size the cache up front: ``max_total_len >= Tb + sum over calls of (decode steps of the call +
-To bucket of each append)``; a call that would overflow raises a ValueError before running. The
-cache layout is documented in ``mojax.sampling.state``.
+Size the cache up front: every row advances one slot per decode step of the batch (the loop runs
+until the slowest row is done) and ``To`` slots (the observation bucket) per append, so
+``max_total_len >= Tb + sum over calls of (max_new_tokens + To)`` never runs out. When the cache
+does fill up during decoding, the running rows end with ``finish_reason == LENGTH``; an append
+that cannot fit raises a ValueError naming ``max_total_len`` (or ``max_response_len``) before
+running. ``append_and_continue`` donates ``out.state``'s cache: continue each state once (arrays
+of earlier outputs stay valid). The cache / response layout is in ``mojax.sampling.state``.
+
+Cost model (vs the Tunix "vanilla" sampler): the P prompts are prefilled once and the cache is
+repeated to the G samples; decode step ``i`` attends over a power-of-two prefix of the cache
+(``buckets.segment_caps``) rather than all ``max_total_len`` slots; top-k / top-p thresholds use
+a sort-free bisection; one compiled program per (P, G, prompt bucket, R, S, sampling params).
 """
 
 from mojax.sampling.api import append_and_continue, generate, stop_id_array
