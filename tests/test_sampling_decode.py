@@ -145,7 +145,7 @@ def test_resume_after_append_equals_decoding_from_scratch(model):
     kw = dict(temperature=0.0)
     out = ms.generate(
         model, tokens, prompt_lengths=lengths, key=jax.random.key(0), max_new_tokens=8,
-        stop_token_ids=(stop,), **SHAPES, **kw,
+        stop_token_ids=(stop,), pad_id=1000, **SHAPES, **kw,
     )  # fmt: skip
     first_tokens, first_n = np.asarray(out.tokens).copy(), np.asarray(out.lengths).copy()
     assert first_n[0] == k0 + 1 and out.finish_reason_names()[0] == "stop"
@@ -160,6 +160,7 @@ def test_resume_after_append_equals_decoding_from_scratch(model):
     mask = np.asarray(out2.loss_mask)
     # row 1 untouched
     np.testing.assert_array_equal(toks[1], first_tokens[1])
+    assert (toks[1, n[1] :] == 1000).all() and (toks[0, n[0] :] == 1000).all()  # pad_id >= V
     assert n[1] == first_n[1]
     for row in (0, 2):
         prefix = np.concatenate([first_tokens[row, : first_n[row]], obs[row, : obs_len[row]]])
