@@ -1,0 +1,144 @@
+"""Tool-efficiency reward of ParetoPO with its N_optimal tracker (host-side, checkpointable).
+
+000_e6cfe11db36d6d54, Eq. 4: ``r_tool = exp(-alpha |N_call - N_optimal|)`` with ``alpha = 0.7``.
+``N_optimal(prompt)`` is the fewest tool calls among the *successful* trajectories seen so far for
+that prompt (Sec. 2.3: the current group is included, and it is tracked across epochs). It is
+non-increasing over training, so the reward is stationary once it settles.
+
+No success seen yet for a prompt (methods.md switch ``no_success``):
+  * ``"zero"`` (default): ``r_tool = 0`` for its samples;
+  * ``"group_min"``: ``N_optimal`` = fewest calls in the current group (successful or not);
+  * ``"assume_zero_calls"``: ``N_optimal = 0``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+__all__ = ["NOptimalTracker", "tool_efficiency_reward", "NO_SUCCESS_MODES"]
+
+NO_SUCCESS_MODES = ("zero", "group_min", "assume_zero_calls")
+
+
+def tool_efficiency_reward(n_calls, n_opt, *, alpha: float = 0.7) -> np.ndarray:
+    """``exp(-alpha |n_calls - n_opt|)`` elementwise (000 Eq. 4), float32."""
+    if alpha < 0:
+        raise ValueError(f"alpha must be >= 0; got {alpha}")
+    diff = np.abs(np.asarray(n_calls, dtype=np.float64) - np.asarray(n_opt, dtype=np.float64))
+    return np.exp(-alpha * diff).astype(np.float32)
+
+
+def _check_batch(prompt_ids, n_calls, success=None):
+    n_calls = np.asarray(n_calls)
+    if n_calls.ndim != 2:
+        raise ValueError(f"n_calls must have shape [P, G]; got {n_calls.shape}")
+    if not np.issubdtype(n_calls.dtype, np.integer):
+        if not np.all(np.isfinite(n_calls)) or np.any(n_calls != np.round(n_calls)):
+            raise ValueError("n_calls must hold whole numbers of tool calls")
+        n_calls = n_calls.astype(np.int64)
+    if np.any(n_calls < 0):
+        raise ValueError("n_calls must be >= 0")
+    prompt_ids = list(prompt_ids)
+    if len(prompt_ids) != n_calls.shape[0]:
+        raise ValueError(
+            f"prompt_ids must have P = {n_calls.shape[0]} entries; got {len(prompt_ids)}"
+        )
+    if success is not None:
+        success = np.asarray(success, dtype=bool)
+        if success.shape != n_calls.shape:
+            raise ValueError(f"success must have shape {n_calls.shape}; got {success.shape}")
+    return prompt_ids, n_calls, success
+
+
+@dataclasses.dataclass(frozen=True)
+class NOptimalTracker:
+    """``N_optimal`` per prompt id (immutable; every update returns a new tracker).
+
+    Attributes:
+      table: mapping prompt id -> fewest tool calls of a successful trajectory seen so far.
+    """
+
+    table: dict = dataclasses.field(default_factory=dict)
+
+    def get(self, prompt_id: Hashable) -> int | None:
+        return self.table.get(prompt_id)
+
+    def update(self, prompt_ids: Sequence[Hashable], n_calls, success) -> NOptimalTracker:
+        """Folds in the successful trajectories of one batch.
+
+        Args:
+          prompt_ids: ``P`` hashable ids (str or int), one per group.
+          n_calls: int ``[P, G]`` tool calls per trajectory.
+          success: bool ``[P, G]`` task success per trajectory.
+        """
+        prompt_ids, n_calls, success = _check_batch(prompt_ids, n_calls, success)
+        table = dict(self.table)
+        for pid, calls, ok in zip(prompt_ids, n_calls, success):
+            if ok.any():
+                best = int(calls[ok].min())
+                old = table.get(pid)
+                table[pid] = best if old is None else min(old, best)
+        return NOptimalTracker(table)
+
+    def rewards(
+        self,
+        prompt_ids: Sequence[Hashable],
+        n_calls,
+        *,
+        alpha: float = 0.7,
+        no_success: str = "zero",
+    ) -> np.ndarray:
+        """``r_tool`` float32 ``[P, G]`` for a batch (call :meth:`update` with it first).
+
+        Args:
+          prompt_ids: ``P`` ids.
+          n_calls: int ``[P, G]``.
+          alpha: penalty severity of Eq. 4.
+          no_success: behaviour for prompts without a recorded success (see module docstring).
+        """
+        if no_success not in NO_SUCCESS_MODES:
+            raise ValueError(f"no_success must be one of {NO_SUCCESS_MODES}; got {no_success!r}")
+        prompt_ids, n_calls, _ = _check_batch(prompt_ids, n_calls)
+        out = np.zeros(n_calls.shape, dtype=np.float32)
+        for i, (pid, calls) in enumerate(zip(prompt_ids, n_calls)):
+            n_opt = self.table.get(pid)
+            if n_opt is None:
+                if no_success == "zero":
+                    continue
+                n_opt = int(calls.min()) if no_success == "group_min" else 0
+            out[i] = tool_efficiency_reward(calls, n_opt, alpha=alpha)
+        return out
+
+    def step(
+        self,
+        prompt_ids: Sequence[Hashable],
+        n_calls,
+        success,
+        *,
+        alpha: float = 0.7,
+        no_success: str = "zero",
+    ) -> tuple[NOptimalTracker, np.ndarray]:
+        """:meth:`update` with the batch, then :meth:`rewards` (the current group is included)."""
+        new = self.update(prompt_ids, n_calls, success)
+        return new, new.rewards(prompt_ids, n_calls, alpha=alpha, no_success=no_success)
+
+    def to_state(self) -> dict:
+        """Plain data for a checkpoint: ids and values as parallel lists (keeps int/str ids)."""
+        ids = list(self.table)
+        return {"prompt_ids": ids, "n_optimal": [int(self.table[k]) for k in ids]}
+
+    @classmethod
+    def from_state(cls, state: dict) -> NOptimalTracker:
+        """Inverse of :meth:`to_state`."""
+        if set(state) != {"prompt_ids", "n_optimal"}:
+            raise ValueError(
+                "NOptimalTracker state must have keys ['n_optimal', 'prompt_ids']; "
+                f"got {sorted(state)}"
+            )
+        ids, vals = list(state["prompt_ids"]), list(state["n_optimal"])
+        if len(ids) != len(vals):
+            raise ValueError("NOptimalTracker state: prompt_ids and n_optimal differ in length")
+        return cls({(tuple(k) if isinstance(k, list) else k): int(v) for k, v in zip(ids, vals)})

@@ -1,0 +1,230 @@
+"""Runs inside the sandbox: drop privileges, set rlimits, arm the audit guard, run the cells.
+
+This file is not imported by mojax. ``python_sandbox.PythonSandbox`` reads its source and runs it as
+``python -I -c <source>``, because the sandbox cannot see the repository. It is standard library
+only.
+
+Protocol: one JSON object on stdin with keys ``uid`` (int or null: setuid to it first; used when the
+host runs as root so that RLIMIT_NPROC applies and root-only files stay closed), ``limits`` ({name:
+value} for ``resource.RLIMIT_<name>``), ``guard`` (null or {"workdir": str, "read_roots": [str]}),
+``history`` (earlier cells of a stateful session, replayed with output discarded), ``cell`` (the
+code to run) and ``print_last_expr``. Exit codes: 0 ok, 1 the cell raised, 3 MemoryError, 70 setup
+failure.
+"""
+
+import json
+import os
+import sys
+
+EXIT_ERROR = 1
+EXIT_MEMORY = 3
+EXIT_SETUP = 70
+
+# Modules whose import would let code sidestep the guard: raw process spawning, raw C calls.
+_BLOCKED_IMPORTS = frozenset({"_xxsubinterpreters", "cffi"})
+# Raw C access: refused when the nearest non-library frame is model code (numpy uses ctypes).
+# (sympy imports subprocess, so _posixsubprocess too; its fork_exec raises no audit event.)
+_CELL_ONLY_IMPORTS = frozenset({"ctypes", "_ctypes", "_posixsubprocess"})
+_CELL_ONLY_EVENTS = frozenset(
+    {"ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function"}
+)
+# Directory listings outside the readable roots.
+_LIST_EVENTS = frozenset({"os.listdir", "os.scandir"})
+# Audit events that start processes, send signals or open sockets (PEP 578 event names).
+_BLOCKED_EVENTS = frozenset(
+    {
+        "os.fork",
+        "os.forkpty",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "os.startfile",
+        "subprocess.Popen",
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+    }
+)
+# Path-taking events that modify the file system: allowed only under the work dir.
+_WRITE_EVENTS = frozenset(
+    {
+        "os.remove",
+        "os.rename",
+        "os.rmdir",
+        "os.mkdir",
+        "os.chmod",
+        "os.chown",
+        "os.link",
+        "os.symlink",
+        "os.truncate",
+        "os.utime",
+        "shutil.rmtree",
+    }
+)
+
+
+def _called_from_cell():
+    """Whether the code that triggered the current audit event is a model cell (not a library).
+
+    Walks out of the audit hook, importlib and ctypes frames; the first other frame decides.
+    """
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith("<cell"):
+            return True
+        if not (name.startswith("<frozen") or "/ctypes/" in name or name == "<string>"):
+            return False
+        frame = frame.f_back
+    return False
+
+
+def _under(path, roots):
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _install_guard(workdir, read_roots):
+    """Best-effort audit hook for the fallback mode (PEP 578 hooks are no security boundary).
+
+    Blocks process creation, signals, sockets and ctypes; allows file writes only under ``workdir``
+    and reads only under ``read_roots`` (the interpreter's own trees) or ``workdir``. ``/proc`` is
+    limited to this process's own entries so that ``/proc/<parent>/environ`` stays closed.
+    """
+    own_proc = f"/proc/{os.getpid()}"
+    realpath = os.path.realpath
+    workdir = realpath(workdir)
+    read_roots = tuple(realpath(r) for r in read_roots) + (workdir, own_proc)
+    read_files = ("/dev/null", "/dev/urandom", "/dev/zero", "/etc/localtime")
+
+    def hook(event, args):
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, int) or path is None:
+                return
+            path = realpath(os.fsdecode(path))
+            writing = (mode is not None and any(c in str(mode) for c in "wax+")) or (
+                isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)
+            )
+            if writing:
+                if not _under(path, (workdir,)) and path != "/dev/null":
+                    raise PermissionError(f"sandbox: writing {path} is not allowed")
+            elif path not in read_files and not _under(path, read_roots):
+                raise PermissionError(f"sandbox: reading {path} is not allowed")
+        elif event == "import":
+            top = args[0].split(".")[0]
+            if top in _BLOCKED_IMPORTS or (top in _CELL_ONLY_IMPORTS and _called_from_cell()):
+                raise ImportError(f"sandbox: import of {args[0]} is not allowed")
+        elif event in _CELL_ONLY_EVENTS:
+            if _called_from_cell():
+                raise PermissionError(f"sandbox: {event} is not allowed")
+        elif event in _LIST_EVENTS:
+            path = args[0]
+            if isinstance(path, (str, bytes)) and not _under(
+                realpath(os.fsdecode(path)), read_roots
+            ):
+                raise PermissionError(f"sandbox: listing {os.fsdecode(path)} is not allowed")
+        elif event in _BLOCKED_EVENTS:
+            if event in ("os.kill", "os.killpg") and args[0] in (0, os.getpid()):
+                return
+            raise PermissionError(f"sandbox: {event} is not allowed")
+        elif event in _WRITE_EVENTS:
+            for p in args:
+                if isinstance(p, (str, bytes)) and not _under(realpath(os.fsdecode(p)), (workdir,)):
+                    raise PermissionError(f"sandbox: {event} on {os.fsdecode(p)} is not allowed")
+
+    sys.addaudithook(hook)
+
+
+def _run_cell(source, namespace, print_last_expr, filename="<cell>"):
+    import ast
+    import linecache
+
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    tree = ast.parse(source, filename=filename, mode="exec")
+    last = None
+    if print_last_expr and tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    exec(compile(tree, filename, "exec"), namespace)
+    if last is not None:
+        value = eval(compile(last, filename, "eval"), namespace)
+        if value is not None:
+            print(repr(value))
+
+
+def _print_exception(e):
+    """The traceback from the first cell frame on, as a REPL shows it (no bootstrap frames)."""
+    import traceback
+
+    tb = None if isinstance(e, SyntaxError) else e.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell"):
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb)
+
+
+def main():
+    spec = json.loads(sys.stdin.buffer.read())
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    sys.stdin = open(devnull, closefd=False)
+    try:
+        if spec["uid"] is not None:
+            os.setgroups([])
+            os.setgid(spec["uid"])
+            os.setuid(spec["uid"])
+            if os.getuid() == 0 or os.geteuid() == 0:
+                raise RuntimeError("still root after setuid")
+        import resource
+
+        for name, value in spec["limits"].items():
+            soft, hard = (value, value) if not isinstance(value, list) else value
+            resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (soft, hard))
+        quiet = open(os.devnull, "w")  # opened before the guard closes the file system
+        if spec["guard"] is not None:
+            _install_guard(spec["guard"]["workdir"], spec["guard"]["read_roots"])
+    except Exception as e:  # noqa: BLE001 - any setup failure must stop before user code runs
+        print(f"sandbox setup failed: {type(e).__name__}: {e}", file=sys.stderr)
+        os._exit(EXIT_SETUP)
+
+    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    real_out, real_err = sys.stdout, sys.stderr
+    for i, cell in enumerate(spec["history"]):  # stateful session: earlier cells, output discarded
+        sys.stdout = sys.stderr = quiet
+        try:
+            _run_cell(cell, namespace, False, f"<cell-{i}>")
+        except BaseException:  # noqa: B036 - an earlier cell's failure is part of its recorded past
+            pass
+        finally:
+            sys.stdout, sys.stderr = real_out, real_err
+    code = 0
+    try:
+        _run_cell(spec["cell"], namespace, spec["print_last_expr"])
+    except MemoryError:
+        sys.stdout.flush()
+        sys.stderr.write("MemoryError\n")
+        code = EXIT_MEMORY
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            sys.stdout.flush()
+            sys.stderr.write(f"SystemExit: {e.code}\n")
+            code = EXIT_ERROR
+    except BaseException as e:  # noqa: B036 - report everything the cell raised, like a REPL
+        sys.stdout.flush()
+        _print_exception(e)
+        code = EXIT_ERROR
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: B036 - a closed stream must not hide the exit code
+        pass
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""AWPO's reasoning reward: an LLM-as-a-Judge scores a response's reasoning in [0, 1] (001 App. B).
+
+The protocol is one method, ``score(prompt, response, reference) -> float | None`` (None = the judge
+failed: no answer, timeout, unparseable verdict). :func:`judge_batch` turns failures into NaN, which
+the trainer marks invalid for that objective and counts — never a crash. Three implementations:
+
+* :class:`OverlapJudge` — offline and deterministic: token F1 between the response's ``<think>``
+  and the reference rationale (the gold's ``<think>``). A stand-in for a judge where none is served;
+  it rewards reasoning that covers the reference's content.
+* :class:`HTTPJudge` — any OpenAI-compatible ``/v1/chat/completions`` endpoint (vLLM, SGLang, a
+  hosted API) prompted with :data:`RUBRIC`.
+* :class:`ModelJudge` — a local mojax Qwen model (and tokenizer) prompted with the same rubric,
+  decoded greedily with :func:`mojax.sampling.generate`.
+
+The rubric follows 001 App. B (Figure 2): four weighted dimensions — reasoning path 35%, tool
+selection 30%, parameter setting 25%, execution strategy 10% — judged against the reference
+trajectory, and a discrete six-tier scale mapped to fixed values 0.0 … 1.0 to reduce judge variance.
+The wording is mojax's own (the paper shows the prompt only as a figure).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Sequence
+
+import numpy as np
+
+from mojax.tasks.qa import extract_tag
+
+TIER_VALUES = {"VI": 0.0, "V": 0.2, "IV": 0.4, "III": 0.6, "II": 0.8, "I": 1.0}
+
+RUBRIC = """You are a strict evaluator of tool-use reasoning. Compare the assistant's reasoning and \
+tool calls with the reference trajectory and rate them on four weighted dimensions:
+1. Reasoning path (35%): is the chain of thought coherent, logically sound, complete and factually \
+correct for the user's request?
+2. Tool selection (30%): are the chosen tools the ones the reference uses (no missing or extra calls)?
+3. Parameter setting (25%): are the parameter names and values right and grounded in the dialogue?
+4. Execution strategy (10%): is the order and number of calls sensible?
+Hard constraint: if the tool calls contradict the reference trajectory, the tier is at most IV.
+When the reasoning is poor, judge how far it deviates from the reference reasoning.
+Answer with one line "Tier: X" where X is one of VI, V, IV, III, II, I \
+(VI = 0.0 unusable, V = 0.2, IV = 0.4, III = 0.6, II = 0.8, I = 1.0 fully consistent with the \
+reference), optionally preceded by a short justification."""
+
+_TIER_RE = re.compile(r"tier\s*[:\-]?\s*(VI|IV|V|III|II|I)\b", re.IGNORECASE)
+_SCORE_RE = re.compile(r"score\s*[:=]\s*([01](?:\.\d+)?)\b", re.IGNORECASE)
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def parse_verdict(text: str) -> float | None:
+    """The score of a judge's answer: the last ``Tier: X`` (mapped by :data:`TIER_VALUES`), else the
+    last ``score: s`` with s in [0, 1]; None if neither is present."""
+    if not isinstance(text, str):
+        return None
+    tiers = _TIER_RE.findall(text[-20000:])
+    if tiers:
+        return TIER_VALUES[tiers[-1].upper()]
+    scores = [float(s) for s in _SCORE_RE.findall(text[-20000:])]
+    scores = [s for s in scores if 0.0 <= s <= 1.0]
+    return scores[-1] if scores else None
+
+
+def judge_messages(prompt: str, response: str, reference: str) -> list[dict[str, str]]:
+    """The chat messages sent to an LLM judge (system rubric + one user turn)."""
+    user = (
+        f"## Task given to the assistant\n{prompt}\n\n## Reference trajectory\n{reference}\n\n"
+        f"## Assistant response to evaluate\n{response}\n"
+    )
+    return [{"role": "system", "content": RUBRIC}, {"role": "user", "content": user}]
+
+
+def _tokens(text: str) -> list[str]:
+    return [t.lower() for t in _WORD.findall(text or "")]
+
+
+class OverlapJudge:
+    """Offline judge: token-level F1 between the ``<think>`` of the response and of the reference.
+
+    With no ``<think>`` in the reference the whole reference is used; a response without
+    ``<think>`` scores 0 (no reasoning to reward).
+    """
+
+    name = "overlap"
+
+    def score(self, prompt: str, response: str, reference: str) -> float | None:
+        del prompt
+        ref = extract_tag(reference or "", "think")
+        ref = reference if ref is None else ref
+        hyp = extract_tag(response or "", "think")
+        if hyp is None:
+            return 0.0
+        r, h = Counter(_tokens(ref)), Counter(_tokens(hyp))
+        common = sum((r & h).values())
+        if common == 0:
+            return 0.0
+        precision, recall = common / sum(h.values()), common / sum(r.values())
+        return 2 * precision * recall / (precision + recall)
+
+
+class HTTPJudge:
+    """A judge served behind an OpenAI-compatible ``POST {url}/v1/chat/completions`` endpoint."""
+
+    name = "http"
+
+    def __init__(
+        self, url: str, model: str = "", *, timeout_s: float = 30.0, max_tokens: int = 256
+    ):
+        if not url:
+            raise ValueError("judge.url: an http judge needs the server's base URL")
+        self.url = url.rstrip("/")
+        if not self.url.endswith("/chat/completions"):
+            self.url += "/v1/chat/completions"
+        self.model, self.timeout_s, self.max_tokens = model, float(timeout_s), int(max_tokens)
+
+    def score(self, prompt: str, response: str, reference: str) -> float | None:
+        body = {
+            "model": self.model,
+            "messages": judge_messages(prompt, response, reference),
+            "temperature": 0.0,
+            "max_tokens": self.max_tokens,
+        }
+        req = urllib.request.Request(
+            self.url,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                payload = json.loads(resp.read(1 << 20).decode("utf-8", "replace"))
+            text = payload["choices"][0]["message"]["content"]
+        except (
+            urllib.error.URLError,
+            TimeoutError,
+            OSError,
+            ValueError,
+            KeyError,
+            IndexError,
+            TypeError,
+        ):
+            return None
+        return parse_verdict(text)
+
+
+class ModelJudge:
+    """A local mojax Qwen model as the judge, decoded greedily (e.g. a served-size Qwen3 on a mesh).
+
+    Args:
+      model: a ``mojax.models.QwenModel``; tokenizer: its tokenizer (chat template applied).
+      max_new_tokens: verdict budget.
+    """
+
+    name = "model"
+
+    def __init__(self, model, tokenizer, *, max_new_tokens: int = 64, seed: int = 0):
+        self.model, self.tokenizer = model, tokenizer
+        self.max_new_tokens, self.seed = int(max_new_tokens), int(seed)
+
+    def score_batch(self, prompts, responses, references) -> list[float | None]:
+        import jax
+
+        from mojax.sampling import generate
+
+        texts = [
+            self.tokenizer.apply_chat_template(judge_messages(p, r, ref), tokenize=False)
+            for p, r, ref in zip(prompts, responses, references)
+        ]
+        ids = [self.tokenizer.encode(t) for t in texts]
+        width = max(len(i) for i in ids)
+        tokens = np.zeros((len(ids), width), np.int32)
+        for row, i in enumerate(ids):
+            tokens[row, : len(i)] = i
+        eos = self.tokenizer.eos_token_id
+        out = generate(
+            self.model,
+            tokens,
+            key=jax.random.PRNGKey(self.seed),
+            max_new_tokens=self.max_new_tokens,
+            temperature=0.0,
+            stop_token_ids=() if eos is None else (int(eos),),
+            prompt_lengths=np.array([len(i) for i in ids], np.int32),
+        )
+        toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
+        return [parse_verdict(self.tokenizer.decode(t[:n])) for t, n in zip(toks, lens)]
+
+    def score(self, prompt: str, response: str, reference: str) -> float | None:
+        return self.score_batch([prompt], [response], [reference])[0]
+
+
+def make_judge(kind: str, *, url: str = "", model: str = "", timeout_s: float = 30.0, **kwargs):
+    """A judge from ``config.judge`` (``kind`` in overlap | http | model)."""
+    if kind == "overlap":
+        return OverlapJudge()
+    if kind == "http":
+        return HTTPJudge(url, model, timeout_s=timeout_s)
+    if kind == "model":
+        if "model_obj" not in kwargs or "tokenizer" not in kwargs:
+            raise ValueError("judge.kind='model' needs a loaded model and tokenizer")
+        return ModelJudge(kwargs["model_obj"], kwargs["tokenizer"])
+    raise ValueError(f"judge.kind={kind!r} is not one of ['overlap', 'http', 'model']")
+
+
+def judge_batch(
+    judge, prompts: Sequence[str], responses: Sequence[str], references: Sequence[str]
+) -> tuple[np.ndarray, int]:
+    """Scores float32 [N] in [0, 1] (NaN where the judge failed) and the number of failures.
+
+    A judge that raises on one sample fails that sample only.
+    """
+    if hasattr(judge, "score_batch"):
+        try:
+            raw = list(judge.score_batch(prompts, responses, references))
+        except Exception:  # noqa: BLE001 - a judge failure marks the samples invalid
+            raw = [None] * len(responses)
+    else:
+        raw = []
+        for p, r, ref in zip(prompts, responses, references):
+            try:
+                raw.append(judge.score(p, r, ref))
+            except Exception:  # noqa: BLE001
+                raw.append(None)
+    out = np.full((len(responses),), np.nan, np.float32)
+    for i, s in enumerate(raw):
+        if s is not None and isinstance(s, (int, float)) and math.isfinite(s) and 0 <= s <= 1:
+            out[i] = s
+    return out, int(np.isnan(out).sum())
