@@ -422,7 +422,8 @@ def rollout(
                 n = int(lens[row])
                 if call is None:
                     counters["malformed"] += 1
-                    result = ToolResult(output=malformed_message(spec.text), error="malformed call")
+                    message = malformed_message(spec.text)  # shown as is (no error line)
+                    result = ToolResult(output=message, error=message, exit_reason="error")
                     exit_reason = "malformed"
                 else:
                     result = next(results)
