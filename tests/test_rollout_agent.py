@@ -17,9 +17,9 @@ import pytest
 import mojax.models as mm
 from mojax.models.qwen import Qwen
 from mojax.rollout import rollout, tool_stop_spec
-from mojax.rollout.agent import malformed_message
+from mojax.rollout.agent import TRUNCATION_MARK, encode_observation, malformed_message
 from mojax.rollout.tools import Calculator
-from mojax.tasks.calculator import CalculatorTask, sft_demonstrations
+from mojax.tasks.calculator import CalculatorTask, Problem, sft_demonstrations
 from mojax.tasks.vocab import build_sentencepiece
 
 ATOL = 1e-4
@@ -27,7 +27,16 @@ BIAS = 4.0
 VOCAB = 128  # >= the sentencepiece vocabularies; one model shape for every test (compiles)
 WIDTH = 160  # teacher-forcing width (one compile)
 TAGS = ("<calc>", "</calc>", "<output>", "</output>", "<answer>", "</answer>")
-SETTINGS = dict(max_new_tokens=24, max_response_len=96, max_turns=3, max_obs_tokens=16)
+# Fixed shapes for every rollout of this file (R, S, the prompt bucket; P = 6 rows): the sampler
+# compiles once per shape, and compiles dominate the runtime on CPU.
+SETTINGS = dict(
+    max_new_tokens=24,
+    max_response_len=72,
+    max_turns=3,
+    max_obs_tokens=16,
+    max_total_len=192,
+    min_prompt_bucket=64,
+)
 
 
 @flax.struct.dataclass
@@ -67,12 +76,17 @@ class ScriptedModel(mm.QwenModel):
         return apply
 
 
+@jax.jit
+def _forward(model, toks, mask):
+    return model.apply_fn({"params": model.params}, toks, mask)
+
+
 def teacher_forced(model, seq):
-    """fp64 log-softmax [len(seq) - 1, V]: row i is the distribution of seq[i + 1]."""
+    """fp64 log-softmax [len(seq) - 1, V] of a full forward without cache (row i: seq[i + 1])."""
     toks = np.zeros((1, WIDTH), np.int32)
     toks[0, : len(seq)] = seq
     mask = (np.arange(WIDTH) < len(seq))[None]
-    logits = np.asarray(model.apply_fn({"params": model.params}, jnp.asarray(toks), mask))[0]
+    logits = np.asarray(_forward(model, jnp.asarray(toks), jnp.asarray(mask)))[0]
     logits = logits.astype(np.float64)[: len(seq) - 1]
     return logits - np.logaddexp.reduce(logits, axis=-1, keepdims=True)
 
@@ -83,16 +97,9 @@ def calc_texts(n=200):
     chat = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
     texts = [chat.format(d.example.messages[0]["content"]) + d.response for d in demos]
     # the observations the model will see (errors included), so the vocab covers their characters
-    texts += [malformed_message("</calc>"), "syntax error: invalid syntax", "Error: 5>3"]
+    texts += [malformed_message("</calc>"), "syntax error: invalid syntax", TRUNCATION_MARK]
+    texts += ["Error: exponent larger than 10000", "unsupported character (U+2047)"]
     return texts
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory):
-    path = build_sentencepiece(
-        calc_texts(), tmp_path_factory.mktemp("sp") / "calc.model", user_symbols=TAGS
-    )
-    return mm.load_tokenizer(path)
 
 
 def build(tok, task, prompt, segments, tool):
@@ -108,7 +115,7 @@ def build(tok, task, prompt, segments, tool):
         if k + 1 < len(segments):  # a call ends this segment: append its observation
             call = task.parse_tool_call(tok.decode(ids))
             text = malformed_message(task.tool_stop) if call is None else tool.run(call).observation
-            obs = tok.encode(task.format_observation(text))
+            obs, _ = encode_observation(tok, task, text, SETTINGS["max_obs_tokens"])
             obs_spans.append((len(seq) - len(prompt), len(seq) - len(prompt) + len(obs)))
             seq += obs
             policy += [False] * len(obs)
@@ -143,84 +150,137 @@ def scripted(tok, task, prompts, scripts, tool, seed=1):
     return model, out_prompts, built
 
 
-def prompts_for(tok, task, exprs):
-    return [tok.encode(task.build_prompt(task.example(p, "x"), tok)) for p in exprs]
+def prompts_for(tok, task, problems):
+    return [tok.encode(task.build_prompt(task.example(p, "x"), tok)) for p in problems]
 
 
-def test_scripted_multi_turn_masks_counts_and_matches_teacher_forcing(tok):
-    from mojax.tasks.calculator import Problem
+def padded(tok, text, n):
+    """``text`` preceded by digits so that the segment is exactly ``n`` tokens (a long turn)."""
+    ids = tok.encode(text)
+    return tok.encode("1" * (n - len(ids))) + ids
 
+
+def check_row(res, row, model, seq, policy, spans, plen, upto=None):
+    """Tokens, loss mask, zero log-probs on observations / padding, teacher-forced log-probs."""
+    seq, policy = seq[: plen + upto] if upto else seq, policy[: plen + upto] if upto else policy
+    n = int(res.lengths[row])
+    assert res.tokens[row, :n].tolist() == seq[plen:], row
+    mask = res.loss_mask[row, :n]
+    np.testing.assert_array_equal(mask, np.asarray(policy[plen:]))
+    assert not res.loss_mask[row, n:].any() and not res.logprobs[row, n:].any()
+    for a, b in spans:
+        assert not mask[a:b].any() and not res.logprobs[row, a:b].any()
+    logp = teacher_forced(model, seq)
+    want = logp[np.arange(plen - 1, len(seq) - 1), seq[plen:]]
+    np.testing.assert_allclose(res.logprobs[row, :n][mask], want[mask], atol=ATOL, rtol=0)
+    assert res.logprobs[row, :n][mask].max() < 0  # real log-probs, not a forced 0
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory):
+    path = build_sentencepiece(
+        calc_texts(), tmp_path_factory.mktemp("sp") / "calc.model", user_symbols=TAGS
+    )
+    return mm.load_tokenizer(path)
+
+
+@pytest.fixture(scope="module")
+def scene(tok):
+    """Six scripted rows exercising every path of the driver (exact single-token stop)."""
     task, calc = CalculatorTask(), Calculator()
-    problems = [Problem(12, "*", 34, "hard"), Problem(5, "+", 7, "easy"), Problem(23, "-", 9, "x")]
-    problems += [Problem(8170, "*", 7, "hard"), Problem(6, "*", 60006, "easy")]  # distinct lengths
     end = [tok.eos_token_id]
+    problems = [Problem(12, "*", 34, "hard"), Problem(5, "+", 7, "easy")]
+    problems += [Problem(23, "-", 9, "medium"), Problem(817, "*", 7, "hard")]
+    problems += [Problem(99, "*", 99, "hard"), Problem(3, "*", 4, "easy")]
     scripts = [
-        ["<calc>12*34</calc>", tok.encode("<answer>408</answer>") + end],  # one call
-        [tok.encode("<answer>12</answer>") + end],  # no call
+        # 0: one call, then the answer
+        ["<calc>12*34</calc>", tok.encode("<answer>408</answer>") + end],
+        # 1: no call; an unterminated tag at the end is text, not a call
+        [tok.encode("<answer>12</answer><calc>1+") + end],
+        # 2: two calls
         ["<calc>23-9</calc>", "<calc>14*2</calc>", tok.encode("<answer>28</answer>") + end],
-        ["8170*7</calc>", tok.encode("<answer>57190</answer>") + end],  # malformed: no <calc>
-        ["<calc>6*6</calc>", "<calc>36</calc>", "<calc>1+1</calc>", []],  # past max_turns=3
+        # 3: malformed call (no opening tag): an error observation, counted
+        ["817*7</calc>", tok.encode("<answer>5719</answer>") + end],
+        # 4: long turns and huge results (observations truncated): the second call's observation
+        #    does not fit in R = 72 -> budget
+        [padded(tok, "<calc>99999**9</calc>", 24), padded(tok, "<calc>99999**9</calc>", 24), []],
+        # 5: unicode outside the vocabulary (unk pieces) and a huge expression: tool errors
+        ["<calc>３×４</calc>", "<calc>9**9**9**9</calc>", tok.encode("<answer>1</answer>") + end],
     ]
     prompts = prompts_for(tok, task, problems)
     model, prompts, built = scripted(tok, task, prompts, scripts, calc)
+    return task, calc, model, prompts, built
 
+
+def test_scripted_multi_turn_masks_counts_and_matches_teacher_forcing(tok, scene):
+    task, calc, model, prompts, built = scene
     res = rollout(
         model, tok, task, prompts, key=jax.random.key(0), temperature=0.0, tool=calc, **SETTINGS
     )
-
     assert res.stop.exact and res.stop.token_ids == tuple(tok.encode("</calc>"))
-    assert res.n_calls.tolist() == [1, 0, 2, 1, 2]
-    assert res.finish_reason == ["stop", "stop", "stop", "stop", "max_turns"]
-    assert res.counters["malformed"] == 1 and res.counters["tool_calls"] == 6
+    assert res.n_calls.tolist() == [1, 0, 2, 1, 1, 2]
+    assert res.finish_reason == ["stop", "stop", "stop", "stop", "budget", "stop"]
+    c = res.counters
+    assert c["malformed"] == 1 and c["tool_calls"] == 7 and c["tool_calls_run"] == 7
+    assert c["tool_errors"] == 2 and c["timeouts"] == 0
+    assert c["obs_truncated"] == sum(t.obs_truncated for turns in res.turns for t in turns) >= 2
     for row, (seq, policy, spans) in enumerate(built):
-        plen = len(prompts[row])
-        if row == 4:  # the third call is not answered: the row ends at its </calc>
-            n_obs = spans[1][1]
-            seq, policy = seq[: plen + n_obs + len(tok.encode("<calc>1+1</calc>"))], policy
-        n = int(res.lengths[row])
-        assert res.tokens[row, :n].tolist() == seq[plen:], row
-        mask = res.loss_mask[row, :n]
-        np.testing.assert_array_equal(mask, np.asarray(policy[plen : plen + n]))
-        assert not res.loss_mask[row, n:].any() and not res.logprobs[row, n:].any()
-        for a, b in spans:
-            assert not mask[a:b].any() and not res.logprobs[row, a:b].any()
-        # teacher-forced log-probs over the concatenated transcript, no cache
-        logp = teacher_forced(model, seq)
-        want = logp[np.arange(plen - 1, len(seq) - 1), seq[plen:]]
-        np.testing.assert_allclose(res.logprobs[row, :n][mask], want[mask], atol=ATOL, rtol=0)
-        # transcripts parse; tool outputs appear; turns record the calls
+        upto = spans[0][1] + 24 if row == 4 else None  # row 4 ends at its second </calc>
+        check_row(
+            res, row, model, seq, policy, spans[:1] if row == 4 else spans, len(prompts[row]), upto
+        )
         turns = res.turns[row]
-        assert [t.executed for t in turns].count(True) == res.n_calls[row]
-        for t, (a, b) in zip([t for t in turns if t.executed], spans, strict=False):
+        executed = [t for t in turns if t.executed]
+        assert len(executed) == res.n_calls[row]
+        for t, (a, b) in zip(executed, spans, strict=False):
             assert t.end == a and t.obs_tokens == b - a
-    assert CalculatorTask.parse_answer(res.texts[0]) == 408
-    assert "<output>408</output>" in res.texts[0]
+    # transcripts parse; tool outputs appear
+    assert (
+        CalculatorTask.parse_answer(res.texts[0]) == 408 and "<output>408</output>" in res.texts[0]
+    )
+    assert CalculatorTask.parse_answer(res.texts[1]) == 12 and res.turns[1][0].ended_by == "stop"
     assert "<output>14</output>" in res.texts[2] and "<output>28</output>" in res.texts[2]
+    assert [t.call for t in res.turns[2]] == ["23-9", "14*2", None]
     assert res.turns[3][0].malformed and res.turns[3][0].exit_reason == "malformed"
-    assert malformed_message("</calc>") in res.texts[3]
-    assert res.turns[4][-1].ended_by == "max_turns" and res.turns[4][-1].call is None
+    assert res.turns[3][0].observation in res.texts[3]
+    assert res.turns[3][0].observation.startswith("<output>Error: malformed")
+    t4 = res.turns[4]
+    assert (
+        t4[0].obs_truncated and t4[0].obs_tokens <= 16 and t4[0].observation.endswith("</output>")
+    )
+    assert t4[0].observation.startswith("<output>9999") and TRUNCATION_MARK in t4[0].observation
+    assert t4[1].ended_by == "budget" and not t4[1].executed and t4[1].call == "99999**9"
+    assert [t.exit_reason for t in res.turns[5][:2]] == ["error", "error"]
+    assert "exponent" in res.turns[5][1].error
+    metrics = res.metrics()
+    assert metrics["rollout/n_calls/mean"] == pytest.approx(7 / 6)
+    assert metrics["rollout/finish/budget"] == pytest.approx(1 / 6)
 
 
-def test_limits_tool_calls_and_budget(tok):
-    """max_tool_calls ends a row asking for one call too many; a small R ends rows with budget."""
-    from mojax.tasks.calculator import Problem
-
-    task, calc = CalculatorTask(), Calculator()
-    problems = [Problem(6, "*", 6, "easy"), Problem(12, "*", 34, "hard")]
-    scripts = [
-        ["<calc>6*6</calc>", "<calc>36*2</calc>", tok.encode("<answer>72</answer>") + [2]],
-        ["<calc>12*34</calc>", tok.encode("<answer>408</answer>") + [2]],
-    ]
-    prompts = prompts_for(tok, task, problems)
-    model, prompts, built = scripted(tok, task, prompts, scripts, calc)
-    kw = dict(key=jax.random.key(0), temperature=0.0, tool=calc)
-    res = rollout(model, tok, task, prompts, **{**SETTINGS, "max_turns": 3}, max_tool_calls=1, **kw)
-    assert res.finish_reason == ["max_tool_calls", "stop"]
-    assert res.n_calls.tolist() == [1, 1]
-    # response buffer too small for the observation: the call runs but is not appended
-    res = rollout(model, tok, task, prompts, **{**SETTINGS, "max_response_len": 12}, **kw)
-    assert res.finish_reason[1] == "budget" and res.n_calls[1] == 0
-    assert res.turns[1][0].ended_by == "budget" and res.turns[1][0].call == "12*34"
+@pytest.mark.parametrize(
+    "limits, reasons",
+    [
+        (
+            dict(max_tool_calls=1),
+            ["stop", "stop", "max_tool_calls", "stop", "max_tool_calls", "max_tool_calls"],
+        ),
+        (dict(max_turns=2), ["stop", "stop", "max_turns", "stop", "max_turns", "max_turns"]),
+    ],
+)
+def test_turn_and_call_limits_end_rows_at_the_extra_call(tok, scene, limits, reasons):
+    task, calc, model, prompts, built = scene
+    kw = {**SETTINGS, **limits}
+    res = rollout(
+        model, tok, task, prompts, key=jax.random.key(0), temperature=0.0, tool=calc, **kw
+    )
+    assert res.finish_reason == reasons
+    assert res.n_calls.tolist() == [1, 0, 1, 1, 1, 1]
+    for row in (2, 4, 5):  # ends right after the second call's stop token, nothing appended
+        seq, policy, spans = built[row]
+        second = len(tok.encode("<calc>14*2</calc>")) if row == 2 else None
+        second = second or (24 if row == 4 else len(tok.encode("<calc>9**9**9**9</calc>")))
+        check_row(res, row, model, seq, policy, spans[:1], len(prompts[row]), spans[0][1] + second)
+        assert res.turns[row][-1].ended_by == reasons[row] and not res.turns[row][-1].executed
 
 
 def test_multi_token_stop_fallback_rejects_false_candidates(tmp_path):
@@ -229,18 +289,22 @@ def test_multi_token_stop_fallback_rejects_false_candidates(tmp_path):
     A '>' in ``5>3`` is a false candidate: the row resumes with an empty append and the final
     transcript and log-probs are exactly those of decoding it from scratch.
     """
-    from mojax.tasks.calculator import Problem
-
     tags = ("<calc>", "<output>", "</output>", "<answer>", "</answer>")
-    tok = mm.load_tokenizer(
-        build_sentencepiece(calc_texts(), tmp_path / "sp.model", user_symbols=tags)
-    )
+    path = build_sentencepiece(calc_texts(), tmp_path / "sp.model", user_symbols=tags)
+    tok = mm.load_tokenizer(path)
     assert len(tok.encode("</calc>")) > 1
-    task, calc = CalculatorTask(), Calculator()
+    task, calc, end = CalculatorTask(), Calculator(), [tok.eos_token_id]
     problems = [Problem(12, "*", 34, "hard"), Problem(5, "+", 7, "easy")]
+    problems += [Problem(23, "-", 9, "medium"), Problem(817, "*", 7, "hard")]
+    problems += [Problem(99, "*", 99, "hard"), Problem(3, "*", 4, "easy")]
     scripts = [
-        ["5>3<calc>12*34</calc>", tok.encode("3>2<answer>408</answer>") + [2]],
-        [tok.encode("<answer>1>2</answer>") + [2]],
+        ["5>3<calc>12*34</calc>", tok.encode("3>2<answer>408</answer>") + end],
+        [tok.encode("<answer>1>2</answer>") + end],
+        ["<calc>2+3</calc>", tok.encode("<answer>5</answer>") + end],
+        [tok.encode("<answer>7</answer>") + end],
+        # false candidates until the turn budget runs out: length
+        [tok.encode("1>" * 12 + "1>1")],
+        ["<calc>4>3</calc>", tok.encode("<answer>1</answer>") + end],
     ]
     prompts = prompts_for(tok, task, problems)
     model, prompts, built = scripted(tok, task, prompts, scripts, calc)
@@ -249,15 +313,12 @@ def test_multi_token_stop_fallback_rejects_false_candidates(tmp_path):
     )
     spec = tool_stop_spec(tok, "</calc>", exclude=(tok.eos_token_id,))
     assert not res.stop.exact and res.stop == spec and tok.encode(">")[0] in spec.token_ids
-    assert res.finish_reason == ["stop", "stop"] and res.n_calls.tolist() == [1, 0]
-    assert res.counters["false_stops"] == 3
+    assert res.finish_reason == ["stop", "stop", "stop", "stop", "length", "stop"]
+    assert res.n_calls.tolist() == [1, 0, 1, 0, 0, 1]
     assert [t.false_stops for t in res.turns[0]] == [1, 1] and res.turns[1][0].false_stops == 1
-    for row, (seq, policy, _) in enumerate(built):
-        plen, n = len(prompts[row]), int(res.lengths[row])
-        assert res.tokens[row, :n].tolist() == seq[plen:]
-        mask = res.loss_mask[row, :n]
-        np.testing.assert_array_equal(mask, np.asarray(policy[plen:]))
-        logp = teacher_forced(model, seq)
-        want = logp[np.arange(plen - 1, len(seq) - 1), seq[plen:]]
-        np.testing.assert_allclose(res.logprobs[row, :n][mask], want[mask], atol=ATOL, rtol=0)
-    assert "<output>408</output>" in res.texts[0]
+    assert res.turns[4][0].false_stops == 12 and res.turns[5][0].false_stops == 1
+    assert res.counters["false_stops"] == 1 + 1 + 1 + 12 + 1
+    for row, (seq, policy, spans) in enumerate(built):
+        upto = 24 if row == 4 else None
+        check_row(res, row, model, seq, policy, spans, len(prompts[row]), upto)
+    assert "<output>408</output>" in res.texts[0] and "<output>5</output>" in res.texts[2]

@@ -196,7 +196,7 @@ def decode_ids(tokenizer, ids) -> str:
 
 def malformed_message(stop_text: str) -> str:
     """The observation a malformed call gets (the model learns why nothing ran)."""
-    return f"Error: no valid tool call before {stop_text!r}; nothing was run."
+    return f"Error: malformed tool call before {stop_text}"
 
 
 def rollout(
