@@ -36,6 +36,8 @@ SETTINGS = dict(
     max_obs_tokens=16,
     max_total_len=192,
     min_prompt_bucket=64,
+    min_obs_bucket=16,  # every append (observations, empty ones) is one 16-slot program
+    false_stop_bucket=16,
 )
 
 
@@ -308,8 +310,9 @@ def test_multi_token_stop_fallback_rejects_false_candidates(tmp_path):
     ]
     prompts = prompts_for(tok, task, problems)
     model, prompts, built = scripted(tok, task, prompts, scripts, calc)
+    kw = {**SETTINGS, "false_stop_bucket": 1}  # an empty append takes 1 cache slot
     res = rollout(
-        model, tok, task, prompts, key=jax.random.key(0), temperature=0.0, tool=calc, **SETTINGS
+        model, tok, task, prompts, key=jax.random.key(0), temperature=0.0, tool=calc, **kw
     )
     spec = tool_stop_spec(tok, "</calc>", exclude=(tok.eos_token_id,))
     assert not res.stop.exact and res.stop == spec and tok.encode(">")[0] in spec.token_ids
@@ -322,3 +325,9 @@ def test_multi_token_stop_fallback_rejects_false_candidates(tmp_path):
         upto = 24 if row == 4 else None
         check_row(res, row, model, seq, policy, spans, len(prompts[row]), upto)
     assert "<output>408</output>" in res.texts[0] and "<output>5</output>" in res.texts[2]
+    # 16-slot empty appends: row 4's twelve rejected candidates exhaust the S = 192 slot cache
+    res = rollout(
+        model, tok, task, prompts, key=jax.random.key(0), temperature=0.0, tool=calc, **SETTINGS
+    )
+    assert res.finish_reason[4] == "budget" and res.counters["cache_exhausted"] == 1
+    assert res.finish_reason[:2] == ["stop", "stop"] and res.n_calls[0] == 1

@@ -229,6 +229,8 @@ def rollout(
     tool_timeout_s: float | None = 60.0,
     pad_id: int | None = None,
     min_prompt_bucket: int = 16,
+    min_obs_bucket: int = 8,
+    false_stop_bucket: int = 1,
     cache_dtype=None,
 ) -> RolloutResult:
     """Samples ``num_samples`` multi-turn responses per prompt, running tools between turns.
@@ -265,6 +267,11 @@ def rollout(
       tool_timeout_s: the pool's per-call deadline (a backstop; tools have their own limits).
       pad_id: written after each row's end (default the tokenizer's pad id, else 0).
       min_prompt_bucket, cache_dtype: as in ``mojax.sampling.generate``.
+      min_obs_bucket: observation appends are padded to ``max(min_obs_bucket, next_pow2(len))``
+        cache slots; each distinct bucket compiles the continue program once, so
+        ``min_obs_bucket = max_obs_tokens`` gives a single program at the cost of cache slots.
+      false_stop_bucket: the bucket of an append where every resumed row is a rejected
+        candidate (no observation): 1 slot is cheapest, ``min_obs_bucket`` avoids a compile.
 
     Returns:
       ``RolloutResult``.
@@ -306,7 +313,7 @@ def rollout(
     p, g = prompts.shape[0], int(num_samples)
     b = p * g
     tb = buckets.bucket_length(int(prompt_lengths.max()), min_prompt_bucket)
-    obs_bucket = buckets.bucket_length(max_obs_tokens, 8)
+    obs_bucket = buckets.bucket_length(max_obs_tokens, min_obs_bucket)
     r = int(max_response_len or max_turns * max_new_tokens + (max_turns - 1) * max_obs_tokens)
     if r < 1:
         raise ValueError(f"max_response_len must be >= 1, got {max_response_len}")
@@ -459,7 +466,8 @@ def rollout(
             if not resume_rows:
                 break
             width = max([len(obs[row][0]) for row in obs] + [0])
-            to = buckets.bucket_length(width, 8 if width else 1)
+            min_bucket = min_obs_bucket if width else false_stop_bucket
+            to = buckets.bucket_length(width, min_bucket)
             end = int(np.asarray(out.state.cache.end)[0])
             if end + to + 1 > s:  # the cache cannot take another append: these rows end here
                 for row in resume_rows:
@@ -496,7 +504,7 @@ def rollout(
                 obs_lengths,
                 resume,
                 max_new_tokens=budget,
-                min_obs_bucket=8 if width else 1,
+                min_obs_bucket=min_bucket,
                 mesh=mesh,
                 rules=rules,
                 **sample_kw,
