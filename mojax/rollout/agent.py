@@ -64,7 +64,10 @@ class Turn:
       malformed: the turn stopped on the tool stop but ``parse_tool_call`` found no call.
       executed: the tool ran (or the malformed-call error was shown) and the observation was
         appended.
-      observation: the formatted observation text appended after the turn ("" if none).
+      observation: the observation appended after the turn, decoded from its tokens (what the
+        model saw; "" if none).
+      tool_output: the tool's full text (``ToolResult.observation``) before formatting and
+        truncation.
       obs_tokens: its number of tokens.
       obs_truncated: the observation was cut to ``max_obs_tokens``.
       exit_reason, error, timed_out, output_truncated, duration_s: from the ``ToolResult``.
@@ -79,6 +82,7 @@ class Turn:
     malformed: bool = False
     executed: bool = False
     observation: str = ""
+    tool_output: str = ""
     obs_tokens: int = 0
     obs_truncated: bool = False
     exit_reason: str | None = None
@@ -445,9 +449,8 @@ def rollout(
                 fields = dict(
                     call=call,
                     malformed=call is None,
-                    observation=tokenizer.decode(ids)
-                    if cut
-                    else task.format_observation(result.observation),
+                    observation=decode_ids(tokenizer, ids),
+                    tool_output=result.observation,
                     obs_tokens=len(ids),
                     obs_truncated=cut,
                     exit_reason=exit_reason,
