@@ -43,14 +43,14 @@ SETTINGS = dict(
 
 @flax.struct.dataclass
 class ScriptedModel(mm.QwenModel):
-    """``QwenModel`` whose logits add ``BIAS`` on ``table[position, token]`` (-1 = no bias).
+    """``QwenModel`` whose logits add ``BIAS`` on ``table[position, token % W]`` (-1 = no bias).
 
     The forward returns hidden states with two extra channels (the RoPE position and the token
     id) so that ``Qwen.logits`` calls, which only see the last hidden state, can look the script
     up; the sampler only uses ``apply_fn``, ``params`` and ``config``.
     """
 
-    table: jax.Array = None  # int32 [T, V]
+    table: jax.Array = None  # int32 [T, W]
 
     @property
     def apply_fn(self):
@@ -61,7 +61,7 @@ class ScriptedModel(mm.QwenModel):
             if kw.get("method") is Qwen.logits:
                 logits = base(variables, x[..., :-2], method=Qwen.logits)
                 pos = jnp.clip(x[..., -2].astype(jnp.int32), 0, table.shape[0] - 1)
-                target = table[pos, x[..., -1].astype(jnp.int32)]
+                target = table[pos, x[..., -1].astype(jnp.int32) % table.shape[1]]
                 return logits + BIAS * jax.nn.one_hot(target, vocab)  # one_hot(-1) = 0
             mask = jnp.ones(x.shape, bool) if attention_mask is None else attention_mask
             counts = jnp.cumsum(mask.astype(jnp.int32), axis=-1)
@@ -116,7 +116,7 @@ def build(tok, task, prompt, segments, tool):
         policy += [True] * len(ids)
         if k + 1 < len(segments):  # a call ends this segment: append its observation
             call = task.parse_tool_call(tok.decode(ids))
-            text = malformed_message(task.tool_stop) if call is None else tool.run(call).observation
+            text = malformed_message(task.tool_stop) if call is None else tool(call).observation
             obs, _ = encode_observation(tok, task, text, SETTINGS["max_obs_tokens"])
             obs_spans.append((len(seq) - len(prompt), len(seq) - len(prompt) + len(obs)))
             seq += obs
@@ -124,21 +124,21 @@ def build(tok, task, prompt, segments, tool):
     return seq, policy, obs_spans
 
 
-def scripted(tok, task, prompts, scripts, tool, seed=1):
+def scripted(tok, task, prompts, scripts, tool, seed=1, variant="tiny-qwen3", vocab=VOCAB, w=VOCAB):
     """The tiny Qwen scripted to emit ``scripts`` (policy segments per row) after ``prompts``.
 
     Keys are (position, token), so two rows may clash; each prompt gets the fewest leading filler
     tokens that avoid a clash (prompts are arbitrary token lists). Returns (model, prompts, built).
     """
-    cfg = mm.get_variant("tiny-qwen3", dtype="float32", vocab_size=VOCAB)
-    table = np.full((WIDTH, cfg.vocab_size), -1, np.int32)
+    cfg = mm.get_variant(variant, dtype="float32", vocab_size=vocab)
+    table = np.full((WIDTH, w), -1, np.int32)
     filler = tok.encode(" ")[0]
     out_prompts, built = [], []
     for prompt, script in zip(prompts, scripts, strict=True):
         for k in range(64):
             p = [filler] * k + list(prompt)
             seq, policy, spans = build(tok, task, p, script, tool)
-            keys = [(i - 1, seq[i - 1], seq[i]) for i in range(1, len(seq)) if policy[i]]
+            keys = [(i - 1, seq[i - 1] % w, seq[i]) for i in range(1, len(seq)) if policy[i]]
             if all(table[a, t] in (-1, nxt) for a, t, nxt in keys):
                 break
         else:
@@ -210,7 +210,7 @@ def scene(tok):
         ["<calc>３×４</calc>", "<calc>9**9**9**9</calc>", tok.encode("<answer>1</answer>") + end],
     ]
     prompts = prompts_for(tok, task, problems)
-    model, prompts, built = scripted(tok, task, prompts, scripts, calc)
+    model, prompts, built = scripted(tok, task, prompts, scripts, calc.run)
     return task, calc, model, prompts, built
 
 
@@ -251,6 +251,7 @@ def test_scripted_multi_turn_masks_counts_and_matches_teacher_forcing(tok, scene
         t4[0].obs_truncated and t4[0].obs_tokens <= 16 and t4[0].observation.endswith("</output>")
     )
     assert t4[0].observation.startswith("<output>9999") and TRUNCATION_MARK in t4[0].observation
+    assert t4[0].observation.endswith("9999</output>")  # head and tail of 999..99**9 kept
     assert t4[1].ended_by == "budget" and not t4[1].executed and t4[1].call == "99999**9"
     assert [t.exit_reason for t in res.turns[5][:2]] == ["error", "error"]
     assert "exponent" in res.turns[5][1].error
@@ -309,7 +310,7 @@ def test_multi_token_stop_fallback_rejects_false_candidates(tmp_path):
         ["<calc>4>3</calc>", tok.encode("<answer>1</answer>") + end],
     ]
     prompts = prompts_for(tok, task, problems)
-    model, prompts, built = scripted(tok, task, prompts, scripts, calc)
+    model, prompts, built = scripted(tok, task, prompts, scripts, calc.run)
     kw = {**SETTINGS, "false_stop_bucket": 1}  # an empty append takes 1 cache slot
     res = rollout(
         model, tok, task, prompts, key=jax.random.key(0), temperature=0.0, tool=calc, **kw
@@ -331,3 +332,49 @@ def test_multi_token_stop_fallback_rejects_false_candidates(tmp_path):
     )
     assert res.finish_reason[4] == "budget" and res.counters["cache_exhausted"] == 1
     assert res.finish_reason[:2] == ["stop", "stop"] and res.n_calls[0] == 1
+
+
+def test_multi_token_stop_with_the_qwen2_tokenizer(qwen2_tokenizer_dir):
+    """``</code>`` is ``</``/``)</`` + ``code`` + ``>`` for Qwen2: candidates are ``>`` only, so the
+    ``>`` of every opening ``<code>`` is a false stop. Tiny Qwen2 with the full 151646-token vocab,
+    the real PythonSandbox, ``<|im_end|>`` as eos."""
+    from mojax.rollout.tools import PythonSandbox
+    from mojax.tasks.base import Example
+    from mojax.tasks.math import MathTask
+
+    tok = mm.load_tokenizer(qwen2_tokenizer_dir)
+    task = MathTask(tool_format="tags")
+    sandbox = PythonSandbox(timeout_s=10, memory_mb=256)
+    cache = {}
+
+    def run(code):  # the sandbox is deterministic here; run each program once
+        if code not in cache:
+            cache[code] = sandbox.run(code)
+        return cache[code]
+
+    end = [tok.eos_token_id]
+    questions = ["What is 12*34?", "What is 3+4?", "Print hi."]
+    prompts = [
+        tok.encode(task.build_prompt(Example(str(i), ({"role": "user", "content": q},), "0"), tok))
+        for i, q in enumerate(questions)
+    ]
+    scripts = [
+        ["Let me compute.\n<code>print(12*34)</code>", tok.encode("So \\boxed{408}.") + end],
+        [tok.encode("\\boxed{7}") + end],
+        ["<code>print('hi')</code>", "<code>print(x)</code>", tok.encode("done") + end],
+    ]
+    model, prompts, built = scripted(
+        tok, task, prompts, scripts, run, variant="tiny-qwen2", vocab=tok.vocab_size, w=512
+    )
+    res = rollout(
+        model, tok, task, prompts, key=jax.random.key(0), temperature=0.0, tool=run, **SETTINGS
+    )
+    assert not res.stop.exact and res.stop.token_ids == tuple(tok.encode(">"))
+    assert res.finish_reason == ["stop", "stop", "stop"] and res.n_calls.tolist() == [1, 0, 2]
+    assert res.counters["false_stops"] == 3  # the '>' of each opening <code>
+    for row, (seq, policy, spans) in enumerate(built):
+        check_row(res, row, model, seq, policy, spans, len(prompts[row]))
+    assert "<output>408" in res.texts[0] and "\\boxed{408}" in res.texts[0]
+    t = res.turns[2][1]
+    assert t.exit_reason == "error" and "NameError" in t.error and t.obs_truncated
+    assert t.observation.startswith("<output>Traceback") and "defined" in t.observation

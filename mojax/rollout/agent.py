@@ -170,25 +170,29 @@ def encode_observation(tokenizer, task, text: str, max_tokens: int) -> tuple[lis
     """Token ids of ``task.format_observation(text)``, at most ``max_tokens`` (and if it was cut).
 
     A long result is shortened inside the observation's own markup (``<output>…</output>`` stays
-    well-formed and ends with ``TRUNCATION_MARK``): the longest character prefix of ``text`` that
-    fits, found by bisection (O(log len) encodes). A hard token cut is the last resort (markup
-    longer than ``max_tokens``).
+    well-formed): its head and tail are kept around ``TRUNCATION_MARK`` (a traceback's last line
+    says what went wrong), as many characters as fit, found by bisection (O(log len) encodes). A
+    hard token cut is the last resort (markup longer than ``max_tokens``).
     """
 
     def encode(body: str) -> list[int]:
         return list(tokenizer.encode(task.format_observation(body)))
 
+    def shortened(k: int) -> str:  # k characters of text: ceil(k/2) from the head, the rest tail
+        head, tail = (k + 1) // 2, k // 2
+        return text[:head] + TRUNCATION_MARK + (text[len(text) - tail :] if tail else "")
+
     ids = encode(text)
     if len(ids) <= max_tokens:
         return ids, False
-    lo, hi = 0, len(text)  # the prefix text[:lo] + mark fits (or lo == 0); text[:hi] does not
+    lo, hi = 0, len(text)  # shortened(lo) fits (or lo == 0); shortened(hi) does not
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if len(encode(text[:mid] + TRUNCATION_MARK)) <= max_tokens:
+        if len(encode(shortened(mid))) <= max_tokens:
             lo = mid
         else:
             hi = mid
-    return encode(text[:lo] + TRUNCATION_MARK)[:max_tokens], True
+    return encode(shortened(lo))[:max_tokens], True
 
 
 def decode_ids(tokenizer, ids) -> str:
