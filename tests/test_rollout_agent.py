@@ -380,3 +380,18 @@ def test_multi_token_stop_with_the_qwen2_tokenizer(qwen2_tokenizer_dir):
     assert "<output>408" in res.texts[0] and "\\boxed{408}" in res.texts[0]
     assert [t.tool_output for t in res.turns[2][:2]] == ["", "42\n"]
     assert "<output></output>" in res.texts[2] and "<output>42</output>" in res.texts[2]
+
+
+@pytest.mark.parametrize("limits", [dict(max_turns=1), dict(max_tool_calls=0)])
+def test_no_calls_allowed_still_stops_at_the_tool_stop(tok, scene, limits):
+    """Without a call budget the tool stop still ends the row (the model never writes past a
+    call it cannot get an answer to); no tool is needed."""
+    task, calc, model, prompts, built = scene
+    kw = {**SETTINGS, **limits}
+    res = rollout(model, tok, task, prompts, key=jax.random.key(0), temperature=0.0, **kw)
+    reason = "max_turns" if "max_turns" in limits else "max_tool_calls"
+    assert res.finish_reason == [reason, "stop", reason, reason, reason, reason]
+    assert res.n_calls.tolist() == [0] * 6 and "tool_calls" not in res.counters
+    for row, (seq, policy, spans) in enumerate(built):
+        upto = spans[0][0] if spans else None
+        check_row(res, row, model, seq, policy, [], len(prompts[row]), upto)

@@ -247,7 +247,8 @@ def rollout(
       model: a ``QwenModel`` (anything the sampler accepts).
       tokenizer: the ``mojax.models.tokenizer`` interface (encode / decode / eos_token_id).
       task: a ``mojax.tasks`` task with ``tool_stop``, ``parse_tool_call`` and
-        ``format_observation`` (``tool_stop=None`` gives single-turn sampling).
+        ``format_observation`` (``tool_stop=None`` gives single-turn sampling; with
+        ``max_turns=1`` or ``max_tool_calls=0`` the tool stop still ends a row).
       prompts_ids: P token lists (the chat-templated prompts, unpadded).
       key: PRNG key; the rollout is a deterministic function of it (and of the tool outputs).
       num_samples: G.
@@ -258,7 +259,7 @@ def rollout(
       max_tool_calls: answered calls per row (default ``max_turns - 1``).
       temperature, top_p, top_k: sampling (``temperature=0`` is greedy); logprobs are always the
         policy log-probs at temperature 1 (the PPO ``old_logprobs``).
-      tool: ``text -> ToolResult`` callable or an object with ``.run`` (Calculator, PythonSandbox,
+      tool: (needed when calls can be answered) ``text -> ToolResult`` callable or an object with ``.run`` (Calculator, PythonSandbox,
         BM25Retriever, RetrievalClient); with ``stateful=True`` an object with ``.session()``
         (one ``PythonSession`` per row, later cells see earlier ones, as ToRL).
       pool: a ``ToolPool`` to run calls in (default: a private pool of ``min(8, B)`` threads).
@@ -305,9 +306,11 @@ def rollout(
         stop_token_ids = (int(tokenizer.eos_token_id),)
     eos = {int(i) for i in stop_token_ids}
     stop_text = task.tool_stop if tool_stop is None else tool_stop
-    multi_turn = stop_text is not None and max_turns > 1
+    # with max_turns == 1 (or max_tool_calls == 0) the tool stop still ends a row ("max_turns" /
+    # "max_tool_calls"): the model never writes past a call it cannot get an answer to
+    multi_turn = stop_text is not None and max_turns > 1 and max_tool_calls > 0
     spec = None
-    if multi_turn:
+    if stop_text is not None:
         spec = stop_spec or stops_lib.tool_stop_spec(
             tokenizer, stop_text, mode=stop_mode, exclude=tuple(eos)
         )
@@ -398,7 +401,7 @@ def rollout(
                     if turn_used[row] < max_new_tokens and n + 1 <= r:
                         false_rows.append(row)
                         continue
-                    final[row] = "length" if turn_used[row] >= max_new_tokens else "budget"
+                    final[row] = "length"  # the turn's tokens or the response buffer are used up
                 elif reasons[row] == STOP:
                     final[row] = "stop"
                 elif reasons[row] == LENGTH:
