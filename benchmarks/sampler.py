@@ -159,9 +159,11 @@ def gpu_mode(args):
         fn = lambda budget, kw=kw, tokens=tokens: (
             ms.generate(model, tokens, max_new_tokens=budget, **kw).tokens
         )
-        fn(1)  # compile (the budget is a runtime value: one program for both calls)
-        t1, _ = timed(functools.partial(fn, 1), args.repeats)
-        tn, _ = timed(functools.partial(fn, n), args.repeats)
+        jax.block_until_ready(fn(1))  # compile (the budget is a runtime value: one program)
+        jax.block_until_ready(fn(n))
+        reps = max(args.repeats, 3)
+        t1, _ = timed(functools.partial(fn, 1), reps)
+        tn, _ = timed(functools.partial(fn, n), reps)
         step = (tn - t1) / (n - 1)
         tb = ms.bucket_length(args.gpu_prompt)
         # bytes read per decode step: all weights once (the embedding matrix once, as the tied

@@ -145,7 +145,7 @@ def test_resume_after_append_equals_decoding_from_scratch(model):
     kw = dict(temperature=0.0)
     out = ms.generate(
         model, tokens, prompt_lengths=lengths, key=jax.random.key(0), max_new_tokens=8,
-        stop_token_ids=(stop,), **SHAPES, **kw,
+        stop_token_ids=(stop,), pad_id=1000, **SHAPES, **kw,
     )  # fmt: skip
     first_tokens, first_n = np.asarray(out.tokens).copy(), np.asarray(out.lengths).copy()
     assert first_n[0] == k0 + 1 and out.finish_reason_names()[0] == "stop"
@@ -160,6 +160,7 @@ def test_resume_after_append_equals_decoding_from_scratch(model):
     mask = np.asarray(out2.loss_mask)
     # row 1 untouched
     np.testing.assert_array_equal(toks[1], first_tokens[1])
+    assert (toks[1, n[1] :] == 1000).all() and (toks[0, n[0] :] == 1000).all()  # pad_id >= V
     assert n[1] == first_n[1]
     for row in (0, 2):
         prefix = np.concatenate([first_tokens[row, : first_n[row]], obs[row, : obs_len[row]]])
@@ -207,6 +208,21 @@ def test_sampled_multi_turn_logprobs_equal_teacher_forced(model):
         assert m.sum() >= 6 and (~m).sum() >= 1
         assert np.abs(lp[row, : n[row]][m] - ref[m]).max() <= ATOL
         assert (lp[row, : n[row]][~m] == 0).all()
+    # the design.md rollout batch: prompt + response per row, mask / old log-probs aligned
+    rb = ms.rollout_batch(tokens, lengths, out, num_samples=2, pad_id=-1)
+    for row in range(6):
+        p, k = row // 2, lengths[row // 2]
+        want = np.full(10 + 80, -1)
+        want[:k], want[k : k + n[row]] = tokens[p, :k], toks[row, : n[row]]
+        np.testing.assert_array_equal(np.asarray(rb["tokens"])[row], want)
+        want_mask = np.zeros(90, bool)
+        want_mask[k : k + n[row]] = mask[row, : n[row]]
+        np.testing.assert_array_equal(np.asarray(rb["loss_mask"])[row], want_mask)
+        np.testing.assert_array_equal(
+            np.asarray(rb["old_logprobs"])[row][want_mask],
+            lp[row, : n[row]][mask[row, : n[row]]],
+        )
+        assert int(rb["lengths"][row]) == k + n[row]
 
 
 def count_backend_compiles():

@@ -136,6 +136,7 @@ def test_bad_params_raise_naming_the_argument():
             ms.SamplingParams(**kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kw", [dict(top_k=20, temperature=0.7), dict(top_p=0.8, min_p=0.05)])
 def test_generate_first_token_frequencies_match_model_distribution(kw):
     """End to end: G draws of the first new token of one prompt (shared prefill broadcast to G

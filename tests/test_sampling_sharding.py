@@ -13,6 +13,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _SCRIPT = textwrap.dedent(
@@ -63,6 +65,7 @@ _SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sharded_generate_equals_unsharded_on_8_devices(tmp_path):
     script = tmp_path / "sharded_sampling.py"
     script.write_text(_SCRIPT)

@@ -25,14 +25,25 @@ Multi-turn (tool calls), all rows in one batch::
         obs, obs_len = run_tools_and_tokenize(toks, lens, resume)        # [B, To], [B]
         out = append_and_continue(model, out.state, obs, obs_len, resume,
                                   max_new_tokens=T_turn, temperature=1.0)
-    # out.tokens / out.loss_mask / out.logprobs cover the whole multi-turn response
+    # out.tokens / out.loss_mask / out.logprobs cover the whole multi-turn response;
+    batch = rollout_batch(prompts, lengths, out, num_samples=G)  # prompt + response rows [B, T]
 
-Size the cache up front: ``max_total_len >= Tb + sum over calls of (decode steps of the call +
-To bucket of each append)``; a call that would overflow raises a ValueError before running. The
-cache layout is documented in ``mojax.sampling.state``.
+Size the cache up front: every row advances one slot per decode step of the batch (the loop runs
+until the slowest row is done) and ``To`` slots (the observation bucket) per append, so
+``max_total_len >= Tb + sum over calls of (max_new_tokens + To)`` never runs out. When the cache
+does fill up during decoding, the running rows end with ``finish_reason == LENGTH``; an append
+that cannot fit raises a ValueError naming ``max_total_len`` (or ``max_response_len``) before
+running. ``append_and_continue`` donates ``out.state``'s cache: continue each state once (arrays
+of earlier outputs stay valid). The cache / response layout is in ``mojax.sampling.state``.
+
+Cost model (vs the Tunix "vanilla" sampler): the P prompts are prefilled once and the cache is
+repeated to the G samples; decode step ``i`` attends over a power-of-two prefix of the cache
+(``buckets.segment_caps``) rather than all ``max_total_len`` slots; top-k / top-p thresholds use
+a sort-free bisection; one compiled program per (P, G, prompt bucket, R, S, sampling params).
 """
 
 from mojax.sampling.api import append_and_continue, generate, stop_id_array
+from mojax.sampling.batch import rollout_batch
 from mojax.sampling.buckets import bucket_length, next_power_of_two, segment_caps
 from mojax.sampling.decode import continue_from_arrays, generate_from_arrays
 from mojax.sampling.processors import SamplingParams, process_logits, sample_step
@@ -62,6 +73,7 @@ __all__ = [
     "generate_from_arrays",
     "next_power_of_two",
     "process_logits",
+    "rollout_batch",
     "sample_step",
     "segment_caps",
     "stop_id_array",

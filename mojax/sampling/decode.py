@@ -96,7 +96,10 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
     is_stop = active & jnp.any(tok[:, None] == s.stop_ids, axis=-1)
     full = (length >= r) | (s.cache.end + 1 >= max_len)  # no slot left for another step
     hit_len = active & ~is_stop & ((num_new >= s.max_new) | full)
-    logits, cache = _forward(model, tok[:, None], active[:, None], s.cache, jnp.zeros_like(tok))
+    # finished rows feed token 0 into an invalid slot (never pad_id: it may be outside the vocab,
+    # and NaN k/v in an invalid slot would still poison 0 * NaN in a resumed row's attention)
+    feed = jnp.where(active, tok, 0)[:, None]
+    logits, cache = _forward(model, feed, active[:, None], s.cache, jnp.zeros_like(tok))
     s = s.replace(
         cache=cache,
         logits=jnp.where(active[:, None], logits, s.logits),

@@ -11,7 +11,9 @@ implementation written from them):
   likely token is always kept, ties at the boundary are kept.
 * min-p (``m > 0``): keep tokens with ``softmax(z) >= m * max softmax(z)``.
 
-The kept tokens are renormalised (the others get ``-inf``) and one token per row is drawn with
+Both truncation thresholds are found by an exact 32-step bisection over the fp32 values' order
+(``_largest_threshold``), not by sorting the vocabulary each decode step. The kept tokens are
+renormalised (the others get ``-inf``) and one token per row is drawn with
 ``jax.random.categorical`` (Gumbel-max). Order: temperature, top-k, top-p, min-p (transformers'
 order).
 
@@ -69,6 +71,32 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+def _sortable(z: jax.Array) -> jax.Array:
+    """uint32 keys with the order of the fp32 values (-inf smallest; no NaN expected)."""
+    bits = jax.lax.bitcast_convert_type(z.astype(jnp.float32), jnp.uint32)
+    return jnp.where(bits >> 31 == 1, ~bits, bits | jnp.uint32(0x80000000))
+
+
+def _largest_threshold(keys: jax.Array, measure, target) -> jax.Array:
+    """Per row, the largest key ``t`` with ``measure(keys >= t) >= target`` (uint32 [B, 1]).
+
+    ``measure`` is monotone (a count for top-k, a probability mass for top-p), so an exact
+    bisection over the 2^32 keys takes 32 passes over [B, V] -- no sort of the vocabulary. The
+    answer is always one of the row's values: the k-th largest (top-k) or the smallest value of
+    the nucleus (top-p), ties included.
+    """
+
+    def body(_, bounds):
+        lo, hi = bounds
+        diff = hi - lo
+        mid = lo + diff // 2 + (diff & 1)  # ceil midpoint without uint32 overflow
+        ok = measure(keys >= mid[:, None]) >= target
+        return jnp.where(ok, mid, lo), jnp.where(ok, hi, mid - 1)
+
+    lo, _ = jax.lax.fori_loop(0, 32, body, (jnp.min(keys, axis=-1), jnp.max(keys, axis=-1)))
+    return lo[:, None]
+
+
 def process_logits(logits: jax.Array, params: SamplingParams) -> jax.Array:
     """The processed logits fp32 [B, V] the sampler draws from (removed tokens are ``-inf``).
 
@@ -79,20 +107,15 @@ def process_logits(logits: jax.Array, params: SamplingParams) -> jax.Array:
         return z
     if params.temperature != 1.0:
         z = z / params.temperature
-    vocab = z.shape[-1]
-    k = min(int(params.top_k), vocab)
-    if 0 < k < vocab or params.top_p < 1.0:
-        # Sorted candidates: the top k (or the whole vocab when only top-p is on).
-        cand = jax.lax.top_k(z, k if k > 0 else vocab)[0]  # [B, k] descending
-        threshold = cand[:, -1:]  # the k-th largest value (ties kept)
-        if params.top_p < 1.0:
-            probs = jax.nn.softmax(cand, axis=-1)
-            mass_before = jnp.cumsum(probs, axis=-1) - probs  # mass strictly above each candidate
-            keep = mass_before < params.top_p  # the first candidate always kept
-            # smallest kept value: the last kept candidate (keep is a prefix of the sorted list)
-            n_keep = jnp.sum(keep, axis=-1, keepdims=True)
-            threshold = jnp.take_along_axis(cand, n_keep - 1, axis=-1)
-        z = jnp.where(z >= threshold, z, -jnp.inf)
+    if params.top_k > 0 and params.top_k < z.shape[-1]:
+        keys = _sortable(z)
+        count = lambda keep: jnp.sum(keep, axis=-1, dtype=jnp.int32)
+        z = jnp.where(keys >= _largest_threshold(keys, count, params.top_k), z, -jnp.inf)
+    if params.top_p < 1.0:
+        keys = _sortable(z)
+        probs = jax.nn.softmax(z, axis=-1)
+        mass = lambda keep: jnp.sum(jnp.where(keep, probs, 0.0), axis=-1)
+        z = jnp.where(keys >= _largest_threshold(keys, mass, params.top_p), z, -jnp.inf)
     if params.min_p > 0.0:
         probs = jax.nn.softmax(z, axis=-1)
         z = jnp.where(probs >= params.min_p * jnp.max(probs, -1, keepdims=True), z, -jnp.inf)
