@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import mojax.models as mm
+from mojax.rl.batch import assemble_batch
 from mojax.rollout import FINISH_REASONS, rollout
 from mojax.rollout.agent import TRUNCATION_MARK, malformed_message
 from mojax.rollout.tools import Calculator, ToolPool
@@ -69,6 +70,10 @@ def test_calculator_rollout_end_to_end(setup):
         )
         stats = dict(pool.stats)
     b, r = res.tokens.shape
+    # the trainer's batch (design.md "Rollout batch"): the loss mask and old log-probs carry over
+    batch = assemble_batch(prompts, 8, res.tokens, res.logprobs, res.loss_mask, res.lengths, WIDTH)
+    assert batch["loss_mask"].sum() == res.loss_mask.sum()
+    np.testing.assert_allclose(batch["old_logprobs"].sum(), res.logprobs.sum(), rtol=1e-5)
     assert b == 32 and set(res.finish_reason) <= set(FINISH_REASONS)
     c = res.counters
     assert c["tool_calls"] >= 3, c  # the untrained model does write </calc> (1 in ~V tokens)
