@@ -368,7 +368,7 @@ def test_multi_token_stop_with_the_qwen2_tokenizer(qwen2_tokenizer_dir):
     )
     kw = dict(key=jax.random.key(0), temperature=0.0, tool=sandbox, stateful=True)
     res = rollout(model, tok, task, prompts, **kw, **SETTINGS)
-    assert not res.stop.exact and res.stop.token_ids == tuple(tok.encode(">"))
+    assert not res.stop.exact and tok.encode(">")[0] in res.stop.token_ids
     assert res.finish_reason == ["stop", "stop", "stop"] and res.n_calls.tolist() == [1, 0, 2]
     # every policy '>' that does not end a call is a false stop (the '>' of an opening <code>,
     # unless BPE merged it with what follows, as in '>x')

@@ -52,6 +52,10 @@ def test_candidates_end_every_tokenisation_of_the_stop(qwen_tok, stop):
         assert ids[-1] in spec.token_ids, (prefix, ids)
         assert spec.confirm(qwen_tok.decode(ids))
         assert not spec.confirm(qwen_tok.decode(ids[:-1]))
+        for after in ("\n", "\n\n", "\r\n"):  # the sampler stops at the first confirmed id
+            ids = qwen_tok.encode(prefix + stop + after)
+            hits = [j for j, i in enumerate(ids) if i in spec.token_ids]
+            assert any(spec.confirm(qwen_tok.decode(ids[: j + 1])) for j in hits), (prefix, ids)
     with pytest.raises(ValueError, match="stop_mode='token'"):
         tool_stop_spec(qwen_tok, stop, mode="token")
 

@@ -9,13 +9,22 @@ The sampler stops in-graph on token ids, while a task names its tool stop as a s
   several pieces are not stops: the model is trained (SFT, ``tokenize_demo``) on the single piece.
 * **fallback** — the string takes several tokens (``</code>`` with the Qwen tokenizer: ``</``,
   ``code``, ``>``). The sampler stops on every *candidate* id, a token that can end the string:
-  one whose text is a non-empty suffix of the string (``>``, ``>``-ending pieces such as ``code>``)
-  or that ends with the whole string. The host then confirms a stop by checking that the decoded
-  text of the turn ends with the string; a false candidate (a ``>`` in ``a > b``) resumes with an
-  empty append. Cost of each false candidate: one host round trip (a device -> host fetch of the
-  batch state plus a decode of the turn's text), a re-dispatch of the compiled continue program,
-  and one invalid cache slot for every row (an empty observation takes a 1-slot bucket when no
-  row in that call has a real observation). Rows that did not stop wait for the round trip.
+  one whose text (trailing whitespace aside) is a non-empty suffix of the string (``>``,
+  ``code>``) or ends with the whole string. The host then confirms a stop by checking that the decoded
+  text of the turn ends with the string; a false candidate (a ``>`` in ``a > b``, the ``>`` of an
+  opening ``<code>``) resumes with an empty append and the rest of the turn's token budget.
+
+Cost of a false candidate. A decode call runs until every row in it has stopped, so a row that
+stops on a false candidate idles (as after a real call) until the slowest row of the call is done;
+then it costs one more host round trip (fetch tokens / lengths, decode the turn's text) and one more
+``append_and_continue`` dispatch, whose empty append takes ``false_stop_bucket`` cache slots (1 by
+default; the write position is shared, so for every row) -- plus one compile of that bucket. The
+fallback's cache default adds ``max_new_tokens`` slots of slack; rows that exhaust the cache end
+with ``budget``. Candidate sets measured with the Qwen2 tokenizer: ``</code>``, ``</search>``,
+``</calc>``, ``</tool_call>`` -> {``>``}; ``` ```output ``` -> {``t``, ``ut``, ``put``, ``output``}
+(frequent pieces: prefer a single-token stop or ``</code>`` there), each plus its variants with
+trailing whitespace (``>\n``, ``>\n\n``, ...). A stop string followed in the same token by other
+text (``>(``) is not detected; the row then continues as if no call was made.
 
 Shapes: V vocabulary.
 """
@@ -45,8 +54,9 @@ class StopSpec:
     exact: bool
 
     def confirm(self, turn_text: str) -> bool:
-        """Host-side check that a turn that stopped on a candidate id really ends a tool call."""
-        return self.exact or turn_text.endswith(self.text)
+        """Host-side check that a turn that stopped on a candidate id really ends a tool call
+        (trailing whitespace of the last token, as in ``>\n``, allowed)."""
+        return self.exact or turn_text.rstrip().endswith(self.text)
 
 
 def _token_texts(tokenizer) -> list[str]:
@@ -59,7 +69,8 @@ def _token_texts(tokenizer) -> list[str]:
 
 
 def candidate_end_ids(tokenizer, text: str, exclude: Sequence[int] = ()) -> tuple[int, ...]:
-    """Ids whose text can end ``text``: non-empty suffixes of it, or texts ending with all of it.
+    """Ids whose text can end ``text``: non-empty suffixes of it, or texts ending with all of it,
+    either optionally followed by whitespace (``>\n``: a model trained on ``</code>\n`` writes it).
 
     Args:
       tokenizer: the ``mojax.models.tokenizer`` interface (``vocab_size``, ``decode``).
@@ -70,7 +81,9 @@ def candidate_end_ids(tokenizer, text: str, exclude: Sequence[int] = ()) -> tupl
     out = [
         i
         for i, piece in enumerate(_token_texts(tokenizer))
-        if piece and i not in skip and (text.endswith(piece) or piece.endswith(text))
+        if (core := piece.rstrip())
+        and i not in skip
+        and (text.endswith(core) or core.endswith(text))
     ]
     return tuple(out)
 
