@@ -22,11 +22,17 @@ from mojax import defaults
 
 
 def get_config(arg=None):
-    a = defaults.parse_arg(arg, **defaults.COMMON_ARGS, stage1_steps=-1, mode="global")
+    a = defaults.parse_arg(
+        arg, **defaults.COMMON_ARGS, stage1_steps=-1, mode="global", normalize="zscore"
+    )
     c = defaults.base_config()
     paper = defaults.apply_common_args(c, a)
     c.estimator = "pareto_rank"
-    c.advantage = dict(weights=(0.6, 0.4), beta=0.5, normalize="none")  # 000 Eqs. 7-9
+    # 000 Eqs. 7-9. The paper's Theorem 3.5 form ("none") gives every sample a positive advantage
+    # (A >= 1 - beta/2); ParetoPO then runs GRPO on it (000 Sec. 4.1), i.e. the rank advantages are
+    # group-normalised: "zscore". Without it, token-mean PPO reinforces every sampled response and
+    # the policy sharpens on its most frequent behaviour instead of the Pareto ranking.
+    c.advantage = dict(weights=(0.6, 0.4), beta=0.5, normalize=a.normalize)
     c.paretopo.enabled = True
     c.paretopo.weights = (0.6, 0.4)
     c.paretopo.mode = a.mode

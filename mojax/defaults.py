@@ -86,6 +86,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.task.num_eval = 128  # validation problems (ParetoPO's v_t) / evaluation problems
     c.task.num_answers = 0  # S answers per completion (VPO, Multi-RLVR); 0 = single answer
     c.task.kwargs = ml_collections.ConfigDict()  # task constructor arguments (e.g. toolrl mode)
+    # calculator difficulty mix (easy: single-digit, medium: two-digit +/-, hard: products); the
+    # default leans on easy and hard problems, where answering directly vs calling is clear-cut
+    c.task.mix = ml_collections.ConfigDict({"easy": 0.5, "medium": 0.1, "hard": 0.4})
 
     c.rollout = ml_collections.ConfigDict()
     c.rollout.prompts_per_step = 16  # P
@@ -223,6 +226,10 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = a.data, a.fsdp, a.tensor
     if a.steps:
         c.steps = a.steps
+    if a.task == "calculator":
+        # easy = the 100 single-digit sums, known facts in every split: a tiny model can answer them
+        # mentally, so calling the calculator there is pure cost (the trade-off ParetoPO learns)
+        c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": True, "easy_ops": "+"})
     if a.model == "tiny":
         c.model.variant = "tiny-qwen3"
         c.model.overrides = ml_collections.ConfigDict(dict(TINY_CALC_MODEL))

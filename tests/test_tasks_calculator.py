@@ -40,6 +40,10 @@ def test_problems_deterministic_disjoint_and_graded():
             assert 0 <= p.a <= 9 and 0 <= p.b <= 9
         elif p.difficulty == "hard":
             assert p.op == "*" and p.a >= 12 and p.b >= 3 and p.a * p.b >= 144
+    shared = {s: C.generate_problems(s, 400, seed=3, shared_easy_facts=True) for s in C.SPLITS}
+    by_split = {s: {p.expr for p in ps if p.difficulty != "easy"} for s, ps in shared.items()}
+    easy = {s: {p.expr for p in ps if p.difficulty == "easy"} for s, ps in shared.items()}
+    assert not by_split["train"] & by_split["test"] and easy["train"] & easy["test"]
     with pytest.raises(ValueError, match="split"):
         C.generate_problems("dev", 1)
     with pytest.raises(ValueError, match="mix"):

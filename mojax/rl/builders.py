@@ -55,10 +55,11 @@ def load_splits(task: Task, task_cfg, seed: int) -> Splits:
     """
     n_eval = int(task_cfg.num_eval)
     if task_cfg.name == "calculator":
+        mix = dict(task_cfg.mix)
         return Splits(
-            task.load("train", int(task_cfg.num_train), seed=seed),
-            task.load("validation", n_eval, seed=seed),
-            task.load("test", n_eval, seed=seed),
+            task.load("train", int(task_cfg.num_train), seed=seed, mix=mix),
+            task.load("validation", n_eval, seed=seed, mix=mix),
+            task.load("test", n_eval, seed=seed, mix=mix),
         )
     if task_cfg.name == "maze":
         train = task.load("train", int(task_cfg.num_train))

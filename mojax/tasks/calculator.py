@@ -75,9 +75,9 @@ class Problem:
         return self.difficulty == "hard"
 
 
-def _sample(rng: random.Random, difficulty: str) -> Problem:
+def _sample(rng: random.Random, difficulty: str, easy_ops: str = "+-*") -> Problem:
     if difficulty == "easy":
-        return Problem(rng.randint(0, 9), rng.choice("+-*"), rng.randint(0, 9), difficulty)
+        return Problem(rng.randint(0, 9), rng.choice(easy_ops), rng.randint(0, 9), difficulty)
     if difficulty == "medium":
         return Problem(rng.randint(10, 99), rng.choice("+-"), rng.randint(10, 99), difficulty)
     if rng.random() < 0.5:
@@ -91,11 +91,21 @@ def _split_of(expr: str) -> str:
 
 
 def generate_problems(
-    split: str, num: int, *, seed: int = 0, mix: Mapping[str, float] | None = None
+    split: str,
+    num: int,
+    *,
+    seed: int = 0,
+    mix: Mapping[str, float] | None = None,
+    shared_easy_facts: bool = False,
+    easy_ops: str = "+-*",
 ) -> list[Problem]:
     """``num`` problems of ``split``, deterministic in ``seed``; difficulties drawn from ``mix``.
 
-    Problems may repeat within a split (there are only 300 easy ones), never across splits.
+    Problems may repeat within a split (there are only 300 easy ones), never across splits —
+    except with ``shared_easy_facts``: the 300 single-digit facts then appear in every split (they
+    are knowledge a model is expected to have, like a times table, not problems to generalise to),
+    while medium and hard problems stay disjoint across splits.
+       ``easy_ops`` restricts the single-digit operators of easy problems (e.g. ``"+"``).
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}; got {split!r}")
@@ -105,10 +115,13 @@ def generate_problems(
     rng = random.Random(int(seed) * len(SPLITS) + SPLITS.index(split))
     names, weights = list(mix), [mix[k] for k in mix]
     out: list[Problem] = []
-    while len(out) < num:
-        p = _sample(rng, rng.choices(names, weights)[0])
-        if _split_of(p.expr) == split:
-            out.append(p)
+    while len(out) < num:  # draw the difficulty first, so every split follows ``mix``
+        difficulty = rng.choices(names, weights)[0]
+        while True:
+            p = _sample(rng, difficulty, easy_ops)
+            if _split_of(p.expr) == split or (shared_easy_facts and difficulty == "easy"):
+                out.append(p)
+                break
     return out
 
 
@@ -143,6 +156,12 @@ class CalculatorTask(Task):
     scalar_weights = (0.6, 0.4)
     tool_stop = "</calc>"
 
+    def __init__(self, shared_easy_facts: bool = False, easy_ops: str = "+-*"):
+        if not easy_ops or set(easy_ops) - set("+-*"):
+            raise ValueError(f"easy_ops must be a non-empty subset of '+-*'; got {easy_ops!r}")
+        self.shared_easy_facts = bool(shared_easy_facts)
+        self.easy_ops = easy_ops
+
     @staticmethod
     def example(problem: Problem, ex_id: str) -> Example:
         msgs = ({"role": "user", "content": f"Compute {problem.expr}."},)
@@ -153,7 +172,14 @@ class CalculatorTask(Task):
         self, split: str, num: int, *, seed: int = 0, mix: Mapping[str, float] | None = None
     ) -> list[Example]:
         """``num`` generated examples of ``split`` (see :func:`generate_problems`)."""
-        probs = generate_problems(split, num, seed=seed, mix=mix)
+        probs = generate_problems(
+            split,
+            num,
+            seed=seed,
+            mix=mix,
+            shared_easy_facts=self.shared_easy_facts,
+            easy_ops=self.easy_ops,
+        )
         return [self.example(p, f"calc/{seed}/{split}/{i}") for i, p in enumerate(probs)]
 
     # ------------------------------------------------------------------ tool protocol
