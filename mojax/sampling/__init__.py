@@ -25,8 +25,9 @@ Multi-turn (tool calls), all rows in one batch::
         obs, obs_len = run_tools_and_tokenize(toks, lens, resume)        # [B, To], [B]
         out = append_and_continue(model, out.state, obs, obs_len, resume,
                                   max_new_tokens=T_turn, temperature=1.0)
-    # out.tokens / out.loss_mask / out.logprobs cover the whole multi-turn response;
-    batch = rollout_batch(prompts, lengths, out, num_samples=G)  # prompt + response rows [B, T]
+    # out.tokens / out.loss_mask / out.logprobs cover the whole multi-turn response; the PPO batch
+    # (prompt + response rows [B, T]) is mojax.rl.batch.assemble_batch. mojax.rollout.rollout is
+    # this loop, with tools, stop strings and limits.
 
 Size the cache up front: every row advances one slot per decode step of the batch (the loop runs
 until the slowest row is done) and ``To`` slots (the observation bucket) per append, so
@@ -43,7 +44,6 @@ a sort-free bisection; one compiled program per (P, G, prompt bucket, R, S, samp
 """
 
 from mojax.sampling.api import append_and_continue, generate, stop_id_array
-from mojax.sampling.batch import rollout_batch
 from mojax.sampling.buckets import bucket_length, next_power_of_two, segment_caps
 from mojax.sampling.decode import continue_from_arrays, generate_from_arrays
 from mojax.sampling.processors import SamplingParams, process_logits, sample_step
@@ -73,7 +73,6 @@ __all__ = [
     "generate_from_arrays",
     "next_power_of_two",
     "process_logits",
-    "rollout_batch",
     "sample_step",
     "segment_caps",
     "stop_id_array",
