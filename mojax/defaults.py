@@ -230,6 +230,10 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
         # easy = the 100 single-digit sums, known facts in every split: a tiny model can answer them
         # mentally, so calling the calculator there is pure cost (the trade-off ParetoPO learns)
         c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": True, "easy_ops": "+"})
+    if a.task == "calculator":
+        # held-out accuracy and tool calls as avg@4 of the sampling policy (the RL objective's
+        # policy; greedy decoding of a tiny model hides its uncertainty behind the argmax)
+        c.eval.temperature, c.eval.num_samples, c.eval.ks = 1.0, 4, (1, 2, 4)
     if a.model == "tiny":
         c.model.variant = "tiny-qwen3"
         c.model.overrides = ml_collections.ConfigDict(dict(TINY_CALC_MODEL))

@@ -35,9 +35,9 @@ def summarize(
       ks: budgets for best@k / pass@k.
 
     Returns:
-      ``{prefix}accuracy`` (mean success of the first sample — EM for answer tasks),
-      ``{prefix}accuracy_mean`` (over all samples), ``{prefix}tool_calls`` (mean calls per problem,
-      first sample), ``{prefix}<objective>`` means, ``{prefix}best@k`` / ``{prefix}pass@k``,
+      ``{prefix}accuracy`` (mean success over the N samples of every problem — EM for answer
+      tasks, avg@N when sampling), ``{prefix}tool_calls`` (mean calls per problem and sample),
+      ``{prefix}<objective>`` means, ``{prefix}best@k`` / ``{prefix}pass@k``,
       ``{prefix}diversity`` (reward space, valid answers), ``{prefix}collinearity``,
       ``{prefix}valid_fraction``.
     """
@@ -52,15 +52,13 @@ def summarize(
     n = r.shape[1]
     success = task.is_success(r) & v
     out = {
-        "accuracy": float(success[:, 0].mean()),
-        "accuracy_mean": float(success.mean()),
-        "tool_calls": float(calls[:, 0].mean()),
-        "tool_calls_mean": float(calls.mean()),
+        "accuracy": float(success.mean()),
+        "tool_calls": float(calls.mean()),
         "valid_fraction": float(v.mean()),
     }
-    first = np.where(v[:, :1, None], r[:, :1], 0.0)[:, 0]
+    masked = np.where(v[..., None], r, 0.0)
     for k, name in enumerate(task.objective_names):
-        out[name] = float(first[:, k].mean())
+        out[name] = float(masked[..., k].mean())
     weights = task.scalar_weights or None
     for k in ks:
         if 1 <= k <= n:
