@@ -28,7 +28,7 @@ def load_config(name, arg=None):
 
 def shrink(c):
     """The same run, smaller: 2 RL steps, a few prompts and samples, a short warm start."""
-    c.steps = 2
+    c.steps = min(c.steps, 2)
     c.checkpoint_every = c.eval_every = 1
     c.rollout.prompts_per_step = 2
     c.rollout.num_samples = 2
@@ -73,7 +73,7 @@ def test_config_runs_end_to_end(name, tmp_path, request):
     if c.paretopo.enabled:
         assert {"pareto/hv", "pareto/r_pareto", "pareto/archive_size"} <= set(records[-1])
     assert (tmp_path / "done").exists() and (tmp_path / "plots" / "rewards.png").exists()
-    assert summary["step"] if "step" in summary else True
+    assert "eval/accuracy" in summary
     if c.steps:
         assert (tmp_path / "checkpoints" / str(c.steps)).is_dir()
 
