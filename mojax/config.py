@@ -107,6 +107,17 @@ class Checker:
             raise ConfigError(f"invalid config ({len(self.errors)} problem(s)):\n  {lines}")
 
 
+def dataclass_from_config(cls: type, cfg: Any, section: str) -> Any:
+    """``cls(**cfg)`` for a ConfigDict / mapping; unknown keys raise naming ``section`` and the
+    dataclass fields (e.g. ``unknown ppo key(s) ['clip_hihg']; allowed: [...]``)."""
+    d = dict(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"unknown {section} key(s) {unknown}; allowed: {sorted(known)}")
+    return cls(**d)
+
+
 def keyword_names(fn: Callable[..., Any], *, skip: Iterable[str] = ()) -> set[str]:
     """Names that ``fn`` accepts as keyword arguments (excluding ``skip``)."""
     params = inspect.signature(fn).parameters.values()

@@ -73,12 +73,9 @@ class OptimizerConfig:
     @classmethod
     def from_config(cls, cfg: Any) -> OptimizerConfig:
         """From a ConfigDict / mapping; unknown keys raise naming the key."""
-        d = dict(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown optimizer key(s) {unknown}; allowed: {sorted(known)}")
-        return cls(**d)
+        from mojax.config import dataclass_from_config
+
+        return dataclass_from_config(cls, cfg, "optimizer")
 
 
 def make_schedule(cfg: OptimizerConfig) -> optax.Schedule:

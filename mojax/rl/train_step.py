@@ -94,12 +94,9 @@ class PPOConfig:
     @classmethod
     def from_config(cls, cfg: Any) -> PPOConfig:
         """From a ConfigDict / mapping; unknown keys raise naming the key."""
-        d = dict(cfg.to_dict() if hasattr(cfg, "to_dict") else cfg)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown ppo key(s) {unknown}; allowed: {sorted(known)}")
-        return cls(**d)
+        from mojax.config import dataclass_from_config
+
+        return dataclass_from_config(cls, cfg, "ppo")
 
 
 # --------------------------------------------------------------------------------------------------
