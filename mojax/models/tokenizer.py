@@ -67,6 +67,13 @@ class HFTokenizer:
         return out
 
 
+def chatml(messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+    """``messages`` in the ChatML layout Qwen uses (``<|im_start|>role\\ncontent<|im_end|>\\n``),
+    ending with an open assistant turn when ``add_generation_prompt``."""
+    text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
 class SentencePieceTokenizer:
     """A sentencepiece ``.model`` (small self-trained vocabularies for toy tasks).
 
@@ -115,9 +122,7 @@ class SentencePieceTokenizer:
     def apply_chat_template(
         self, messages: list[dict], *, add_generation_prompt: bool = True, tokenize: bool = False
     ):
-        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-        if add_generation_prompt:
-            text += "<|im_start|>assistant\n"
+        text = chatml(messages, add_generation_prompt)
         return self.encode(text) if tokenize else text
 
 

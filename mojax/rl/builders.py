@@ -126,12 +126,11 @@ def corpus_texts(config, task: Task, splits: Splits) -> list[str]:
 
 
 class _ChatML:
-    """Renders messages in the ChatML layout ``SentencePieceTokenizer.apply_chat_template`` uses."""
+    """Renders prompts as text in the ChatML layout of ``SentencePieceTokenizer`` (no vocabulary yet)."""
 
     def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
         del tokenize
-        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
-        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+        return models.tokenizer.chatml(messages, add_generation_prompt)
 
 
 def build_model_config(config, tokenizer) -> models.QwenConfig:

@@ -14,6 +14,7 @@ ParetoPO's archive, reward statistics) are restored, and each step's randomness 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import time
@@ -126,7 +127,8 @@ class Trainer:
 
     def close(self) -> None:
         self.ckpt.close()
-        self.pool.close() if hasattr(self.pool, "close") else None
+        if hasattr(self.pool, "close"):
+            self.pool.close()
         if self.writer is not None:
             self.writer.close()
 
@@ -458,58 +460,49 @@ class Trainer:
                 eps.rewards[..., k] = np.where(eps.valid, eps.rewards[..., k] + pen, 0.0)
 
 
+def _map_rows(rollout, n_rows: int, fn) -> Any:
+    """``rollout`` with ``fn`` applied to every per-row field (arrays or lists of ``n_rows``)."""
+    fields = {}
+    for f in dataclasses.fields(rollout):
+        v = getattr(rollout, f.name)
+        per_row = isinstance(v, (np.ndarray, jax.Array)) and np.ndim(v) >= 1
+        if (per_row and np.shape(v)[0] == n_rows) or (isinstance(v, list) and len(v) == n_rows):
+            fields[f.name] = fn(f.name, v)
+    return dataclasses.replace(rollout, **fields)
+
+
 def _select(eps: Episodes, groups: np.ndarray) -> Episodes:
     """The episodes of the given groups (prompt indices), rows and arrays sliced consistently."""
-    import dataclasses
-
     g = eps.num_samples
     rows = (groups[:, None] * g + np.arange(g)[None, :]).reshape(-1)
-    r = eps.rollout
-    fields = {}
-    for f in dataclasses.fields(r):
-        v = getattr(r, f.name)
-        if (
-            isinstance(v, (np.ndarray, jax.Array))
-            and np.ndim(v) >= 1
-            and np.shape(v)[0] == len(eps.texts)
-        ):
-            fields[f.name] = np.asarray(v)[rows]
-        elif isinstance(v, list) and len(v) == len(eps.texts):
-            fields[f.name] = [v[i] for i in rows]
+    pick = lambda _, v: [v[i] for i in rows] if isinstance(v, list) else np.asarray(v)[rows]
+    opt = lambda x: None if x is None else x[groups]
     return Episodes(
         [eps.examples[i] for i in groups],
         [eps.prompt_ids[i] for i in groups],
         g,
-        dataclasses.replace(r, **fields),
+        _map_rows(eps.rollout, len(eps.texts), pick),
         eps.rewards[groups],
         eps.valid[groups],
         dict(eps.metrics),
-        None if eps.set_rewards is None else eps.set_rewards[groups],
-        None if eps.set_valid is None else eps.set_valid[groups],
+        opt(eps.set_rewards),
+        opt(eps.set_valid),
     )
 
 
 def _concat(a: Episodes, b: Episodes) -> Episodes:
     """Two episode batches as one (for dynamic-sampling refills)."""
-    import dataclasses
 
-    fields = {}
-    for f in dataclasses.fields(a.rollout):
-        x, y = getattr(a.rollout, f.name), getattr(b.rollout, f.name)
-        if (
-            isinstance(x, (np.ndarray, jax.Array))
-            and np.ndim(x) >= 1
-            and np.shape(x)[0] == len(a.texts)
-        ):
-            fields[f.name] = np.concatenate([np.asarray(x), np.asarray(y)])
-        elif isinstance(x, list) and len(x) == len(a.texts):
-            fields[f.name] = list(x) + list(y)
+    def join(name, x):
+        y = getattr(b.rollout, name)
+        return list(x) + list(y) if isinstance(x, list) else np.concatenate([x, y])
+
     cat = lambda u, v: None if u is None else np.concatenate([u, v])
     return Episodes(
         a.examples + b.examples,
         a.prompt_ids + b.prompt_ids,
         a.num_samples,
-        dataclasses.replace(a.rollout, **fields),
+        _map_rows(a.rollout, len(a.texts), join),
         np.concatenate([a.rewards, b.rewards]),
         np.concatenate([a.valid, b.valid]),
         a.metrics,
