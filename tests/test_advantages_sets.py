@@ -228,18 +228,16 @@ def ref_multi_rlvr(sr, sv, w, dedup=True, ids=None):
     reward = np.zeros((p_, g_))
     for p in range(p_):
         for g in range(g_):
-            seen, total, n = [], 0.0, 0
-            for s in range(s_):
+            seen, total = [], 0.0
+            for s in range(s_):  # VPO footnote 1: (1/S) sum over the S slots
                 if not sv[p, g, s]:
-                    n += 1  # a missing answer is a zero-score answer
-                    continue
+                    continue  # a missing answer scores 0 and stays in the denominator
                 ident = ids[p, g, s] if ids is not None else tuple(sr[p, g, s])
                 if dedup and ident in seen:
-                    continue
+                    continue  # a repeat scores 0 and stays in the denominator
                 seen.append(ident)
                 total += float(sr[p, g, s].astype(np.float64) @ w)
-                n += 1
-            reward[p, g] = total / max(n, 1)
+            reward[p, g] = total / s_
     return np.stack([np_groupnorm(reward[p], np.ones(g_, bool)) for p in range(p_)])
 
 
@@ -258,3 +256,36 @@ def test_multi_rlvr_matches_numpy(seed):
     )
     with pytest.raises(ValueError, match="answer_ids"):
         multi_rlvr(sr, sv, answer_ids=ids[..., :2])
+
+
+def test_multi_rlvr_duplicates_score_like_empty_slots():
+    """Issue 13 (1): three copies of an answer score like that answer plus two empty slots.
+
+    Rollouts (S = 3, uniform w*): three copies of the best answer (w*.r = 1), the best answer plus
+    two empty slots, three distinct answers (1, 0.5, 0.25). Set rewards (1/S) sum over slots:
+    1/3, 1/3 and 7/12 (the old code gave 1.0, 0.333, 0.583: deduplication rewarded duplicates).
+    """
+    best, mid, low = np.ones(4), np.full(4, 0.5), np.full(4, 0.25)
+    sr = np.zeros((1, 3, 3, 4), np.float32)
+    sr[0, 0] = [best, best, best]
+    sr[0, 1, 0] = best
+    sr[0, 2] = [best, mid, low]
+    sv = np.ones((1, 3, 3), bool)
+    sv[0, 1, 1:] = False
+    set_reward = np.array([1 / 3, 1 / 3, 7 / 12])
+    want = (set_reward - set_reward.mean()) / (set_reward.std() + 1e-6)
+    out = multi_rlvr(sr, sv)
+    np.testing.assert_allclose(out.advantages[0], want, **TOL)
+    assert out.advantages[0, 0] == out.advantages[0, 1]
+    np.testing.assert_allclose(out.metrics["multi_rlvr/set_reward/mean"], 5 / 12, rtol=1e-6)
+    # without dedup the copies count: 1.0 for the three copies
+    nodedup = np.array([1.0, 1 / 3, 7 / 12])
+    want = (nodedup - nodedup.mean()) / (nodedup.std() + 1e-6)
+    np.testing.assert_allclose(multi_rlvr(sr, sv, dedup=False).advantages[0], want, **TOL)
+    # identity by answer_ids: slot 2 repeats slot 0 -> scores 0
+    ids = np.array([[[0, 1, 0], [0, 1, 2], [0, 1, 2]]])
+    sr2 = sr.copy()
+    sr2[0, 0, 1] = mid
+    r2 = np.array([1.5 / 3, 1 / 3, 7 / 12])
+    want = (r2 - r2.mean()) / (r2.std() + 1e-6)
+    np.testing.assert_allclose(multi_rlvr(sr2, sv, answer_ids=ids).advantages[0], want, **TOL)

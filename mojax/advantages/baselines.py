@@ -2,11 +2,13 @@
 
 * Random-w GRPO: ``w ~ Dir(alpha 1)`` drawn per step from ``key``, one per group (shared by its G
   samples), then GRPO on ``w . r``.
-* Multi-RLVR (Puri et al. 2026): multi-answer sets scored with the fixed ``w*``: set reward = mean
-  over the S answers of ``w* . r``, identical answers de-duplicated first (switch ``dedup``), then
-  GRPO. Missing answers are zero vectors and count as zero-score answers in the mean.
-  Identity is judged by ``answer_ids [P, G, S]`` (e.g. a hash of the normalised answer text) when
-  given, else by exact equality of the reward vectors.
+* Multi-RLVR (Puri et al. 2026): multi-answer sets scored with the fixed ``w*``: set reward =
+  ``(1/S) sum_{s=1..S} w* . r_s`` where a missing/invalid answer **and** a repeat of an earlier
+  answer of the same set score 0 but keep their slot in the denominator S (VPO footnote 1 and the
+  authors' code), so three copies of an answer score exactly like that answer plus two empty
+  slots; then GRPO. ``dedup=False`` scores repeats like any other answer. Identity is judged by
+  ``answer_ids [P, G, S]`` (e.g. a hash of the normalised answer text) when given, else by exact
+  equality of the reward vectors.
 Goal-conditioned GRPO needs no estimator of its own: :func:`mojax.advantages.grpo` with per-group
 ``weights [P, M]`` (the weights written into each prompt).
 """
@@ -69,8 +71,9 @@ def _multi_impl(set_rewards, set_valid, valid, ids, weights, eps, *, dedup, std_
         ids = r  # identity by the reward vector
     counted = _distinct(ids, smask) if dedup else smask
     score = r @ weights  # [P, G, S]
-    n_slots = jnp.sum(counted, -1) + jnp.sum(~smask, -1)  # distinct valid + missing (score 0)
-    reward = jnp.sum(jnp.where(counted, score, 0.0), -1) / jnp.maximum(n_slots, 1)
+    # VPO footnote 1: (1/S) sum over the S slots; missing answers and repeats score 0 but keep
+    # their slot in the denominator, so a duplicate never pays more than an empty slot.
+    reward = jnp.sum(jnp.where(counted, score, 0.0), -1) / score.shape[-1]
     p, g = reward.shape
     out = scalar_group_advantages(
         reward[..., None], valid, jnp.ones((1,)), jnp.ones((p, g)), eps,
@@ -97,12 +100,12 @@ def multi_rlvr(
     std_ddof: int = 0,
     eps: float = 1e-6,
 ) -> C.AdvantageOutput:
-    """Multi-RLVR: mean of ``w* . r`` over the (de-duplicated) answers of a set, then GRPO.
+    """Multi-RLVR: ``(1/S) sum_s w* . r_s`` (repeats and missing answers score 0), then GRPO.
 
     Args:
       set_rewards: float ``[P, G, S, M]``; set_valid: bool ``[P, G, S]`` or None.
       weights: ``w*`` ``[M]`` (None = uniform mean ``1/M``).
-      dedup: drop repeated answers before averaging (Puri et al.).
+      dedup: a repeat of an earlier answer of the set scores 0 (its slot still counts in S).
       answer_ids: optional int ``[P, G, S]`` answer identities for ``dedup``.
       valid: bool ``[P, G]`` rollout validity or None.
       std_ddof, eps: as :func:`grpo`.
