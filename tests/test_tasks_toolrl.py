@@ -43,7 +43,8 @@ def test_every_real_gold_scores_full_marks(test_split):
         assert toolrl.format_reward(g, g) == 1.0, ex.id
         for matching in ("optimal", "greedy"):
             assert toolrl.correctness_reward(g, g, matching) == (3.0 if has_call else 0.0), ex.id
-        assert toolrl.execution_score(g, g) == (1.0 if has_call else 0.5)
+        assert toolrl.execution_score(g, g) == 1.0  # Eq. 19; a direct reply calls no tool
+        assert toolrl.execution_score(g, g, direct_reply="neutral") == (1.0 if has_call else 0.5)
         np.testing.assert_array_equal(toolrl.vpo_reward_vector(g, g), [1, 1, 1, 1])
     assert n_call == 71  # 71 tool-call golds and 9 response-only golds in the test split
 

@@ -17,9 +17,17 @@ object ``{"name", "parameters"}`` per line) and/or a ``<response>`` block.
   values) and ``S_max = 1 + Σ_gold (1 + |params|)``. ``matching="optimal"`` (paper: the
   maximum-score assignment, ``scipy.optimize.linear_sum_assignment``; default) or ``"greedy"``
   (the authors' code: gold order, same name, first strictly-best unused prediction).
-* **AWPO execution score** (Eq. 19) ∈ [0, 1]: the same sum over ``1 + |T| + Σ|v(T_i)|``, i.e.
-  ``(correctness + 3) / 6`` (so a gold without tool call gives the neutral 0.5 — mojax's reading,
-  ToolRL's neutral 0 mapped into [0, 1]); ``R_out = format + exec`` ∈ [0, 2].
+* **AWPO execution score** (AWPO arXiv:2512.19126, Eq. 19) ∈ [0, 1]: the same sum over
+  ``1 + |T| + Σ|v(T_i)|``, i.e. ``(correctness + 3) / 6`` for a gold with tool calls. For a gold
+  without tool call (T empty) Eq. 19 read literally is ``r_name / 1`` with the Jaccard of two empty
+  name sets = 1: **1 if the response calls no tool, 0 for a spurious call** (``direct_reply="eq19"``,
+  default; a ``<tool_call>`` block that does not parse counts as a call, an empty block as none).
+  ``direct_reply="neutral"`` restores mojax's earlier constant 0.5 (ToolRL's neutral 0 mapped into
+  [0, 1]), under which a spurious call costs nothing. ``R_out = format + exec`` ∈ [0, 2].
+* **Tool-name Jaccard** (``name_jaccard``): ``"multiset"`` (default; the ToolRL authors' code,
+  ``Counter`` intersection over ``len(a) + len(b) − inter``, with their quirks: equal lists → 1,
+  one empty list → 0) or ``"set"`` (AWPO Eq. 16 and SAW Eq. 12 as written: ``|N_T ∩ N_P| /
+  |N_T ∪ N_P|`` over name *sets*, so a repeated call of the same tool is not penalised).
 * **VPO 4-D vector** (App. A.4): ``(format, tool-name multiset F1, mean parameter-key F1 over
   aligned calls, value token F1 over the aligned calls' common keys)``; alignment is greedy by name
   then by key overlap. mojax's decisions where the paper is silent: a gold without tool call scores
@@ -54,10 +62,14 @@ __all__ = [
     "vpo_reward_vector",
     "ToolRLTask",
     "MATCHING_MODES",
+    "NAME_JACCARD_MODES",
+    "DIRECT_REPLY_MODES",
     "MULTI_ANSWER_INSTRUCTION",
 ]
 
 MATCHING_MODES = ("optimal", "greedy")
+NAME_JACCARD_MODES = ("multiset", "set")
+DIRECT_REPLY_MODES = ("eq19", "neutral")
 
 # VPO App. E.4: appended to the *user* message for multi-answer methods.
 MULTI_ANSWER_INSTRUCTION = (
@@ -180,6 +192,28 @@ def _match_score(list1: Sequence, list2: Sequence) -> float:
     return inter / union if union > 0 else 0.0
 
 
+def _set_jaccard(list1: Sequence, list2: Sequence) -> float:
+    """Jaccard of the *sets* of names (AWPO Eq. 16 as written); two empty sets → 1."""
+    a, b = set(list1), set(list2)
+    return 1.0 if not a and not b else len(a & b) / len(a | b)
+
+
+def _name_score(gold_names: Sequence, pred_names: Sequence, name_jaccard: str) -> float:
+    if name_jaccard == "set":
+        return _set_jaccard(gold_names, pred_names)
+    return _match_score(gold_names, pred_names)
+
+
+def _check_modes(matching: str, name_jaccard: str = "multiset", direct_reply: str = "eq19"):
+    for key, value, allowed in (
+        ("matching", matching, MATCHING_MODES),
+        ("name_jaccard", name_jaccard, NAME_JACCARD_MODES),
+        ("direct_reply", direct_reply, DIRECT_REPLY_MODES),
+    ):
+        if value not in allowed:
+            raise ValueError(f"{key} must be one of {allowed}; got {value!r}")
+
+
 def _pair_score(gold_call: dict, pred_call: dict) -> float:
     """Jaccard of parameter keys + number of gold parameters whose value is equal (Eqs. 13-14)."""
     g, p = gold_call["parameters"], pred_call["parameters"]
@@ -189,15 +223,19 @@ def _pair_score(gold_call: dict, pred_call: dict) -> float:
 
 
 def correctness_score(
-    gold_calls: Sequence[dict], pred_calls: Sequence[dict], matching: str = "optimal"
+    gold_calls: Sequence[dict],
+    pred_calls: Sequence[dict],
+    matching: str = "optimal",
+    name_jaccard: str = "multiset",
 ) -> tuple[float, float]:
-    """``(score, S_max)`` of SAW Eqs. 12-16 under the chosen matching."""
-    if matching not in MATCHING_MODES:
-        raise ValueError(f"matching must be one of {MATCHING_MODES}; got {matching!r}")
+    """``(score, S_max)`` of SAW Eqs. 12-16 under the chosen matching and name Jaccard."""
+    _check_modes(matching, name_jaccard)
     s_max = 1.0 + sum(1.0 + len(g["parameters"]) for g in gold_calls)
     if list(gold_calls) == list(pred_calls):
         return s_max, s_max
-    score = _match_score([g["name"] for g in gold_calls], [p["name"] for p in pred_calls])
+    score = _name_score(
+        [g["name"] for g in gold_calls], [p["name"] for p in pred_calls], name_jaccard
+    )
     if matching == "greedy":
         used: set[int] = set()
         for g in gold_calls:
@@ -225,10 +263,11 @@ def correctness_score(
     return score, s_max
 
 
-def correctness_reward(response: Any, gold: str, matching: str = "optimal") -> float:
+def correctness_reward(
+    response: Any, gold: str, matching: str = "optimal", name_jaccard: str = "multiset"
+) -> float:
     """SAW Eq. 17: ``6·score/S_max − 3`` ∈ [−3, 3] (0 if the gold has no tool call)."""
-    if matching not in MATCHING_MODES:
-        raise ValueError(f"matching must be one of {MATCHING_MODES}; got {matching!r}")
+    _check_modes(matching, name_jaccard)
     gold = _gold_answer(gold)
     if "<tool_call>" not in gold:
         return 0.0
@@ -237,13 +276,45 @@ def correctness_reward(response: Any, gold: str, matching: str = "optimal") -> f
         pred_calls = parse_tool_calls(clean_response(response))
     except ToolCallParseError:
         return -3.0
-    score, s_max = correctness_score(gold_calls, pred_calls, matching)
+    score, s_max = correctness_score(gold_calls, pred_calls, matching, name_jaccard)
     return float(np.clip(6.0 * score / s_max - 3.0, -3.0, 3.0))
 
 
-def execution_score(response: Any, gold: str, matching: str = "optimal") -> float:
-    """AWPO Eq. 19: the correctness sum normalised by ``1 + |T| + Σ|v(T_i)|`` into [0, 1]."""
-    return (correctness_reward(response, gold, matching) + 3.0) / 6.0
+def _calls_no_tool(response: Any) -> bool:
+    """The response's predicted tool-name set is empty: no ``<tool_call>`` tag, or a block that
+    parses to zero calls. A block that does not parse is a (broken) call attempt."""
+    text = clean_response(response)
+    if "<tool_call>" not in text:
+        return True
+    try:
+        return not parse_tool_calls(text)
+    except ToolCallParseError:
+        return False
+
+
+def execution_score(
+    response: Any,
+    gold: str,
+    matching: str = "optimal",
+    *,
+    name_jaccard: str = "multiset",
+    direct_reply: str = "eq19",
+) -> float:
+    """AWPO Eq. 19: ``(r_name + r_para + r_value) / (1 + |T| + Σ|v(T_i)|)`` ∈ [0, 1].
+
+    Args:
+      response, gold: assistant text and ``reward_model.ground_truth``.
+      matching: ``"optimal"`` or ``"greedy"`` pairing of predicted and gold calls.
+      name_jaccard: ``"multiset"`` (ToolRL authors' code) or ``"set"`` (Eq. 16 as written).
+      direct_reply: a gold without tool call: ``"eq19"`` (default; 1 if the response calls no
+        tool, 0 for a spurious call) or ``"neutral"`` (the constant 0.5 mojax used before).
+    """
+    _check_modes(matching, name_jaccard, direct_reply)
+    if "<tool_call>" not in _gold_answer(gold):
+        if direct_reply == "neutral":
+            return 0.5
+        return float(_calls_no_tool(response))
+    return (correctness_reward(response, gold, matching, name_jaccard) + 3.0) / 6.0
 
 
 # --------------------------------------------------------------------------- VPO vector
@@ -357,16 +428,26 @@ class ToolRLTask(Task):
       mode: ``"toolrl"`` → (format, correctness) [SAW]; ``"awpo"`` → (r_out, r_reason external)
         [AWPO Eq. 14, 20]; ``"vpo"`` → the 4-D vector [VPO App. A.4].
       matching: ``"optimal"`` (default) or ``"greedy"`` for correctness / execution score.
+      name_jaccard: ``"multiset"`` (default, ToolRL authors' code) or ``"set"`` (AWPO Eq. 16).
+      direct_reply: AWPO execution score on golds without tool call: ``"eq19"`` (default) or
+        ``"neutral"`` (constant 0.5); see :func:`execution_score`.
     """
 
     name = "toolrl"
 
-    def __init__(self, mode: str = "toolrl", matching: str = "optimal"):
+    def __init__(
+        self,
+        mode: str = "toolrl",
+        matching: str = "optimal",
+        *,
+        name_jaccard: str = "multiset",
+        direct_reply: str = "eq19",
+    ):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {tuple(_MODES)}; got {mode!r}")
-        if matching not in MATCHING_MODES:
-            raise ValueError(f"matching must be one of {MATCHING_MODES}; got {matching!r}")
+        _check_modes(matching, name_jaccard, direct_reply)
         self.mode, self.matching = mode, matching
+        self.name_jaccard, self.direct_reply = name_jaccard, direct_reply
         self.objectives = _MODES[mode]
         self.scalar_weights = _WEIGHTS[mode]
 
@@ -385,12 +466,17 @@ class ToolRLTask(Task):
     def score(self, response: str, example: Example) -> np.ndarray:
         gold = example.target
         if self.mode == "toolrl":
-            return np.array(
-                [format_reward(response, gold), correctness_reward(response, gold, self.matching)]
-            )
+            correct = correctness_reward(response, gold, self.matching, self.name_jaccard)
+            return np.array([format_reward(response, gold), correct])
         if self.mode == "awpo":
-            r_out = format_reward(response, gold) + execution_score(response, gold, self.matching)
-            return np.array([r_out, 0.0])
+            exe = execution_score(
+                response,
+                gold,
+                self.matching,
+                name_jaccard=self.name_jaccard,
+                direct_reply=self.direct_reply,
+            )
+            return np.array([format_reward(response, gold) + exe, 0.0])
         return vpo_reward_vector(response, gold)
 
 
