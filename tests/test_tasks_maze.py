@@ -171,11 +171,43 @@ def test_reward_of_known_routes(route, expected):
     )
 
 
-def test_convex_bonus_switch():
+@pytest.mark.parametrize(
+    "route,bonus,linear,convex",
+    [
+        # no bonus (m = 1): one diamond (8,1) of 4, no lava -> [1, 0, (1/4)^2, clamp(1 * 1^2)]
+        ("RIGHT " + "DOWN " * 8 + "RIGHT " * 7, False, [1, 0, 0.25, 1], [1, 0, 1 / 16, 1]),
+        # via the bonus tile (4,4) (m = 1.5), then lava (4,8) and (5,8): l = 1 - 2/3 = 1/3
+        # -> [1, 0, 0, 1.5 * (1/3)^2 = 1/6]
+        (
+            "RIGHT " * 4 + "DOWN " * 4 + "RIGHT " * 4 + "DOWN " * 4,
+            True,
+            [1, 0, 0, 1 / 3],
+            [1, 0, 0, 1 / 6],
+        ),
+        # diamond (6,0) (d = 1/4), then up to row 4 and through the bonus tile, no lava; 20 moves
+        # = budget -> [1, 0, clamp(1.5 / 16) = 3/32, clamp(1.5 * 1^2) = 1]
+        (
+            "DOWN " * 6 + "UP " * 2 + "RIGHT " * 4 + "DOWN " * 4 + "RIGHT " * 4,
+            True,
+            [1, 0, 0.25, 1],
+            [1, 0, 3 / 32, 1],
+        ),
+        # the bonus tile without reaching E: zeros in both variants
+        ("RIGHT " * 4 + "DOWN " * 4, True, [0, 0, 0, 0], [0, 0, 0, 0]),
+    ],
+)
+def test_convex_bonus_authors_variant_by_hand(route, bonus, linear, convex):
+    """Issue 13: the authors' code variant [1, clamp(m (g/#G)^2), clamp(m (d/#D)^2),
+    clamp(m (1 - lava/#L)^2)], m = 1.5 if the bonus tile was visited else 1, clamped to [0, 1];
+    zeros if E is not reached. The default (paper, VPO App. A.1) is linear and B is a distractor."""
     m = _open_maze()
-    moves = M.parse_moves("RIGHT " + "DOWN " * 8 + "RIGHT " * 7)
-    np.testing.assert_allclose(M.maze_reward(m, moves, convex_bonus=True), [1, 0, 1 / 16, 1])
-    assert MazeTask(convex_bonus=True).scalar([1, 0, 1 / 16, 1]) == pytest.approx(2.0625 / 4)
+    moves = M.parse_moves(route)
+    np.testing.assert_allclose(M.maze_reward(m, moves), linear, rtol=1e-6)
+    np.testing.assert_allclose(M.maze_reward(m, moves, convex_bonus=True), convex, rtol=1e-6)
+    ex = Example("x", ({"role": "user", "content": "maze"},), m)
+    got = MazeTask(convex_bonus=True).score(f"<answer>{route}</answer>", ex)
+    np.testing.assert_allclose(got, convex, rtol=1e-6)
+    assert M.simulate(m, moves)["bonus"] == bonus
 
 
 def test_parsing_and_sets():

@@ -30,10 +30,12 @@ items count only before E. E never reached → ``(0, 0, 0, 0)``; else ``(1, g, d
 ``g = |gold visited| / n_gold``, ``d = |diamonds visited| / n_diam``,
 ``ℓ = 1 − |lava stepped| / n_lava``. The GRPO scalar is the uniform mean.
 
-``convex_bonus=True`` is the switch methods.md names for the authors' code variant, whose
-definition the paper does not give and whose code was not available offline. mojax's stand-in
-(documented as such): the item terms are squared, ``(1, g², d², ℓ)``, a convex bonus that rewards
-completing one corner's set over spreading across both. The default is the paper's linear reward.
+In the paper the bonus tile B is a distractor: advertised in the prompt as a score multiplier, it
+has no effect on the reward. ``convex_bonus=True`` is the authors' code variant (their generator
+writes this mode into every ground truth): E reached →
+``(1, clamp(m·g²), clamp(m·d²), clamp(m·ℓ²))`` with ``m = 1.5`` if the bonus tile was stepped on
+before E, else 1, and ``clamp`` to [0, 1]; E not reached → zeros, as in the paper's reward. The
+default is the paper's linear reward (VPO App. A.1).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ __all__ = [
     "maze_reward",
     "TRAIN_SEED",
     "TEST_SEED",
+    "BONUS_MULTIPLIER",
 ]
 
 SIZE = 9
@@ -299,9 +302,11 @@ def parse_moves(text: str) -> list[str] | None:
 
 
 def simulate(maze: Maze, moves: list[str]) -> dict:
-    """Run the moves: ``{"reached", "steps", "gold", "diamonds", "lava", "path"}``."""
+    """Run the moves: ``{"reached", "steps", "gold", "diamonds", "lava", "bonus", "path"}``
+    (``bonus``: the bonus tile was stepped on before the trajectory ended)."""
     pos = maze.start
     gold, diamonds, lava = set(), set(), set()
+    bonus = pos == CENTRE
     path = [pos]
     reached = False
     steps = 0
@@ -318,6 +323,7 @@ def simulate(maze: Maze, moves: list[str]) -> dict:
             diamonds.add(pos)
         if pos in maze.lava:
             lava.add(pos)
+        bonus |= pos == CENTRE
         if pos == maze.exit:
             reached = True
             break
@@ -327,12 +333,19 @@ def simulate(maze: Maze, moves: list[str]) -> dict:
         "gold": gold,
         "diamonds": diamonds,
         "lava": lava,
+        "bonus": bonus,
         "path": path,
     }
 
 
+BONUS_MULTIPLIER = 1.5
+
+
 def maze_reward(maze: Maze, moves: list[str] | None, *, convex_bonus: bool = False) -> np.ndarray:
-    """VPO App. A.1: ``float32 [4]`` = (completion, gold, diamond, avoid_lava)."""
+    """VPO App. A.1: ``float32 [4]`` = (completion, gold, diamond, avoid_lava).
+
+    ``convex_bonus``: the authors' code variant ``(1, clamp(m g²), clamp(m d²), clamp(m ℓ²))``,
+    ``m = 1.5`` if the bonus tile was visited (module docstring)."""
     if not moves:
         return np.zeros(4, np.float32)
     out = simulate(maze, moves)
@@ -342,5 +355,6 @@ def maze_reward(maze: Maze, moves: list[str] | None, *, convex_bonus: bool = Fal
     d = len(out["diamonds"]) / len(maze.diamonds)
     l = 1.0 - len(out["lava"]) / len(maze.lava)
     if convex_bonus:
-        g, d = g * g, d * d
+        mult = BONUS_MULTIPLIER if out["bonus"] else 1.0
+        g, d, l = (min(max(mult * x * x, 0.0), 1.0) for x in (g, d, l))
     return np.array([1.0, g, d, l], np.float32)

@@ -89,7 +89,9 @@ class MazeTask(Task):
     """VPO maze: objectives (completion, gold, diamond, avoid_lava) ∈ [0, 1], scalar = mean.
 
     Args:
-      convex_bonus: the authors'-code switch (see :mod:`mojax.tasks.maze`).
+      convex_bonus: the authors' code variant ``(1, clamp(m g²), clamp(m d²), clamp(m ℓ²))`` with
+        ``m = 1.5`` after visiting the bonus tile (see :mod:`mojax.tasks.maze`); default False =
+        the paper's linear reward, in which the bonus tile is a distractor.
     """
 
     name = "maze"
