@@ -6,7 +6,8 @@ import dataclasses
 import numpy as np
 
 from mojax.rl.episodes import Episodes
-from mojax.rl.trainer import _concat, _select
+from mojax.rl.episodes import concat as _concat
+from mojax.rl.episodes import select as _select
 
 
 @dataclasses.dataclass

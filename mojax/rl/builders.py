@@ -13,8 +13,15 @@ from typing import Any
 from mojax import models
 from mojax.tasks.base import Example, Task
 
-TASKS = ("calculator", "toolrl", "math", "qa", "musique", "maze")
-GENERATED_TASKS = ("calculator", "maze")
+_TASK_CLASSES = {  # config.task.name -> class in mojax.tasks
+    "calculator": "CalculatorTask",
+    "toolrl": "ToolRLTask",
+    "math": "MathTask",
+    "qa": "QATask",
+    "musique": "MuSiQueTask",
+    "maze": "MazeTask",
+}
+TASKS = tuple(_TASK_CLASSES)
 _TAGS = ("<calc>", "</calc>", "<output>", "</output>", "<answer>", "</answer>")
 
 
@@ -23,14 +30,7 @@ def build_task(task_cfg) -> Task:
     from mojax import tasks
 
     kwargs = dict(task_cfg.kwargs)
-    cls = {
-        "calculator": "CalculatorTask",
-        "toolrl": "ToolRLTask",
-        "math": "MathTask",
-        "qa": "QATask",
-        "musique": "MuSiQueTask",
-        "maze": "MazeTask",
-    }.get(task_cfg.name)
+    cls = _TASK_CLASSES.get(task_cfg.name)
     if cls is None:
         raise ValueError(f"config.task.name={task_cfg.name!r} is not one of {list(TASKS)}")
     try:
@@ -143,6 +143,8 @@ def build_model_config(config, tokenizer) -> models.QwenConfig:
         cfg = models.QwenConfig.from_hf(config.model.checkpoint)
         return cfg.replace(**execution)
     overrides = dict(config.model.overrides)
+    if config.tokenizer.path == "build" and tokenizer is None:  # dry runs: the configured size
+        overrides.setdefault("vocab_size", int(config.tokenizer.vocab_size))
     if config.tokenizer.path == "build" and tokenizer is not None:
         overrides.setdefault("vocab_size", int(tokenizer.vocab_size))
         overrides.setdefault("eos_token_id", int(tokenizer.eos_token_id))

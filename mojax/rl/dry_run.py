@@ -16,6 +16,7 @@ import numpy as np
 
 from mojax import models, rl
 from mojax import sharding as sharding_lib
+from mojax.rl.builders import build_model_config
 
 GIB = 1024**3
 
@@ -32,13 +33,7 @@ def dry_run(config) -> dict[str, float]:
     """Prints and returns the per-device memory of ``config``'s run on its mesh."""
     mesh = sharding_lib.mesh_from_config(config.mesh)
     rules = sharding_lib.logical_axis_rules(config)
-    if config.model.checkpoint:
-        mc = models.QwenConfig.from_hf(config.model.checkpoint)
-    else:
-        mc = models.get_variant(config.model.variant, **dict(config.model.overrides))
-    mc = mc.replace(
-        dtype=config.model.dtype, param_dtype=config.model.param_dtype, remat=config.model.remat
-    )
+    mc = build_model_config(config, tokenizer=None)  # the vocabulary of tokenizer.vocab_size
     opt = rl.OptimizerConfig.from_config(config.optimizer)
     tx = rl.make_optimizer(opt)
     state = rl.abstract_train_state(mc, tx, mesh, rules)

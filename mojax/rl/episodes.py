@@ -34,6 +34,17 @@ class Episodes:
     metrics: dict[str, float]
     set_rewards: np.ndarray | None = None  # [P, G, S, M]
     set_valid: np.ndarray | None = None  # [P, G, S]
+    kept: np.ndarray | None = None  # bool [P]: DAPO dynamic sampling's keep decision (None = all)
+    advantages: np.ndarray | None = None  # float32 [P, G], once computed (for transcripts)
+
+    @property
+    def train_mask(self) -> np.ndarray:
+        """bool [P, G]: rows whose tokens reach the gradient. A single-answer row needs a valid
+        reward; a multi-answer (VPO / Multi-RLVR) row is a valid rollout even when none of its S
+        answers parses (set reward 0, methods.md "VPO"); groups DAPO dropped never train."""
+        rows = np.ones_like(self.valid) if self.set_rewards is not None else self.valid
+        kept = np.ones(len(self.examples), bool) if self.kept is None else self.kept
+        return rows & kept[:, None]
 
     @property
     def texts(self) -> list[str]:
@@ -48,7 +59,7 @@ class Episodes:
 class EpisodeRunner:
     """Rolls out and scores with fixed settings (everything but the policy and the key)."""
 
-    config: Any
+    spec: Any  # mojax.rl.spec.RunSpec
     task: Task
     tokenizer: Any
     model_config: models.QwenConfig
@@ -61,7 +72,7 @@ class EpisodeRunner:
     def prompt_ids(self, ex: Example) -> list[int]:
         ids = self._prompt_cache.get(ex.id)
         if ids is None:
-            s = int(self.config.task.num_answers) or None
+            s = self.spec.task.num_answers or None
             text = self.task.build_prompt(ex, self.tokenizer, num_answers=s)
             ids = self._prompt_cache[ex.id] = list(self.tokenizer.encode(text))
         return ids
@@ -80,7 +91,7 @@ class EpisodeRunner:
         """Rollouts of ``examples`` with ``params`` and their rewards (tracker returned updated)."""
         from mojax.rollout import rollout
 
-        rc = self.config.rollout
+        rc = self.spec.rollout
         examples = list(examples)
         prompt_ids = [self.prompt_ids(ex) for ex in examples]
         model = models.QwenModel(config=self.model_config, params=params)
@@ -102,11 +113,11 @@ class EpisodeRunner:
             tool=self.tool if has_tool else None,
             pool=self.pool,
             mesh=self.mesh,
-            cache_dtype=self.config.model.cache_dtype or None,
+            cache_dtype=self.spec.model.cache_dtype or None,
         )
         g = int(num_samples)
         n_calls = np.asarray(result.n_calls)
-        s = int(self.config.task.num_answers)
+        s = self.spec.task.num_answers
         if s:
             sb = self.task.score_set_batch(
                 result.texts, [ex for ex in examples for _ in range(g)], s, stats=stats
@@ -137,8 +148,8 @@ class EpisodeRunner:
             n_calls,
             g,
             tracker=tracker,
-            tool_alpha=float(self.config.tool_reward.alpha),
-            no_success=self.config.tool_reward.no_success,
+            tool_alpha=self.spec.reward.tool_alpha,
+            no_success=self.spec.reward.no_success,
             judge=self.judge,
             prompts_text=prompts_text,
             stats=stats,
@@ -164,3 +175,56 @@ def rollout_metrics(eps: Episodes) -> dict[str, float]:
     for k, v in (getattr(r, "counters", None) or {}).items():
         out[f"rollout/{k}"] = float(v)
     return out
+
+
+def _map_rows(rollout, n_rows: int, fn) -> Any:
+    """``rollout`` with ``fn`` applied to every per-row field (arrays or lists of ``n_rows``)."""
+    fields = {}
+    for f in dataclasses.fields(rollout):
+        v = getattr(rollout, f.name)
+        per_row = isinstance(v, (np.ndarray, jax.Array)) and np.ndim(v) >= 1
+        if (per_row and np.shape(v)[0] == n_rows) or (isinstance(v, list) and len(v) == n_rows):
+            fields[f.name] = fn(f.name, v)
+    return dataclasses.replace(rollout, **fields)
+
+
+def select(eps: Episodes, groups: np.ndarray) -> Episodes:
+    """The episodes of the given groups (prompt indices), rows and arrays sliced consistently."""
+    g = eps.num_samples
+    rows = (groups[:, None] * g + np.arange(g)[None, :]).reshape(-1)
+    pick = lambda _, v: [v[i] for i in rows] if isinstance(v, list) else np.asarray(v)[rows]
+    opt = lambda x: None if x is None else x[groups]
+    return Episodes(
+        [eps.examples[i] for i in groups],
+        [eps.prompt_ids[i] for i in groups],
+        g,
+        _map_rows(eps.rollout, len(eps.texts), pick),
+        eps.rewards[groups],
+        eps.valid[groups],
+        dict(eps.metrics),
+        opt(eps.set_rewards),
+        opt(eps.set_valid),
+        opt(eps.kept),
+    )
+
+
+def concat(a: Episodes, b: Episodes) -> Episodes:
+    """Two episode batches as one (for dynamic-sampling refills)."""
+
+    def join(name, x):
+        y = getattr(b.rollout, name)
+        return list(x) + list(y) if isinstance(x, list) else np.concatenate([x, y])
+
+    cat = lambda u, v: None if u is None else np.concatenate([u, v])
+    return Episodes(
+        a.examples + b.examples,
+        a.prompt_ids + b.prompt_ids,
+        a.num_samples,
+        _map_rows(a.rollout, len(a.texts), join),
+        np.concatenate([a.rewards, b.rewards]),
+        np.concatenate([a.valid, b.valid]),
+        a.metrics,
+        cat(a.set_rewards, b.set_rewards),
+        cat(a.set_valid, b.set_valid),
+        None if a.kept is None or b.kept is None else np.concatenate([a.kept, b.kept]),
+    )

@@ -24,6 +24,7 @@ import optax
 from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
+from mojax.config import Checker, dataclass_from_config
 from mojax.models import QwenConfig, init_params, param_shapes, param_shardings
 
 SCHEDULES = ("constant", "cosine", "linear")
@@ -56,25 +57,23 @@ class OptimizerConfig:
     max_grad_norm: float | None = 1.0
 
     def __post_init__(self):
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"optimizer.schedule={self.schedule!r} is not one of {SCHEDULES}")
+        c = Checker({"optimizer": dataclasses.asdict(self)})
+        c.choice("optimizer.schedule", SCHEDULES)
+        c.in_range("optimizer.learning_rate", 0.0)
+        c.in_range("optimizer.warmup_steps", 0)
         if self.schedule != "constant" and self.total_steps <= self.warmup_steps:
-            raise ValueError(
-                f"optimizer.total_steps ({self.total_steps}) must exceed warmup_steps "
-                f"({self.warmup_steps}) for schedule={self.schedule!r}"
+            c.fail(
+                "optimizer.total_steps",
+                f"({self.total_steps}) must exceed warmup_steps ({self.warmup_steps}) for "
+                f"schedule={self.schedule!r}",
             )
-        if self.learning_rate < 0 or self.warmup_steps < 0:
-            raise ValueError("optimizer.learning_rate and optimizer.warmup_steps must be >= 0")
         if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            raise ValueError(
-                f"optimizer.max_grad_norm must be > 0 or None, got {self.max_grad_norm}"
-            )
+            c.fail("optimizer.max_grad_norm", f"must be > 0 or None, got {self.max_grad_norm}")
+        c.raise_if_any()
 
     @classmethod
     def from_config(cls, cfg: Any) -> OptimizerConfig:
         """From a ConfigDict / mapping; unknown keys raise naming the key."""
-        from mojax.config import dataclass_from_config
-
         return dataclass_from_config(cls, cfg, "optimizer")
 
 

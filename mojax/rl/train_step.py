@@ -36,6 +36,7 @@ import optax
 from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
+from mojax.config import Checker, dataclass_from_config
 from mojax.models import QwenConfig, param_shardings
 from mojax.rl import losses
 from mojax.rl.logprobs import token_logprobs
@@ -79,23 +80,22 @@ class PPOConfig:
     log_entropy: bool = True
 
     def __post_init__(self):
-        if self.agg not in losses.AGGREGATIONS:
-            raise ValueError(f"ppo.agg={self.agg!r} is not one of {list(losses.AGGREGATIONS)}")
-        if self.kl_type not in losses.KL_TYPES:
-            raise ValueError(f"ppo.kl_type={self.kl_type!r} is not one of {list(losses.KL_TYPES)}")
+        c = Checker({"ppo": dataclasses.asdict(self)})
+        c.choice("ppo.agg", losses.AGGREGATIONS)
+        c.choice("ppo.kl_type", losses.KL_TYPES)
+        c.in_range("ppo.clip_low", 0.0, 1.0, high_inclusive=False)
+        c.in_range("ppo.clip_high", 0.0)
         for name in ("ppo_epochs", "num_minibatches", "num_microbatches"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"ppo.{name} must be >= 1, got {getattr(self, name)!r}")
+            c.in_range(f"ppo.{name}", 1)
         if self.dual_clip is not None and not self.dual_clip > 1.0:
-            raise ValueError(f"ppo.dual_clip must be > 1 or None, got {self.dual_clip!r}")
+            c.fail("ppo.dual_clip", f"must be > 1 or None, got {self.dual_clip!r}")
         if self.logprob_chunk is not None and self.logprob_chunk < 1:
-            raise ValueError(f"ppo.logprob_chunk must be >= 1 or None, got {self.logprob_chunk}")
+            c.fail("ppo.logprob_chunk", f"must be >= 1 or None, got {self.logprob_chunk}")
+        c.raise_if_any()
 
     @classmethod
     def from_config(cls, cfg: Any) -> PPOConfig:
         """From a ConfigDict / mapping; unknown keys raise naming the key."""
-        from mojax.config import dataclass_from_config
-
         return dataclass_from_config(cls, cfg, "ppo")
 
 

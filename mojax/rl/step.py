@@ -1,0 +1,187 @@
+"""One RL step, top to bottom: ``rl_step(run, host, train_state, key)``.
+
+The algorithm every method shares (design.md "The loop"), in the order it runs::
+
+    collect     P prompt groups x G rollouts with tool turns; each round is rolled out, scored into
+                rewards [P, G, M] (or sets [P, G, S, M]) and shaped (DAPO overlong penalty); with DAPO
+                dynamic sampling, groups where no objective varies are dropped and refilled
+    advantages  the method's transform [P, G, M] -> [P, G] (ParetoPO: Stage 1 or Stage 2; others:
+                ``mojax.advantages.ESTIMATORS[estimator]``, with its carried state)
+    assemble    tokens / masks / old log-probs [B, T] and advantages [B] (B = P * G)
+    update      the sharded PPO-clip train step
+
+Host-side state is threaded explicitly: ``HostState`` in, ``HostState`` out. Nothing here writes
+files; the loop (``mojax.rl.trainer.train_and_evaluate``) logs, validates, evaluates and checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from mojax.rl.batch import assemble_batch
+from mojax.rl.data import PromptIterator
+from mojax.rl.episodes import EpisodeRunner, Episodes, concat, rollout_metrics, select
+from mojax.rl.host_state import HostState
+from mojax.rl.paretopo import ParetoPOController
+from mojax.rl.rewards import groups_with_signal, overlong_penalty
+from mojax.rl.spec import RunSpec
+from mojax.tasks.base import Task
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """The fixed pieces of a run, built once from its spec (``mojax.rl.trainer.build_run``).
+
+    Attributes:
+      spec: the validated run spec; task / splits: the task and its examples; runner: rolls out and
+      scores episodes; train_step: the jitted sharded PPO step ``(state, batch) -> (state,
+      metrics)``; controller: ParetoPO's stage schedule (None for other methods); total_len: T of the
+      training batch; ref_logprobs: ``(tokens, mask) -> [B, T]`` of the frozen reference policy when
+      the KL term is on, else None; model_config / tokenizer / tx / mesh / rules: the policy's
+      architecture, tokenizer, optimizer, device mesh and logical axis rules.
+    """
+
+    spec: RunSpec
+    task: Task
+    splits: Any
+    runner: EpisodeRunner
+    train_step: Callable[..., Any]
+    controller: ParetoPOController | None
+    total_len: int
+    model_config: Any
+    tokenizer: Any
+    tx: Any
+    mesh: Any
+    rules: Any
+    ref_logprobs: Callable[..., Any] | None = None
+
+
+def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict, Episodes]:
+    """One RL step (see the module docstring); returns the new host and train state, the step's
+    metrics and its episodes (for transcripts)."""
+    t0 = time.time()
+    roll_key, adv_key = jax.random.split(key)
+    host, eps = collect(run, host, state.params, roll_key)
+    t_roll = time.time() - t0
+    host, out, metrics = advantages(run, host, eps, adv_key)
+    batch = assemble(run, eps, out)
+    t1 = time.time()
+    state, train_metrics = run.train_step(state, batch)
+    train_metrics = {k: float(v) for k, v in jax.device_get(train_metrics).items()}
+    metrics = {**eps.metrics, **rollout_metrics(eps), **metrics, **train_metrics}
+    metrics.update(host.reward_stats["train"].as_metrics("reward_invalid/train"))
+    metrics.update({"time/rollout_s": t_roll, "time/train_s": time.time() - t1})
+    return dataclasses.replace(host, step=host.step + 1), state, metrics, eps
+
+
+def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes]:
+    """``P`` scored and shaped groups of ``G`` rollouts. With DAPO dynamic sampling, groups without
+    signal (no objective varies) are dropped and refilled from further prompts, up to
+    ``max_refill_rounds`` rounds; groups still without signal fill the batch, out of the gradient."""
+    rs = run.spec.rollout
+    host, eps = _episodes_round(run, host, params, key)
+    if not rs.dynamic_sampling:
+        return host, eps
+    keep = groups_with_signal(eps.rewards, eps.valid)
+    rounds = 0
+    while keep.sum() < rs.prompts_per_step and rounds < rs.max_refill_rounds:
+        rounds += 1
+        host, more = _episodes_round(run, host, params, jax.random.fold_in(key, rounds))
+        eps = concat(eps, more)
+        keep = groups_with_signal(eps.rewards, eps.valid)
+    order = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])[: rs.prompts_per_step]
+    eps = select(eps, order)
+    eps.kept = keep[order]
+    eps.valid = eps.valid & eps.kept[:, None]
+    eps.metrics["dapo/kept_groups"] = float(keep.sum())
+    eps.metrics["dapo/refill_rounds"] = float(rounds)
+    return host, eps
+
+
+def _episodes_round(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes]:
+    """The next ``P`` training prompts, rolled out, scored and overlong-shaped."""
+    rs = run.spec.rollout
+    data = PromptIterator(run.splits.train, rs.prompts_per_step, seed=run.spec.seed)
+    if host.data:
+        data.load_state_dict(host.data)
+    eps, tracker = run.runner.run(
+        params,
+        data.next(),
+        key=key,
+        num_samples=rs.num_samples,
+        temperature=rs.temperature,
+        tracker=host.tracker,
+        stats=host.reward_stats["train"],
+    )
+    shape_overlong(run, eps)
+    return dataclasses.replace(host, data=data.state_dict(), tracker=tracker), eps
+
+
+def shape_overlong(run: Run, eps: Episodes) -> None:
+    """DAPO's soft overlong penalty (DAPO Eq. 13) added to the success objective(s) of ``eps``
+    (in place; counted in response tokens, tool observations included)."""
+    r = run.spec.reward
+    if r.overlong_buffer <= 0:
+        return
+    pen = overlong_penalty(
+        np.asarray(eps.rollout.lengths), r.max_response_len, r.overlong_buffer, r.overlong_penalty
+    ).reshape(eps.valid.shape)
+    for k, obj in enumerate(run.task.objectives):
+        if obj.success:
+            eps.rewards[..., k] = np.where(eps.valid, eps.rewards[..., k] + pen, 0.0)
+
+
+def advantages(run: Run, host: HostState, eps: Episodes, key) -> tuple[HostState, Any, dict]:
+    """The method's advantage transform on the step's rewards; returns the new host state (with
+    the estimator's carried state), the ``AdvantageOutput`` and its metrics."""
+    spec = run.spec.advantage
+    if run.controller is not None:
+        out, metrics = run.controller.advantages(host.step, host.stage1, eps.rewards, eps.valid)
+    else:
+        kwargs = dict(spec.kwargs)
+        if spec.takes("key"):
+            kwargs["key"] = key
+        if spec.takes("state"):
+            kwargs["state"] = host.estimator
+        data = (eps.set_rewards, eps.set_valid) if spec.takes_sets else (eps.rewards, eps.valid)
+        out, metrics = spec.fn(*data, **kwargs), {}
+        if spec.takes("state"):
+            from mojax.rl.host_state import to_json_tree
+
+            host = dataclasses.replace(host, estimator=to_json_tree(out.state))
+    adv = np.asarray(out.advantages, np.float32)
+    metrics.update({f"advantage/{k}": float(np.asarray(v)) for k, v in out.metrics.items()})
+    metrics["advantage/abs_mean"] = float(np.abs(adv).mean())
+    if out.clip_eps is not None:
+        metrics["awpo/clip_eps"] = float(out.clip_eps)
+    eps.advantages = adv
+    return host, out, metrics
+
+
+def assemble(run: Run, eps: Episodes, out) -> dict[str, Any]:
+    """The PPO batch: ``tokens``, ``attention_mask``, ``loss_mask``, ``old_logprobs`` [B, T],
+    ``advantages`` [B] (+ ``clip_eps``, ``ref_logprobs``). Rows outside ``eps.train_mask`` (invalid
+    rewards, dropped groups) get no gradient."""
+    r = eps.rollout
+    batch = assemble_batch(
+        eps.prompt_ids,
+        eps.num_samples,
+        np.asarray(r.tokens),
+        np.asarray(r.logprobs),
+        np.asarray(r.loss_mask),
+        np.asarray(r.lengths),
+        run.total_len,
+    )
+    batch["loss_mask"] *= eps.train_mask.reshape(-1, 1)
+    batch["advantages"] = np.asarray(out.advantages, np.float32).reshape(-1)
+    if out.clip_eps is not None:
+        batch["clip_eps"] = np.asarray(out.clip_eps, np.float32)
+    if run.ref_logprobs is not None:
+        batch["ref_logprobs"] = run.ref_logprobs(batch["tokens"], batch["attention_mask"])
+    return batch

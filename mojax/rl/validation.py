@@ -1,0 +1,68 @@
+"""Held-out rollouts of a run: evaluation (``eval/...`` metrics) and ParetoPO's validation vector.
+
+Both roll out a split with the current policy and a key drawn from ``(seed + 1, step)`` (evaluation)
+or ``(seed + 2, step)`` (validation), so they never consume the training stream and a resumed run
+repeats them exactly. Invalid rewards are counted per split in ``HostState.reward_stats``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+
+from mojax.pareto import NOptimalTracker
+from mojax.rl.evaluate import summarize
+from mojax.rl.host_state import HostState
+
+
+def evaluate(run, host: HostState, params, step: int, split: str = "test") -> dict[str, float]:
+    """``eval/...`` metrics on a held-out split, ``N = eval.num_samples`` samples per problem.
+
+    VPO sets are flattened so that k of best@k / pass@k counts answers: ``[P, N, S, M] -> [P, N*S,
+    M]``.
+    """
+    es = run.spec.eval
+    key = jax.random.fold_in(jax.random.PRNGKey(run.spec.seed + 1), step)
+    eps, _ = run.runner.run(
+        params,
+        getattr(run.splits, split),
+        key=key,
+        num_samples=es.num_samples,
+        temperature=es.temperature,
+        tracker=NOptimalTracker(),
+        stats=host.reward_stats["eval"],
+    )
+    rewards, valid, calls = eps.rewards, eps.valid, eps.n_calls
+    if eps.set_rewards is not None:
+        p, _, s, m = eps.set_rewards.shape
+        rewards = eps.set_rewards.reshape(p, -1, m)
+        valid = eps.set_valid.reshape(p, -1)
+        calls = np.repeat(calls, s, axis=1)
+    out = summarize(run.task, rewards, valid, calls, ks=tuple(es.ks))
+    out.update(host.reward_stats["eval"].as_metrics("reward_invalid/eval"))
+    return out
+
+
+def validation_vector(
+    run, host: HostState, params, step: int
+) -> tuple[HostState, np.ndarray, dict]:
+    """ParetoPO's ``v_t [M]``: the mean reward vector of greedy rollouts on the validation split
+    (ParetoPO, arXiv:2606.16111, Algorithm 1). The validation ``N_optimal`` table is tracked across
+    validations like the training one; returns the host state with it updated."""
+    key = jax.random.fold_in(jax.random.PRNGKey(run.spec.seed + 2), step)
+    eps, val_tracker = run.runner.run(
+        params,
+        run.splits.validation,
+        key=key,
+        num_samples=1,
+        temperature=0.0,
+        tracker=host.val_tracker,
+        stats=host.reward_stats["validation"],
+    )
+    r = np.where(eps.valid[..., None], eps.rewards, 0.0).reshape(-1, eps.rewards.shape[-1])
+    v = r.mean(0)
+    metrics = {f"val/{n}": float(v[k]) for k, n in enumerate(run.task.objective_names)}
+    metrics.update(host.reward_stats["validation"].as_metrics("reward_invalid/validation"))
+    return dataclasses.replace(host, val_tracker=val_tracker), v, metrics

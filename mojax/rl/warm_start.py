@@ -1,0 +1,70 @@
+"""The policy a run starts from: random init, an HF checkpoint, or an SFT warm start on top.
+
+The SFT warm start trains on the task's demonstrations (``mojax.rl.sft_data``) and is checkpointed
+once under ``<workdir>/checkpoints_sft``, so a restarted run reuses it instead of training again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import jax
+from absl import logging
+
+from mojax import checkpoint as ckpt_lib
+from mojax import logging as log_lib
+from mojax import rl
+from mojax.rl import sft_data
+
+
+def initial_params(run, config, workdir: str):
+    """Params before RL: the checkpoint or a random init, then the SFT warm start if configured."""
+    params = None
+    if config.model.checkpoint:
+        from mojax.models import load_params
+
+        params = load_params(config.model.checkpoint, run.model_config)
+    if run.spec.sft.steps > 0:
+        return sft(run, config, workdir, params)
+    if params is None:
+        state = rl.create_train_state(
+            run.model_config, run.tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules
+        )
+        return state.params
+    return params
+
+
+def sft(run, config, workdir: str, params=None):
+    """``sft.steps`` supervised steps on the task's demonstrations; the result is checkpointed."""
+    steps = run.spec.sft.steps
+    tx = rl.make_optimizer(run.spec.sft.optimizer())
+    ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints_sft"), max_to_keep=1)
+    try:
+        if ckpt.latest_step() == steps:
+            target = rl.abstract_train_state(run.model_config, tx, run.mesh, run.rules)
+            state, _, _ = ckpt.restore(target)
+            logging.info("SFT warm start restored from %s", ckpt.directory)
+            return state.params
+        state = rl.create_train_state(
+            run.model_config, tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=params
+        )
+        tokens, mask = sft_data.sft_arrays(config, run.task, run.tokenizer, run.splits.train)
+        step_fn = rl.make_sft_step(run.model_config, tx, run.mesh, run.rules)
+        t0 = time.time()
+        with log_lib.MetricsWriter(workdir, tensorboard=False, filename="sft_metrics.jsonl") as w:
+            for i in range(steps):
+                batch = sft_data.sft_batches(
+                    tokens, mask, run.spec.sft.batch_size, i, run.spec.seed
+                )
+                state, m = step_fn(state, batch)
+                if (i + 1) % 100 == 0 or i + 1 == steps:
+                    m = jax.device_get(m)
+                    w.write(i + 1, {f"sft/{k}": v for k, v in m.items()})
+                    loss, took = float(m["loss"]), time.time() - t0
+                    print(f"SFT {i + 1}/{steps} loss {loss:.4f} ({took:.0f}s)", flush=True)
+        ckpt.save(steps, state, {"phase": "sft"}, force=True)
+        ckpt.wait()
+        return state.params
+    finally:
+        ckpt.close()
