@@ -1,185 +1,232 @@
-"""Sampler throughput: mojax ``generate`` vs transformers ``generate`` (same weights), side by side.
+"""Sampler throughput: mojax ``generate`` vs transformers ``generate`` (same weights), alternating.
 
-CPU mode (default; the issue's anchor): for each config (``tiny-qwen3`` and the ~48M
-``bench-qwen3-50m``), P prompts x G samples (16 x 8 = 128 rows), mixed prompt lengths, 128 new
-tokens, temperature 1 sampling with no stop token (every row decodes all 128 tokens on both sides).
-transformers gets the same weights (``mojax.models.save_pretrained`` -> ``from_pretrained``), the
-same batch (``num_return_sequences=G``, left-padded prompts) and lengths. Printed: decode tokens/s
-(new tokens / wall time of the whole call, prefill included, compile excluded) and the ratio. An
-ablation row runs mojax in the Tunix "vanilla" style (prompts repeated G times, no shared prefill,
-every step attends over the whole cache) to show what the shared prefill + segments buy.
+Every side runs in its own process, sides alternating (A B, B A, A B, ...) for ``--rounds`` rounds
+(>= 3; see ``benchmarks/_harness.py``), and the script refuses to start when the 1-minute load
+average exceeds the core count (``--force`` overrides, loudly). Both sides load one checkpoint
+(random weights written once by a preparation worker), decode the same batch with temperature-1
+sampling and no stop token, so every row decodes all ``--new_tokens`` tokens on both sides.
 
-GPU mode (``--mode=gpu``): a ``qwen2.5-0.5b``-shaped model (random weights) in bf16 with a bf16 cache,
-at batch 1 and 64: tokens/s, per-step decode time (from two calls of the same compiled program with
-per-row budgets 1 and N), and at batch 1 the fraction of the HBM roofline reached: (bytes of weights
-+ cache read per step) / step time / HBM bandwidth. Check it on CPU with a tiny shape:
-``python benchmarks/sampler.py --mode=gpu --variant=tiny-qwen2 --batches=1,4 --hbm_gbps=50``.
+Per side and round: ``secs`` = wall time of the whole call (prefill + N new tokens; compile and
+warm-up excluded; min of ``--iters`` calls) and ``step`` = decode time per step, from two calls with
+budgets 1 and N: ``(t_N - t_1) / (N - 1)``. Printed: min / median / max of each, and of the ratio
+transformers / mojax (> 1: mojax faster; equal to the tok/s ratio, the token counts being equal).
+
+CPU mode (default; the issue's anchor): for each config (``tiny-qwen3``, ``bench-qwen3-50m``), P
+prompts x G samples (16 x 8 = 128 rows), prompt lengths 12..48, 128 new tokens, fp32. transformers
+gets ``num_return_sequences=G`` and left-padded prompts; mojax shares each prompt's prefill over
+its G samples. ``--vanilla=1`` adds an ablation side: mojax in the Tunix "vanilla" style (prompts
+repeated G times, no shared prefill, every step attends over the whole cache).
+
+GPU mode (``--mode=gpu``): ``qwen2.5-0.5b`` (random weights) in bf16 with a bf16 cache, at each
+batch in ``--batches`` (rows = prompts, G = 1, prompt length ``--gpu_prompt``). Also printed for
+mojax: the fraction of the HBM roofline per decode step, (bytes of all weights + the k/v of the
+positions attended, read once per step) / step time / peak HBM bandwidth (``--hbm_gbps`` or the
+device kind's datasheet value).
 
 Usage::
 
-    python benchmarks/sampler.py                      # CPU, both configs
-    python benchmarks/sampler.py --configs=tiny-qwen3 --new_tokens=64
-    python benchmarks/sampler.py --mode=gpu           # on a GPU host
+    python benchmarks/sampler.py                                     # CPU, both configs
+    python benchmarks/sampler.py --mode=gpu                          # on a GPU host
+    python benchmarks/sampler.py --configs=tiny-qwen3 --new_tokens=16 --prompts=2 --samples=2 \\
+        --force                                                      # smoke test
+    python benchmarks/sampler.py --mode=gpu --variant=tiny-qwen2 --batches=1,4 --gpu_prompt=16 \\
+        --new_tokens=8 --hbm_gbps=50 --force                          # GPU mode smoke test on CPU
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import sys
 import tempfile
-import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import mojax.models as mm  # noqa: E402
-import mojax.sampling as ms  # noqa: E402
+import _harness  # noqa: E402
 
-#: Peak HBM bandwidth (GB/s) by ``device_kind`` substring.
+#: Peak HBM bandwidth (GB/s) by ``device_kind`` substring (datasheets).
 HBM_GBPS = {"H200": 4800.0, "H100": 3350.0, "A100": 2039.0, "L4": 300.0, "TPU v5 lite": 819.0}
 
 
 def make_prompts(p, min_len, max_len, vocab, seed=0):
+    """Right-padded int32 [P, max_len] prompts and their lengths (ids avoid 0, the pad id)."""
     rng = np.random.RandomState(seed)
     lengths = rng.randint(min_len, max_len + 1, p).astype(np.int32)
-    tokens = rng.randint(0, vocab, (p, max_len)).astype(np.int32)
+    tokens = rng.randint(1, vocab, (p, max_len)).astype(np.int32)
     tokens[np.arange(max_len)[None] >= lengths[:, None]] = 0
     return tokens, lengths
 
 
-def timed(fn, repeats=1):
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        jax.block_until_ready(out)
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+# --------------------------------------------------------------------------------------------------
+# workers (each runs in a fresh process)
 
 
-def run_mojax(model, tokens, lengths, g, n_new, repeats, vanilla=False):
-    kw = dict(key=jax.random.key(0), max_new_tokens=n_new, temperature=1.0)
+def prepare_worker(args):
+    """Writes the random-weight checkpoint both sides load (JAX on CPU; nothing is timed)."""
+    import mojax.models as mm
+
+    model = mm.from_pretrained(args.variant, dtype="float32", seed=0)
+    mm.save_pretrained(model, args.ckpt, dtype=args.dtype)
+    _harness.emit({"params": mm.param_count(model.config)})
+
+
+def mojax_worker(args, vanilla=False):
+    import jax
+    import jax.numpy as jnp
+
+    import mojax.models as mm
+    import mojax.sampling as ms
+
+    model = mm.from_pretrained(args.ckpt, dtype=args.dtype)
+    cfg = model.config
+    tokens, lengths = make_prompts(args.prompts, args.min_prompt, args.max_prompt, cfg.vocab_size)
+    g, n = args.samples, args.new_tokens
+    kw = dict(key=jax.random.key(0), temperature=1.0, max_response_len=n)
+    if args.dtype != "float32":
+        kw["cache_dtype"] = jnp.dtype(args.dtype)
     if vanilla:  # Tunix-style: every sample prefilled separately, full-cache attention each step
         tokens, lengths = np.repeat(tokens, g, 0), np.repeat(lengths, g, 0)
         kw.update(num_samples=1, segmented=False)
     else:
         kw.update(num_samples=g)
-    fn = lambda: ms.generate(model, tokens, prompt_lengths=lengths, **kw).tokens
-    fn()  # compile
-    secs, toks = timed(fn, repeats)
-    assert toks.shape == (len(tokens) * kw["num_samples"], n_new)
-    return secs
+
+    def call(budget):
+        out = ms.generate(model, tokens, prompt_lengths=lengths, max_new_tokens=budget, **kw)
+        return jax.block_until_ready(out.tokens)
+
+    assert call(n).shape == (args.prompts * g, n)  # compiles (the budget is a runtime value)
+    t1 = _harness.time_calls(lambda: call(1), args.iters)
+    tn = _harness.time_calls(lambda: call(n), args.iters, warmup=0)
+    param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(model.params))
+    if not cfg.tie_word_embeddings:  # the input embedding is gathered (B rows), not read whole
+        param_bytes -= cfg.vocab_size * cfg.hidden_size * jnp.dtype(args.dtype).itemsize
+    # k/v of the positions attended, averaged over the N steps (prompt + i for step i)
+    mean_pos = float(np.mean(lengths)) + (n - 1) / 2
+    itemsize = jnp.dtype(args.dtype).itemsize
+    kv_bytes = 2 * cfg.num_layers * len(tokens) * kw["num_samples"] * mean_pos
+    kv_bytes *= cfg.num_kv_heads * cfg.head_dim * itemsize
+    _harness.emit(
+        {
+            "secs": tn,
+            "step": (tn - t1) / max(n - 1, 1),
+            "bytes_per_step": param_bytes + kv_bytes,
+            "device": jax.devices()[0].device_kind,
+        }
+    )
 
 
-def run_transformers(model, tokens, lengths, g, n_new, repeats):
+def transformers_worker(args):
     import torch
     import transformers
 
-    with tempfile.TemporaryDirectory() as tmp:
-        mm.save_pretrained(model, tmp)
-        hf = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = getattr(torch, args.dtype)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(args.ckpt, dtype=dtype).to(dev).eval()
+    tokens, lengths = make_prompts(
+        args.prompts, args.min_prompt, args.max_prompt, hf.config.vocab_size
+    )
     p, t = tokens.shape
-    left = np.zeros_like(tokens)
-    mask = np.zeros_like(tokens)
+    left, mask = np.zeros_like(tokens), np.zeros_like(tokens)
     for i in range(p):  # transformers batches decoder-only generation with left padding
         left[i, t - lengths[i] :] = tokens[i, : lengths[i]]
         mask[i, t - lengths[i] :] = 1
-    ids, am = torch.tensor(left, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
+    ids = torch.tensor(left, dtype=torch.long, device=dev)
+    am = torch.tensor(mask, dtype=torch.long, device=dev)
 
-    def fn(n=n_new):
+    def call(n):
         with torch.no_grad():
-            return hf.generate(
+            out = hf.generate(
                 ids, attention_mask=am, max_new_tokens=n, min_new_tokens=n, do_sample=True,
-                temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=g, pad_token_id=0,
-                eos_token_id=None,
+                temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=args.samples,
+                pad_token_id=0, eos_token_id=None,
             )  # fmt: skip
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        return out
 
-    fn(2)  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    assert out.shape == (p * g, t + n_new), out.shape
-    return best
-
-
-def cpu_mode(args):
-    print(f"backend={jax.default_backend()} devices={jax.device_count()} torch threads=", end="")
-    import torch
-
-    print(torch.get_num_threads())
-    print(f"P={args.prompts} G={args.samples} B={args.prompts * args.samples} "
-          f"new_tokens={args.new_tokens} prompt_len={args.min_prompt}..{args.max_prompt}")  # fmt: skip
-    header = f"{'config':18s} {'params':>8s} {'impl':34s} {'secs':>8s} {'tok/s':>9s} {'ratio':>7s}"
-    print(header)
-    for name in args.configs.split(","):
-        model = mm.from_pretrained(name, dtype="float32", seed=0)
-        tokens, lengths = make_prompts(
-            args.prompts, args.min_prompt, args.max_prompt, model.config.vocab_size
-        )
-        n_tok = args.prompts * args.samples * args.new_tokens
-        rows = {}
-        rows["transformers generate (torch)"] = run_transformers(
-            model, tokens, lengths, args.samples, args.new_tokens, args.repeats
-        )
-        rows["mojax generate"] = run_mojax(
-            model, tokens, lengths, args.samples, args.new_tokens, args.repeats
-        )
-        if args.vanilla:
-            rows["mojax vanilla-style (ablation)"] = run_mojax(
-                model, tokens, lengths, args.samples, args.new_tokens, args.repeats, vanilla=True
-            )
-        base = rows["transformers generate (torch)"]
-        n_params = mm.param_count(model.config)
-        for impl, secs in rows.items():
-            print(f"{name:18s} {n_params / 1e6:7.1f}M {impl:34s} {secs:8.2f} {n_tok / secs:9.0f} "
-                  f"{base / secs:6.2f}x")  # fmt: skip
-        print(f"RESULT {name}: mojax/transformers decode tokens/s = "
-              f"{base / rows['mojax generate']:.2f}x")  # fmt: skip
-
-
-def gpu_mode(args):
-    dev = jax.devices()[0]
-    bw = args.hbm_gbps or next((v for k, v in HBM_GBPS.items() if k in dev.device_kind), None)
-    print(f"device={dev.device_kind} backend={jax.default_backend()} hbm_gbps={bw}")
-    model = mm.from_pretrained(args.variant, dtype="bfloat16", seed=0)
-    cfg = model.config
-    param_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(model.params))
     n = args.new_tokens
-    for b in [int(x) for x in args.batches.split(",")]:
-        tokens, lengths = make_prompts(b, args.gpu_prompt, args.gpu_prompt, cfg.vocab_size)
-        kw = dict(prompt_lengths=lengths, key=jax.random.key(0), temperature=1.0,
-                  cache_dtype=jnp.bfloat16, max_response_len=n)  # fmt: skip
-        fn = lambda budget, kw=kw, tokens=tokens: (
-            ms.generate(model, tokens, max_new_tokens=budget, **kw).tokens
-        )
-        jax.block_until_ready(fn(1))  # compile (the budget is a runtime value: one program)
-        jax.block_until_ready(fn(n))
-        reps = max(args.repeats, 3)
-        t1, _ = timed(functools.partial(fn, 1), reps)
-        tn, _ = timed(functools.partial(fn, n), reps)
-        step = (tn - t1) / (n - 1)
-        tb = ms.bucket_length(args.gpu_prompt)
-        # bytes read per decode step: all weights once (the embedding matrix once, as the tied
-        # head; the input embedding reads B rows) + the k/v slots attended (segments: ~average)
-        mean_slots = tb + n / 2
-        kv_bytes = 2 * cfg.num_layers * b * mean_slots * cfg.num_kv_heads * cfg.head_dim * 2
-        moved = param_bytes + kv_bytes
-        line = (f"batch={b:3d} total={tn:.3f}s tok/s={b * n / tn:9.1f} "
-                f"decode step={step * 1e3:.2f}ms decode tok/s={b / step:9.1f}")  # fmt: skip
-        if bw:
-            line += f" HBM roofline fraction={moved / step / (bw * 1e9):.3f}"
-        print(line + f" (bytes/step={moved / 1e6:.1f}MB)")
+    assert call(n).shape == (p * args.samples, t + n)  # warm-up (kernels, allocator)
+    t1 = _harness.time_calls(lambda: call(1), args.iters)
+    tn = _harness.time_calls(lambda: call(n), args.iters, warmup=0)
+    name = torch.cuda.get_device_name() if dev == "cuda" else "cpu"
+    _harness.emit({"secs": tn, "step": (tn - t1) / max(n - 1, 1), "device": name})
+
+
+# --------------------------------------------------------------------------------------------------
+# drivers
+
+
+def _worker_argv(args, ckpt, prompts, samples, min_prompt, max_prompt):
+    return [
+        "--ckpt", ckpt, "--dtype", args.dtype, "--prompts", str(prompts),
+        "--samples", str(samples), "--min_prompt", str(min_prompt), "--max_prompt",
+        str(max_prompt), "--new_tokens", str(args.new_tokens), "--iters", str(args.iters),
+    ]  # fmt: skip
+
+
+def _prepare(variant, dtype, ckpt):
+    env = _harness.worker_env({"JAX_PLATFORMS": "cpu"})
+    argv = ["--worker", "prepare", "--variant", variant, "--ckpt", ckpt, "--dtype", dtype]
+    return _harness.run_worker(__file__, argv, env)["params"]
+
+
+def _env(args):
+    extra = {"JAX_COMPILATION_CACHE_DIR": args.jax_cache} if args.jax_cache else {}
+    return _harness.worker_env(extra)
+
+
+def cpu_main(args):
+    print(f"CPU mode: P={args.prompts} G={args.samples} B={args.prompts * args.samples} "
+          f"new_tokens={args.new_tokens} prompt_len={args.min_prompt}..{args.max_prompt} "
+          f"{args.dtype}, default threads")  # fmt: skip
+    for name in args.configs.split(","):
+        with tempfile.TemporaryDirectory() as ckpt:
+            n_params = _prepare(name, args.dtype, ckpt)
+            argv = _worker_argv(
+                args, ckpt, args.prompts, args.samples, args.min_prompt, args.max_prompt
+            )
+            sides = {"transformers": argv, "mojax": argv}
+            if args.vanilla:
+                sides["mojax-vanilla"] = argv
+            runs = _harness.alternate(__file__, sides, args.rounds, env=_env(args))
+        title = f"{name} ({n_params / 1e6:.1f}M params)"
+        subj = [s for s in sides if s != "transformers"]
+        _harness.report(f"{title}: whole call", runs, "secs", "transformers", subj, unit="s",
+                        scale=1.0, target=args.target)  # fmt: skip
+        _harness.report(f"{title}: per decode step", runs, "step", "transformers", subj)
+
+
+def gpu_main(args):
+    with tempfile.TemporaryDirectory() as ckpt:
+        n_params = _prepare(args.variant, args.dtype, ckpt)
+        print(f"GPU mode: {args.variant} ({n_params / 1e6:.1f}M params), {args.dtype} weights and "
+              f"cache, prompt {args.gpu_prompt}, new_tokens {args.new_tokens}")  # fmt: skip
+        for b in [int(x) for x in args.batches.split(",")]:
+            argv = _worker_argv(args, ckpt, b, 1, args.gpu_prompt, args.gpu_prompt)
+            sides = {"transformers": argv, "mojax": argv}
+            runs = _harness.alternate(__file__, sides, args.rounds, env=_env(args))
+            kind = runs["mojax"][0]["device"]
+            bw = args.hbm_gbps or next((v for k, v in HBM_GBPS.items() if k in kind), None)
+            title = f"{args.variant} batch {b} on {kind}"
+            _harness.report(f"{title}: whole call ({b * args.new_tokens} tokens)", runs, "secs",
+                            "transformers", ["mojax"], unit="s", scale=1.0)  # fmt: skip
+            _harness.report(f"{title}: per decode step", runs, "step", "transformers", ["mojax"])
+            for side, res in runs.items():
+                lo, med, hi = _harness.spread([b * args.new_tokens / r["secs"] for r in res])
+                print(f"  {side} tok/s (whole call): min {lo:.1f} median {med:.1f} max {hi:.1f}")
+            if bw:
+                frac = [r["bytes_per_step"] / r["step"] / (bw * 1e9) for r in runs["mojax"]]
+                lo, med, hi = _harness.spread(frac)
+                mb = runs["mojax"][0]["bytes_per_step"] / 1e6
+                print(f"  mojax HBM roofline fraction per decode step ({mb:.1f} MB/step at "
+                      f"{bw:.0f} GB/s): min {lo:.3f} median {med:.3f} max {hi:.3f}")  # fmt: skip
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    _harness.add_args(ap)
     ap.add_argument("--mode", choices=["cpu", "gpu"], default="cpu")
     ap.add_argument("--configs", default="tiny-qwen3,bench-qwen3-50m")
     ap.add_argument("--prompts", type=int, default=16)
@@ -187,14 +234,30 @@ def main(argv=None):
     ap.add_argument("--new_tokens", type=int, default=128)
     ap.add_argument("--min_prompt", type=int, default=12)
     ap.add_argument("--max_prompt", type=int, default=48)
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--vanilla", type=int, default=1, help="also run the vanilla-style ablation")
-    ap.add_argument("--variant", default="qwen2.5-0.5b")
-    ap.add_argument("--batches", default="1,64")
-    ap.add_argument("--gpu_prompt", type=int, default=128)
-    ap.add_argument("--hbm_gbps", type=float, default=None)
+    ap.add_argument("--iters", type=int, default=1, help="timed calls per worker (min is kept)")
+    ap.add_argument("--vanilla", type=int, default=1, help="cpu: also run the vanilla ablation")
+    ap.add_argument("--target", type=float, default=1.5, help="cpu: target median speed-up")
+    ap.add_argument("--variant", default="qwen2.5-0.5b", help="gpu: the model variant")
+    ap.add_argument("--batches", default="1,64", help="gpu: batch sizes")
+    ap.add_argument("--gpu_prompt", type=int, default=128, help="gpu: prompt length")
+    ap.add_argument("--hbm_gbps", type=float, default=None, help="gpu: peak HBM GB/s")
+    ap.add_argument("--dtype", default=None, help="float32 (cpu default) / bfloat16 (gpu default)")
+    ap.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--jax_cache", default=os.path.join(tempfile.gettempdir(), "mojax_jax_cache"),
+                    help="persistent compilation cache shared by the workers ('' = off)")  # fmt: skip
     args = ap.parse_args(argv)
-    (gpu_mode if args.mode == "gpu" else cpu_mode)(args)
+    args.dtype = args.dtype or ("bfloat16" if args.mode == "gpu" else "float32")
+    if args.worker:
+        worker = {
+            "prepare": prepare_worker,
+            "mojax": mojax_worker,
+            "mojax-vanilla": lambda a: mojax_worker(a, vanilla=True),
+            "transformers": transformers_worker,
+        }[args.worker]
+        return worker(args)
+    print(_harness.machine_info())
+    _harness.check_load(args.force, args.rounds)
+    (gpu_main if args.mode == "gpu" else cpu_main)(args)
 
 
 if __name__ == "__main__":

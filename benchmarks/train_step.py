@@ -1,18 +1,26 @@
 """Train-step throughput: mojax's jitted PPO update vs PyTorch eager on transformers' Qwen3.
 
-CPU mode (default) runs both side by side in one process on the same model shape, batch and loss
-(PPO-clip, token-mean, AdamW + global-norm clipping, fp32) and prints tokens/s and the ratio
-(target ≥ 1.5x)::
+Every side runs in its own process, sides alternating (A B, B A, A B, ...) for ``--rounds`` rounds
+(>= 3; ``benchmarks/_harness.py``); the script refuses to start when the 1-minute load average
+exceeds the core count (``--force`` overrides, loudly).
 
-    python benchmarks/train_step.py                         # CPU, both implementations
-    python benchmarks/train_step.py --batch 8 --seq 256 --steps 5
+CPU mode (default): both sides run the same model shape (``CPU_SHAPE``, the same random weights
+through one checkpoint), batch and loss (PPO-clip, token-mean, AdamW + global-norm clipping, fp32)
+with the same thread count (``--threads``; 0 = each framework's default). Per side and round:
+the min of ``--steps`` step times after one warm-up (compile) step. Printed: min / median / max of
+each side and of the ratio torch / mojax (target >= 1.5x)::
 
-GPU mode runs the mojax step alone on a real-size shape and reports tokens/s and MFU (model FLOPs
-per token ``6 N + 12 L H D T`` as in PaLM, app. B; peak from ``--peak_tflops`` or the device kind)::
+    python benchmarks/train_step.py                          # CPU, B=8, T=128
+    python benchmarks/train_step.py --batch 2 --seq 32 --steps 1 --force   # smoke test
 
-    python benchmarks/train_step.py --mode gpu --variant qwen2.5-1.5b --batch 8 --seq 1024 \\
-        --dtype bfloat16 --remat full --logprob_chunk 256
-    python benchmarks/train_step.py --mode gpu --variant tiny-qwen3 --steps 2   # smoke test on CPU
+GPU mode runs the mojax step alone on a real-size shape, ``--rounds`` fresh processes, and reports
+step time, tokens/s and MFU = model FLOPs / step time / peak (``--peak_tflops`` or the device
+kind's dense bf16 datasheet value), with model FLOPs both as ``6 N`` per token (N = matmul
+parameters, the head included) and as ``6 N + 12 L H D T`` (PaLM, app. B: attention too)::
+
+    python benchmarks/train_step.py --mode gpu --variant qwen2.5-1.5b --batch 8 --seq 2048 \\
+        --dtype bfloat16 --remat full --logprob_chunk 512
+    python benchmarks/train_step.py --mode gpu --variant tiny-qwen3 --batch 2 --seq 32 --force
 
 Tokens/s counts all B*T positions of the rollout batch (prompt and response) per optimizer update.
 """
@@ -23,11 +31,12 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _harness  # noqa: E402
 
 # dense bf16 peak TFLOP/s per device kind (vendor datasheets; no sparsity)
 PEAK_TFLOPS = {
@@ -67,7 +76,10 @@ def make_batch(b, t, vocab, seed=0):
 
 
 def flops_per_token(config, t):
-    """6 N (matmul params incl. the head) + 12 L H D T (attention scores and values, fwd + bwd)."""
+    """(N, 12 L H D T): matmul params incl. the head, and attention FLOPs per token (fwd + bwd).
+
+    Model FLOPs per token are ``6 N`` (the issue's definition) or ``6 N + 12 L H D T`` (PaLM).
+    """
     e, f, h, k, d, layers = (
         config.hidden_size,
         config.intermediate_size,
@@ -78,7 +90,7 @@ def flops_per_token(config, t):
     )
     per_layer = e * h * d + 2 * e * k * d + h * d * e + 3 * e * f
     n = layers * per_layer + config.vocab_size * e
-    return 6 * n + 12 * layers * h * d * t
+    return n, 12 * layers * h * d * t
 
 
 # --------------------------------------------------------------------------------------------------
@@ -146,109 +158,177 @@ def torch_step_fn(hf_model, batch):
     return step
 
 
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
+# --------------------------------------------------------------------------------------------------
+# workers (each runs in a fresh process)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--mode", choices=("cpu", "gpu"), default="cpu")
-    p.add_argument("--variant", default="qwen2.5-1.5b", help="gpu mode: a mojax model variant")
-    p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--seq", type=int, default=128)
-    p.add_argument("--steps", type=int, default=3, help="timed steps per block")
-    p.add_argument("--rounds", type=int, default=4, help="cpu mode: A/B block pairs")
-    p.add_argument("--microbatches", type=int, default=1)
-    p.add_argument("--logprob_chunk", type=int, default=None)
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--remat", default="none", choices=("none", "full", "dots"))
-    p.add_argument("--peak_tflops", type=float, default=None, help="per-device peak for MFU")
-    args = p.parse_args(argv)
+def _hf_config():
+    import transformers
+
+    s = CPU_SHAPE
+    return transformers.Qwen3Config(
+        vocab_size=s["vocab_size"], hidden_size=s["hidden_size"],
+        intermediate_size=s["intermediate_size"], num_hidden_layers=s["num_layers"],
+        num_attention_heads=s["num_heads"], num_key_value_heads=s["num_kv_heads"],
+        head_dim=s["head_dim"], tie_word_embeddings=False, max_position_embeddings=4096,
+    )  # fmt: skip
+
+
+def prepare_worker(args):
+    """Writes the random-weight checkpoint both CPU sides load (nothing is timed)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(_hf_config(), dtype=torch.float32)
+    hf.save_pretrained(args.ckpt)
+    _harness.emit({"params": sum(p.numel() for p in hf.parameters())})
+
+
+def torch_worker(args):
+    import torch
+    import transformers
+
+    hf = transformers.AutoModelForCausalLM.from_pretrained(args.ckpt, dtype=torch.float32)
+    batch = make_batch(args.batch, args.seq, CPU_SHAPE["vocab_size"])
+    step = torch_step_fn(hf, batch)
+    _harness.emit(
+        {"step": _harness.time_calls(step, args.steps), "threads": torch.get_num_threads()}
+    )
+
+
+def mojax_worker(args):
+    import mojax.models as mm
+
+    model = mm.from_pretrained(args.ckpt)
+    batch = make_batch(args.batch, args.seq, CPU_SHAPE["vocab_size"])
+    step = mojax_step_fn(model.config, model.params, batch, args)
+    _harness.emit({"step": _harness.time_calls(step, args.steps)})
+
+
+def mojax_gpu_worker(args):
+    import time
 
     import jax
 
     import mojax.models as mm
 
-    if args.mode == "cpu":
-        import torch
-        import transformers
+    config = mm.get_variant(args.variant, dtype=args.dtype, remat=args.remat)
+    batch = make_batch(args.batch, args.seq, config.vocab_size)
+    step = mojax_step_fn(config, None, batch, args)
+    t0 = time.perf_counter()
+    loss = step()  # compiles
+    compile_s = time.perf_counter() - t0
+    _harness.emit(
+        {
+            "step": _harness.time_calls(step, args.steps, warmup=0),
+            "compile": compile_s,
+            "loss": loss,
+            "devices": jax.device_count(),
+            "device": jax.devices()[0].device_kind,
+        }
+    )
 
-        torch.set_num_threads(os.cpu_count() or 1)
-        hf_cfg = transformers.Qwen3Config(
-            vocab_size=CPU_SHAPE["vocab_size"],
-            hidden_size=CPU_SHAPE["hidden_size"],
-            intermediate_size=CPU_SHAPE["intermediate_size"],
-            num_hidden_layers=CPU_SHAPE["num_layers"],
-            num_attention_heads=CPU_SHAPE["num_heads"],
-            num_key_value_heads=CPU_SHAPE["num_kv_heads"],
-            head_dim=CPU_SHAPE["head_dim"],
-            tie_word_embeddings=False,
-            max_position_embeddings=4096,
-        )
-        torch.manual_seed(0)
-        hf_model = transformers.AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32)
-        with tempfile.TemporaryDirectory() as d:  # the same weights for both
-            hf_model.save_pretrained(d)
-            model = mm.from_pretrained(d)
-        batch = make_batch(args.batch, args.seq, hf_cfg.vocab_size)
-        tokens = args.batch * args.seq
-        print(
-            f"shape: {CPU_SHAPE}, B={args.batch}, T={args.seq}, fp32, "
-            f"params={mm.param_count(model.config) / 1e6:.1f}M, jax {jax.__version__} on "
-            f"{jax.devices()[0].device_kind}, torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads)"
-        )
-        jax_step = mojax_step_fn(model.config, model.params, batch, args)
-        torch_step = torch_step_fn(hf_model, batch)
-        compile_s, loss_jax = timed(jax_step)  # first call compiles
-        _, loss_torch = timed(torch_step)  # warm-up (allocator, threads)
-        # alternating blocks (A B A B), so drifting load from other processes hits both alike;
-        # a pause between blocks lets the other runtime's worker threads go idle first
-        t_jax, t_torch = [], []
-        for _ in range(args.rounds):
-            for times, fn in ((t_jax, jax_step), (t_torch, torch_step)):
-                time.sleep(0.5)
-                times.extend(timed(fn)[0] for _ in range(args.steps))
-        med_jax, med_torch = float(np.median(t_jax)), float(np.median(t_torch))
-        min_jax, min_torch = float(np.min(t_jax)), float(np.min(t_torch))
-        print(
-            f"mojax  : {tokens / med_jax:10.1f} tokens/s median, {tokens / min_jax:10.1f} best "
-            f"({med_jax * 1e3:.1f} ms/step; compile {compile_s:.1f}s; first loss {loss_jax:.5f})"
-        )
-        print(
-            f"torch  : {tokens / med_torch:10.1f} tokens/s median, {tokens / min_torch:10.1f} best "
-            f"({med_torch * 1e3:.1f} ms/step, eager; first loss {loss_torch:.5f})"
-        )
-        print(
-            f"ratio mojax / torch eager: {med_torch / med_jax:.2f}x median, "
-            f"{min_torch / min_jax:.2f}x best-of-{len(t_jax)} (target >= 1.5x)"
-        )
-        return 0
+
+# --------------------------------------------------------------------------------------------------
+# drivers
+
+
+def _thread_env(threads: int) -> dict:
+    if not threads:
+        return {}
+    return {
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", "")
+        + f" --xla_cpu_multi_thread_eigen={threads > 1}"
+        + f" intra_op_parallelism_threads={threads}",
+    }
+
+
+def _common_argv(args):
+    argv = ["--batch", str(args.batch), "--seq", str(args.seq), "--steps", str(args.steps)]
+    argv += ["--microbatches", str(args.microbatches), "--mode", args.mode]
+    if args.logprob_chunk:
+        argv += ["--logprob_chunk", str(args.logprob_chunk)]
+    return argv
+
+
+def cpu_main(args):
+    env = _harness.worker_env({"JAX_PLATFORMS": "cpu", **_thread_env(args.threads)})
+    with tempfile.TemporaryDirectory() as ckpt:
+        n = _harness.run_worker(__file__, ["--worker", "prepare", "--ckpt", ckpt], env)["params"]
+        print(f"CPU mode: shape {CPU_SHAPE}, {n / 1e6:.1f}M params, B={args.batch}, T={args.seq}, "
+              f"fp32, threads={args.threads or 'default'}")  # fmt: skip
+        argv = _common_argv(args) + ["--ckpt", ckpt]
+        runs = _harness.alternate(__file__, {"torch-eager": argv, "mojax": argv}, args.rounds, env)
+    _harness.report(f"train step B={args.batch} T={args.seq}", runs, "step", "torch-eager",
+                    ["mojax"], target=1.5)  # fmt: skip
+    tokens = args.batch * args.seq
+    for side, res in runs.items():
+        lo, med, hi = _harness.spread([tokens / r["step"] for r in res])
+        print(f"  {side} tokens/s: min {lo:.0f} median {med:.0f} max {hi:.0f}")
+
+
+def gpu_main(args):
+    import mojax.models as mm
 
     config = mm.get_variant(args.variant, dtype=args.dtype, remat=args.remat)
-    import mojax.rl as rl  # noqa: F401  (import before timing)
-
-    n_dev = jax.device_count()
-    batch = make_batch(args.batch, args.seq, config.vocab_size)
-    print(f"{args.variant}: B={args.batch}, T={args.seq}, dtype={args.dtype}, remat={args.remat}, "
-          f"{n_dev} x {jax.devices()[0].device_kind}")  # fmt: skip
-    jax_step = mojax_step_fn(config, None, batch, args)
-    compile_s, loss = timed(jax_step)
-    t = float(np.median([timed(jax_step)[0] for _ in range(args.steps)]))
+    n_matmul, attn = flops_per_token(config, args.seq)
+    print(f"GPU mode: {args.variant} ({n_matmul / 1e9:.3f}B matmul params), B={args.batch}, "
+          f"T={args.seq}, dtype={args.dtype}, remat={args.remat}, "
+          f"logprob_chunk={args.logprob_chunk}, microbatches={args.microbatches}")  # fmt: skip
+    env = _harness.worker_env(
+        {"JAX_COMPILATION_CACHE_DIR": args.jax_cache} if args.jax_cache else {}
+    )
+    argv = _common_argv(args)
+    argv += ["--variant", args.variant, "--dtype", args.dtype, "--remat", args.remat]
+    runs = _harness.alternate(__file__, {"mojax-gpu": argv}, args.rounds, env)["mojax-gpu"]
+    kind, n_dev = runs[0]["device"], runs[0]["devices"]
+    peak = args.peak_tflops or next(
+        (v for k, v in PEAK_TFLOPS.items() if k.lower() in kind.lower()), None
+    )
     tokens = args.batch * args.seq
-    tps = tokens / t
-    achieved = tps * flops_per_token(config, args.seq) / 1e12  # TFLOP/s over all devices
-    kind = jax.devices()[0].device_kind
-    peak = args.peak_tflops
-    if peak is None:
-        peak = next((v for k, v in PEAK_TFLOPS.items() if k.lower() in kind.lower()), None)
-    mfu = "n/a (unknown peak; pass --peak_tflops)" if peak is None else (
-        f"{100 * achieved / (peak * n_dev):.1f}%"
-    )  # fmt: skip
-    print(f"mojax  : {tps:10.1f} tokens/s  ({t * 1e3:.1f} ms/step, compile {compile_s:.1f}s, "
-          f"loss {loss:.5f}); {achieved:.2f} model TFLOP/s; MFU {mfu}")  # fmt: skip
+    print(f"\ntrain step on {n_dev} x {kind}, {len(runs)} rounds (separate processes), "
+          f"compile {runs[0]['compile']:.1f}s in round 1, first loss {runs[0]['loss']:.5f}")  # fmt: skip
+    rows = {"step (ms)": [1e3 * r["step"] for r in runs],
+            "tokens/s": [tokens / r["step"] for r in runs]}  # fmt: skip
+    for name, per_tok in (("6N", 6 * n_matmul), ("6N+12LHDT", 6 * n_matmul + attn)):
+        rows[f"model TFLOP/s ({name})"] = [tokens * per_tok / r["step"] / 1e12 for r in runs]
+        if peak:
+            rows[f"MFU % ({name}, peak {peak:g})"] = [
+                100 * x / (peak * n_dev) for x in rows[f"model TFLOP/s ({name})"]
+            ]
+    for name, vals in rows.items():
+        lo, med, hi = _harness.spread(vals)
+        print(f"  {name:<34s} min {lo:10.2f}  median {med:10.2f}  max {hi:10.2f}")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    _harness.add_args(p)
+    p.add_argument("--mode", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--variant", default="qwen2.5-1.5b", help="gpu mode: a mojax model variant")
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per worker (min is kept)")
+    p.add_argument("--threads", type=int, default=0, help="cpu: threads per side (0 = default)")
+    p.add_argument("--microbatches", type=int, default=1)
+    p.add_argument("--logprob_chunk", type=int, default=None)
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--remat", default="none", choices=("none", "full", "dots"))
+    p.add_argument("--peak_tflops", type=float, default=None, help="per-device peak for MFU")
+    p.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--jax_cache", default=os.path.join(tempfile.gettempdir(), "mojax_jax_cache"),
+                   help="gpu: persistent compilation cache shared by the workers ('' = off)")  # fmt: skip
+    args = p.parse_args(argv)
+    if args.worker:
+        workers = {"prepare": prepare_worker, "torch-eager": torch_worker,
+                   "mojax": mojax_worker, "mojax-gpu": mojax_gpu_worker}  # fmt: skip
+        return workers[args.worker](args)
+    print(_harness.machine_info())
+    _harness.check_load(args.force, args.rounds)
+    (gpu_main if args.mode == "gpu" else cpu_main)(args)
     return 0
 
 
