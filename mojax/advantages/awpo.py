@@ -1,6 +1,6 @@
 """AWPO: variance-aware gating of a reasoning reward, difficulty weights, dynamic clip radius.
 
-001_f6650513e3469c77, Sec. "Algorithm Design" and Algorithm 1 (App. C). Inputs per sample:
+AWPO (arXiv:2512.19126), Sec. "Algorithm Design" and Algorithm 1 (App. C). Inputs per sample:
 ``rewards[..., 0] = R_out`` (outcome reward, Eqs. 14-19) and ``rewards[..., 1] = R_reason`` in
 [0, 1] (judge); ``R_mix = R_out + R_reason`` (Eq. 20). Per group g (valid samples only):
 
@@ -13,6 +13,9 @@
 * ``A = d_g [(1 - w_g) A_out + w_g A_mix]`` (Eq. 28);
 * batch clip radius ``eps_clip = clip_min + (1 - mean_g w_g)(clip_max - clip_min)`` (Eq. 29), used
   symmetrically ``(1 - eps, 1 + eps)`` by the loss (Eq. 30).
+
+A failed judge score invalidates only the reasoning objective (``reason_valid``): the sample keeps
+its outcome advantage, and ``R_mix`` statistics use the samples with a judge score.
 
 ``R_max`` in the saturation gate (Eq. 25): ``r_max_mode="theoretical"`` (default) uses ``r_max``;
 ``"running_peak"`` uses the highest group mean of ``R_out`` seen so far, current batch included
@@ -33,12 +36,13 @@ __all__ = ["awpo", "R_MAX_MODES"]
 R_MAX_MODES = ("theoretical", "running_peak")
 
 
-def _impl(rewards, valid, peak, hp, *, running_peak):
+def _impl(rewards, valid, reason_valid, peak, hp, *, running_peak):
     r, mask = C.effective_mask(rewards, valid)
+    rmask = mask & reason_valid  # samples with a judge score: the only ones R_mix is defined on
     r_out = r[..., 0]
     r_mix = r[..., 0] + r[..., 1]
     mean_out, sd_out, _, dev_out = C.masked_moments(r_out, mask, axis=-1)
-    _, sd_mix, _, dev_mix = C.masked_moments(r_mix, mask, axis=-1)
+    _, sd_mix, _, dev_mix = C.masked_moments(r_mix, rmask, axis=-1)
     ok = C.group_ok(mask)  # [P, 1]
     ratio = sd_mix / (sd_out + sd_mix + hp["eps_std"])  # Eq. 24
     if running_peak:
@@ -47,14 +51,15 @@ def _impl(rewards, valid, peak, hp, *, running_peak):
         sat_max = peak
     else:
         sat_max = hp["r_max"]
-    gate = (mean_out < sat_max) & (ratio < hp["eps_mix"]) & ok
+    gate = (mean_out < sat_max) & (ratio < hp["eps_mix"]) & ok & C.group_ok(rmask)
     w = jnp.where(gate, ratio, 0.0)  # Eq. 25
     a_out = dev_out / (sd_out + hp["eps"])  # Eq. 26
     a_mix = dev_mix / (sd_mix + hp["eps"])
     norm_mean = mean_out / hp["r_max"]
     prio = (hp["tau_low"] < norm_mean) & (norm_mean < hp["tau_high"])
     d = jnp.where(prio, hp["alpha_prio"], hp["alpha_base"])  # Eq. 27
-    adv = d * ((1.0 - w) * a_out + w * a_mix)  # Eq. 28
+    w_s = jnp.where(rmask, w, 0.0)  # a sample without judge score keeps the outcome view only
+    adv = d * ((1.0 - w_s) * a_out + w_s * a_mix)  # Eq. 28
     okf = ok[..., 0].astype(jnp.float32)
     n_ok = jnp.maximum(jnp.sum(okf), 1.0)
     w_bar = jnp.sum(w[..., 0] * okf) / n_ok
@@ -95,6 +100,7 @@ def awpo(
     eps: float = 1e-6,
     r_max_mode: str = "theoretical",
     state=None,
+    reason_valid=None,
 ) -> C.AdvantageOutput:
     """AWPO advantages and dynamic clip radius (001 Eqs. 20-29).
 
@@ -106,13 +112,31 @@ def awpo(
       eps_mix, tau_low, tau_high, alpha_base, alpha_prio, clip_min, clip_max, eps_std, eps: Eqs.
         24-29 (defaults are mojax's choices; the paper gives no numbers).
       r_max_mode: ``"theoretical"`` or ``"running_peak"``.
-      state: ``{"peak": float}`` from the previous step in ``"running_peak"`` mode (None = start).
+      state: ``{"peak": float}`` from the previous step in ``"running_peak"`` mode (None = start);
+        pass the previous call's ``out.state`` (a plain float after a checkpoint round trip is
+        fine). Ignored in ``"theoretical"`` mode, which returns ``state=None``.
+      reason_valid: bool ``[P, G]`` or None (all True): False where the judge failed. Such a
+        sample stays valid for ``R_out``; ``R_mix`` statistics (Eqs. 23-24, 26) use the samples
+        with a judge score only, and the sample's advantage is ``d_g A_out`` (its reward column 1
+        may hold anything, NaN included). A group with < 2 judge scores gets ``w_g = 0``.
 
     Returns:
       :class:`AdvantageOutput` with ``clip_eps`` (scalar) and, in running-peak mode,
       ``state = {"peak": ...}``.
     """
     C.check_choice("r_max_mode", r_max_mode, R_MAX_MODES)
+    rewards = jnp.asarray(rewards, jnp.float32)
+    if reason_valid is None:
+        reason_valid = jnp.ones(rewards.shape[:-1], bool)
+    else:
+        reason_valid = jnp.asarray(reason_valid).astype(bool)
+        if reason_valid.shape != rewards.shape[:-1]:
+            raise ValueError(
+                f"reason_valid must have shape {rewards.shape[:-1]} (rewards.shape[:-1]); got "
+                f"{reason_valid.shape}"
+            )
+        if rewards.ndim == 3 and rewards.shape[-1] == 2:  # a failed judge score is no data
+            rewards = rewards.at[..., 1].set(jnp.where(reason_valid, rewards[..., 1], 0.0))
     rewards, valid = C.check_batch(rewards, valid)
     if rewards.shape[-1] != 2:
         raise ValueError(
@@ -139,4 +163,4 @@ def awpo(
             eps_std=eps_std, eps=eps,
         ).items()
     }  # fmt: skip
-    return _jit(rewards, valid, peak, hp, running_peak=running)
+    return _jit(rewards, valid, reason_valid, peak, hp, running_peak=running)
