@@ -4,7 +4,7 @@ import pytest
 
 from mojax.models import load_tokenizer
 from mojax.tasks.calculator import CalculatorTask, sft_demonstrations, tokenize_demo
-from mojax.tasks.vocab import CHAT_SYMBOLS, build_sentencepiece
+from mojax.tasks.vocab import CHAT_SYMBOLS, REQUIRED_CHARS, build_sentencepiece
 
 TAGS = ("<calc>", "</calc>", "<output>", "</output>", "<answer>", "</answer>")
 
@@ -26,7 +26,11 @@ def test_build_is_deterministic_exact_and_composable(tmp_path):
     b = build_sentencepiece(texts, tmp_path / "b.model", vocab_size=96, user_symbols=TAGS)
     assert open(a, "rb").read() == open(b, "rb").read()
     tok = load_tokenizer(a)
-    assert tok.eos_token_id == 2 and tok.pad_token_id == 0 and tok.vocab_size <= 96
+    assert (
+        tok.eos_token_id == 2
+        and tok.pad_token_id == 0
+        and tok.vocab_size <= 96 + len(REQUIRED_CHARS)
+    )
     for text in texts:
         assert tok.decode(tok.encode(text)) == text
     for sym in (*CHAT_SYMBOLS, *TAGS):
