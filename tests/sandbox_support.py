@@ -8,8 +8,10 @@ on the system interpreter, which every uid can read.
 """
 
 import os
+import pathlib
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -47,3 +49,29 @@ def has_modules(python: str, *modules: str) -> bool:
     """Whether ``python`` can import ``modules`` (the system interpreter may lack numpy)."""
     code = "import " + ", ".join(modules)
     return subprocess.run([python, "-I", "-c", code], capture_output=True).returncode == 0
+
+
+# A line of the bootstrap source: on the command line of every sandbox interpreter (forks keep it).
+MARKER = "EXIT_MEMORY = 3"
+
+
+def pids_with_cmdline(text: str) -> list[int]:
+    """Host pids whose command line contains ``text``."""
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                cmdline = pathlib.Path(f"/proc/{entry.name}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if text.encode() in cmdline:
+                pids.append(int(entry.name))
+    return pids
+
+
+def assert_none_left(text: str = MARKER, wait_s: float = 5.0) -> None:
+    """No host process with ``text`` in its command line survives (after ``wait_s`` of cleanup)."""
+    deadline = time.monotonic() + wait_s
+    while pids_with_cmdline(text) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids_with_cmdline(text) == [], f"sandbox processes ({text!r}) survived the call"

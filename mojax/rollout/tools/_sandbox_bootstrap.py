@@ -157,6 +157,8 @@ def _no_new_privs():
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(38, 1, 0, 0, 0) != 0:  # 38 = PR_SET_NO_NEW_PRIVS
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
+        del sys.modules[name]  # a cell's `import ctypes` must reach the guard's import check
 
 
 def _run_cell(source, namespace, print_last_expr, filename="<cell>"):
