@@ -153,7 +153,16 @@ def _open_checkpoint(path: str) -> dict[str, safetensors_io.SafetensorsFile]:
     index_path = os.path.join(path, _INDEX)
     if os.path.isfile(index_path):
         with open(index_path) as fh:
-            weight_map = json.load(fh)["weight_map"]
+            try:
+                weight_map = json.load(fh)["weight_map"]
+            except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+                raise ValueError(
+                    f"{index_path}: not a safetensors index (needs a JSON object with a "
+                    f"'weight_map'): {type(err).__name__}: {err}"
+                ) from None
+        for f in sorted(set(weight_map.values())):
+            if not os.path.isfile(os.path.join(path, f)):
+                raise FileNotFoundError(f"{index_path} lists {f}, which is not in {path}")
         files = {
             f: safetensors_io.SafetensorsFile(os.path.join(path, f))
             for f in set(weight_map.values())
@@ -174,14 +183,15 @@ def _open_checkpoint(path: str) -> dict[str, safetensors_io.SafetensorsFile]:
 
 
 def check_checkpoint(config: QwenConfig, files: dict) -> None:
-    """Raises a ValueError naming every missing, unexpected or mis-shaped tensor."""
+    """Raises a ValueError naming the checkpoint and every missing, unexpected or mis-shaped tensor
+    (with the file holding it)."""
     maps = tensor_maps(config)
     expected = {n: m.hf_shape for m in maps.values() for n in m.hf_names}
     allowed_extra = {"lm_head.weight"} if config.tie_word_embeddings else set()
     missing = sorted(set(expected) - set(files))
     extra = sorted(set(files) - set(expected) - allowed_extra)
     bad_shape = [
-        f"{n}: checkpoint {files[n].shape(n)} != expected {expected[n]}"
+        f"{n} (in {files[n].path}): checkpoint {files[n].shape(n)} != expected {expected[n]}"
         for n in sorted(set(expected) & set(files))
         if files[n].shape(n) != tuple(expected[n])
     ]
@@ -189,7 +199,8 @@ def check_checkpoint(config: QwenConfig, files: dict) -> None:
         got = files["lm_head.weight"].shape("lm_head.weight")
         want = (config.vocab_size, config.hidden_size)
         if got != want:
-            bad_shape.append(f"lm_head.weight: checkpoint {got} != expected {want}")
+            where = files["lm_head.weight"].path
+            bad_shape.append(f"lm_head.weight (in {where}): checkpoint {got} != expected {want}")
     problems = []
     if missing:
         problems.append(f"missing tensors: {missing}")
@@ -198,7 +209,10 @@ def check_checkpoint(config: QwenConfig, files: dict) -> None:
     if bad_shape:
         problems.append(f"mis-shaped tensors: {bad_shape}")
     if problems:
-        raise ValueError("checkpoint does not match the config: " + "; ".join(problems))
+        where = sorted({os.path.dirname(f.path) for f in files.values()}) or ["(no tensors)"]
+        raise ValueError(
+            f"checkpoint {', '.join(where)} does not match the model config: " + "; ".join(problems)
+        )
 
 
 def load_params(path: str, config: QwenConfig, shardings: Any = None) -> Any:

@@ -11,6 +11,7 @@ Format: 8-byte little-endian header length N, N bytes of JSON ``{name: {"dtype",
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 
@@ -32,43 +33,101 @@ _DTYPES = {
 _CODES = {v: k for k, v in _DTYPES.items()}
 
 
+class SafetensorsError(ValueError):
+    """A file is not a readable safetensors file; the message names the file and the tensor."""
+
+
+def _check_entry(path: str, name: str, info: object, data_size: int) -> None:
+    """Raises ``SafetensorsError`` unless header entry ``name`` describes bytes the file holds."""
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise SafetensorsError(f"{where}: malformed header entry {str(info)[:200]} (corrupt file?)")
+    shape, offsets, code = info["shape"], info["data_offsets"], info["dtype"]
+    if not (isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)):
+        raise SafetensorsError(f"{where}: malformed shape {str(shape)[:200]} (corrupt file?)")
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(isinstance(o, int) for o in offsets)
+        and 0 <= offsets[0] <= offsets[1]
+    ):
+        raise SafetensorsError(f"{where}: malformed data_offsets {str(offsets)[:200]}")
+    begin, end = offsets
+    if end > data_size:
+        raise SafetensorsError(
+            f"{where} ({code} {tuple(shape)}) needs bytes {begin}..{end} of the data section, but "
+            f"the file holds only {data_size} (truncated file?)"
+        )
+    if code in _DTYPES and end - begin != math.prod(shape) * _DTYPES[code].itemsize:
+        raise SafetensorsError(
+            f"{where}: data_offsets span {end - begin} bytes, but {code} {tuple(shape)} needs "
+            f"{math.prod(shape) * _DTYPES[code].itemsize} (corrupt header)"
+        )
+
+
 class SafetensorsFile:
-    """Lazy view of a ``.safetensors`` file: ``names``, ``shape(name)``, ``get(name)`` (memmap)."""
+    """Lazy view of a ``.safetensors`` file: ``names``, ``shape(name)``, ``get(name)`` (memmap).
+
+    Opening checks the whole header against the file size, so a truncated file or garbage bytes
+    raise ``SafetensorsError`` naming the file (and the tensor) before any array is built.
+    """
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
+        size = os.path.getsize(self.path)
         with open(self.path, "rb") as fh:
             raw = fh.read(8)
             if len(raw) != 8:
-                raise ValueError(f"{self.path}: not a safetensors file (truncated header)")
+                raise SafetensorsError(
+                    f"{self.path}: not a safetensors file: {size} bytes, too short for the 8-byte "
+                    "header length (empty or truncated file?)"
+                )
             (n,) = struct.unpack("<Q", raw)
-            try:
-                header = json.loads(fh.read(n))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{self.path}: corrupt safetensors header ({err})") from None
+            if n > size - 8:
+                raise SafetensorsError(
+                    f"{self.path}: not a safetensors file: its header length {n} exceeds the "
+                    f"{size - 8} bytes that follow (truncated file or garbage bytes?)"
+                )
+            blob = fh.read(n)
+        try:
+            header = json.loads(blob)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise SafetensorsError(f"{self.path}: corrupt safetensors header ({err})") from None
+        if not isinstance(header, dict):
+            raise SafetensorsError(f"{self.path}: corrupt safetensors header (not a JSON object)")
         self.metadata = header.pop("__metadata__", None) or {}
+        for name, info in header.items():
+            _check_entry(self.path, name, info, size - 8 - n)
         self._header = header
         self._data_start = 8 + n
         self._mmap = None
+
+    def _info(self, name: str) -> dict:
+        if name not in self._header:
+            raise KeyError(f"{self.path}: no tensor {name!r}")
+        return self._header[name]
 
     @property
     def names(self) -> list[str]:
         return list(self._header)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._header[name]["shape"])
+        return tuple(self._info(name)["shape"])
 
     def dtype(self, name: str) -> np.dtype:
-        code = self._header[name]["dtype"]
+        code = self._info(name)["dtype"]
         if code not in _DTYPES:
-            raise ValueError(f"{self.path}: tensor {name!r} has unsupported dtype {code}")
+            raise SafetensorsError(
+                f"{self.path}: tensor {name!r} has unsupported dtype {code!r} "
+                f"(supported: {sorted(_DTYPES)})"
+            )
         return _DTYPES[code]
 
     def get(self, name: str) -> np.ndarray:
         """The tensor as a read-only memmap view (slice it to read only part of it)."""
         if self._mmap is None:
             self._mmap = np.memmap(self.path, dtype=np.uint8, mode="r")
-        info = self._header[name]
+        info = self._info(name)
         begin, end = info["data_offsets"]
         buf = self._mmap[self._data_start + begin : self._data_start + end]
         return buf.view(self.dtype(name)).reshape(self.shape(name))
