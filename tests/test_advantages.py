@@ -490,6 +490,7 @@ _JITS = {
     "vpo": ("vpo", "_jit"),
     "random_w": ("baselines", "_random_w_jit"),
     "multi_rlvr": ("baselines", "_multi_jit"),
+    "max_at_k": ("max_at_k", "_jit"),
 }
 
 

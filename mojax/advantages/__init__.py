@@ -11,6 +11,7 @@ from mojax.advantages.awpo import awpo
 from mojax.advantages.baselines import multi_rlvr, random_w
 from mojax.advantages.gdpo import gdpo, mo_grpo
 from mojax.advantages.grpo import dr_grpo, grpo
+from mojax.advantages.max_at_k import max_at_k
 from mojax.advantages.pareto_rank import pareto_rank
 from mojax.advantages.saw import saw_gdpo, saw_grpo
 from mojax.advantages.vpo import vpo
@@ -28,6 +29,7 @@ ESTIMATORS = {
     "vpo": vpo,
     "random_w": random_w,
     "multi_rlvr": multi_rlvr,
+    "max_at_k": max_at_k,
 }
 
 __all__ = [
@@ -37,6 +39,7 @@ __all__ = [
     "dr_grpo",
     "gdpo",
     "grpo",
+    "max_at_k",
     "mo_grpo",
     "multi_rlvr",
     "pareto_rank",
