@@ -1,7 +1,9 @@
 """Loaders for the public data formats: JSONL, JSON (list of records) and parquet.
 
 Each loader returns a list of plain ``dict`` records. Errors name the file and, for JSONL, the line,
-so a bad row in a 100k-line file is found at once. Nothing is read at import time.
+so a bad row in a 100k-line file is found at once. A missing file inside the shared data folder
+(``$MOJAX_SHARED_DIR``, default ``../shared`` beside the checkout) names that variable and its
+value. Nothing is read at import time.
 """
 
 from __future__ import annotations
@@ -10,7 +12,51 @@ import json
 import os
 from typing import Any
 
-__all__ = ["read_jsonl", "read_json", "read_parquet", "read_records"]
+__all__ = [
+    "SHARED_DIR_ENV",
+    "missing_file_message",
+    "read_json",
+    "read_jsonl",
+    "read_parquet",
+    "read_records",
+    "shared_dir",
+]
+
+#: The environment variable naming the shared folder (``data/``, ``assets/``) outside the checkout.
+SHARED_DIR_ENV = "MOJAX_SHARED_DIR"
+
+
+def _default_shared_dir() -> str:
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return os.path.join(os.path.dirname(repo), "shared")
+
+
+def shared_dir() -> str:
+    """The shared folder: ``$MOJAX_SHARED_DIR``, else ``shared/`` beside the checkout."""
+    return os.environ.get(SHARED_DIR_ENV) or _default_shared_dir()
+
+
+def missing_file_message(path: str | os.PathLike, what: str = "data file") -> str:
+    """``"<what> not found: <path>"``, plus how ``$MOJAX_SHARED_DIR`` locates it when ``path`` lies
+    in the shared folder (the one set now, or the default one)."""
+    p = os.path.normpath(os.path.abspath(os.fspath(path)))
+    msg = f"{what} not found: {p}"
+    roots = {os.path.normpath(os.path.abspath(r)) for r in (shared_dir(), _default_shared_dir())}
+    if not any(p == r or p.startswith(r + os.sep) for r in roots):
+        return msg
+    value = os.environ.get(SHARED_DIR_ENV)
+    now = (
+        f"${SHARED_DIR_ENV}={value}"
+        if value
+        else f"${SHARED_DIR_ENV} is not set, so the default {_default_shared_dir()} is used"
+    )
+    if not os.path.isdir(shared_dir()):
+        now += ", and that folder does not exist"
+    return (
+        f"{msg}\n  It is in the shared data folder, which the environment variable {SHARED_DIR_ENV} "
+        f"points to ({now}). Set {SHARED_DIR_ENV} to the folder that holds data/ and assets/ "
+        "(e.g. export MOJAX_SHARED_DIR=/path/to/shared)."
+    )
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -57,7 +103,7 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Dispatch on the extension: ``.jsonl``, ``.json``, ``.parquet``."""
     p = os.fspath(path)
     if not os.path.isfile(p):
-        raise FileNotFoundError(f"data file not found: {p}")
+        raise FileNotFoundError(missing_file_message(p))
     if p.endswith(".jsonl"):
         return read_jsonl(p)
     if p.endswith(".json"):
