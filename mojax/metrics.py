@@ -9,14 +9,29 @@ From VPO (003_8f883b4a3397be1d, Sec. 4.3 and App. F) and Chen et al. (2021):
   **valid** answers (``include_padding=True`` also counts invalid rows as zero vectors, as the
   authors' code does with its zero padding);
 * collinearity ``rho_bar`` = mean off-diagonal Pearson correlation between objectives over all
-  responses, after dropping zero-variance objectives (App. F, step 2).
+  responses, after dropping zero-variance objectives (App. F, step 2);
+* ``E_w[best@k]`` (VPO Tables 5-6) = the expectation over ``w ~ Dir(alpha 1)`` of
+  ``max_{s in first k answers} w . r_s``, a Monte-Carlo mean over ``num_weights`` draws from a
+  seeded numpy generator (or over given ``weight_samples``);
+* ``max@k`` (Bagirov et al., arXiv:2510.23393, App. C.1) = the unbiased estimator
+  ``sum_{i >= k} C(i-1, k-1) / C(n, k) r_(i)`` over the ascending-sorted rewards of n samples.
 """
 
 from __future__ import annotations
 
+from math import comb
+
 import numpy as np
 
-__all__ = ["best_at_k", "pass_at_k", "reward_diversity", "collinearity", "flatten_sets"]
+__all__ = [
+    "best_at_k",
+    "expected_best_at_k",
+    "max_at_k",
+    "pass_at_k",
+    "reward_diversity",
+    "collinearity",
+    "flatten_sets",
+]
 
 
 def _pool(rewards, valid, name="rewards"):
@@ -72,6 +87,64 @@ def best_at_k(rewards, k: int, *, weights=None, valid=None, empty: float = 0.0) 
     s = np.where(v, r @ w, -np.inf)[..., : int(k)]
     best = s.max(axis=-1)
     return np.where(np.isfinite(best), best, empty)
+
+
+def expected_best_at_k(
+    rewards,
+    k: int,
+    *,
+    valid=None,
+    alpha: float = 1.0,
+    num_weights: int = 10_000,
+    seed: int = 0,
+    weight_samples=None,
+    empty: float = 0.0,
+) -> np.ndarray:
+    """``E_{w ~ Dir(alpha 1)}[max_{s in first k answers} w . r_s]`` per pool (VPO Tables 5-6).
+
+    Args:
+      rewards: ``[..., N, M]`` answers in draw order; k: answers counted, ``1 <= k <= N``.
+      valid: ``[..., N]``; invalid answers are skipped (as in :func:`best_at_k`).
+      alpha, num_weights, seed: the Monte-Carlo draws ``w_1..w_K ~ Dir(alpha 1_M)`` from
+        ``numpy.random.default_rng(seed)`` (the same draws for every pool, so pools are compared
+        under the same weights).
+      weight_samples: ``[K, M]`` explicit weights instead of the draws (each row a weighting).
+      empty: value for a pool with no valid answer among the first k.
+
+    Returns:
+      ``[...]`` float64: the mean over the K weights of the best weighted score.
+    """
+    r, v = _pool(rewards, valid)
+    n, m = r.shape[-2:]
+    if not 1 <= int(k) <= n:
+        raise ValueError(f"k must be in [1, N={n}]; got {k}")
+    if weight_samples is None:
+        if not float(alpha) > 0 or int(num_weights) < 1:
+            raise ValueError(f"need alpha > 0 and num_weights >= 1; got {alpha}, {num_weights}")
+        w = np.random.default_rng(seed).dirichlet(np.full(m, float(alpha)), size=int(num_weights))
+    else:
+        w = np.asarray(weight_samples, dtype=np.float64)
+        if w.ndim != 2 or w.shape[1] != m or not np.all(np.isfinite(w)):
+            raise ValueError(f"weight_samples must be finite with shape [K, {m}]; got {w.shape}")
+    scores = np.einsum("...nm,km->...kn", r[..., : int(k), :], w)  # [..., K, k]
+    scores = np.where(v[..., None, : int(k)], scores, -np.inf)
+    best = scores.max(axis=-1)  # [..., K]
+    any_valid = v[..., : int(k)].any(axis=-1)
+    mean = np.where(np.isfinite(best), best, 0.0).mean(axis=-1)
+    return np.where(any_valid, mean, empty)
+
+
+def max_at_k(rewards, k: int) -> np.ndarray:
+    """Unbiased ``max@k`` from ``n`` i.i.d. scalar rewards ``[..., n]`` (arXiv:2510.23393, App. C.1):
+    the mean over all k-subsets of their maximum, ``sum_i C(i-1, k-1) / C(n, k) r_(i)``."""
+    r = np.sort(np.asarray(rewards, dtype=np.float64), axis=-1)
+    n = r.shape[-1]
+    if not 1 <= int(k) <= n:
+        raise ValueError(f"k must be in [1, n={n}]; got {k}")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("rewards must be finite")
+    coef = np.array([comb(i - 1, int(k) - 1) for i in range(1, n + 1)], dtype=np.float64)
+    return r @ (coef / comb(n, int(k)))
 
 
 def pass_at_k(n, c, k) -> np.ndarray:

@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mojax.metrics import best_at_k, collinearity, flatten_sets, pass_at_k, reward_diversity
+from mojax.metrics import (
+    best_at_k,
+    collinearity,
+    expected_best_at_k,
+    flatten_sets,
+    max_at_k,
+    pass_at_k,
+    reward_diversity,
+)
 
 
 def test_best_at_k_counts_answers_in_draw_order():
@@ -93,3 +101,66 @@ def test_collinearity():
     assert collinearity(r3, v.reshape(10, 20)) == pytest.approx(want_v, rel=1e-9)
     # fewer than 2 varying objectives: undefined
     assert np.isnan(collinearity(np.stack([x, np.ones(200)], -1)))
+
+
+def _exact_expected_max_m2(lines):
+    """E_{u ~ U(0, 1)} max_s (u a_s + (1 - u) b_s) (Dir(1, 1) = uniform on the segment), exactly:
+    the upper envelope of the lines is linear between their crossings, so the trapezoid rule on
+    the crossings is exact."""
+    knots = {0.0, 1.0}
+    for (a1, b1), (a2, b2) in itertools.combinations(lines, 2):
+        den = (a1 - b1) - (a2 - b2)
+        if den != 0:
+            u = (b2 - b1) / den
+            if 0 < u < 1:
+                knots.add(u)
+    xs = np.array(sorted(knots))
+    ys = np.array([max(u * a + (1 - u) * b for a, b in lines) for u in xs])
+    return float(np.sum((xs[1:] - xs[:-1]) * (ys[1:] + ys[:-1]) / 2))
+
+
+def test_expected_best_at_k_vs_loop_and_closed_form():
+    rng = np.random.default_rng(1)
+    r = rng.random((3, 6, 2))
+    v = rng.random((3, 6)) < 0.8
+    v[2, :3] = False
+    w = rng.dirichlet([1.0, 1.0], size=50)
+    for k in (1, 3, 6):
+        got = expected_best_at_k(r, k, valid=v, weight_samples=w)
+        for p in range(3):
+            idx = [i for i in range(k) if v[p, i]]
+            want = np.mean([max(r[p, i] @ wk for i in idx) for wk in w]) if idx else 0.0
+            assert got[p] == pytest.approx(want, rel=1e-12)
+    # Monte-Carlo default vs the exact expectation (M = 2, Dir(1) is uniform): within 5 standard
+    # errors of the estimator, computed from the same draws
+    draws = np.random.default_rng(0).dirichlet([1.0, 1.0], size=100_000)
+    for p in range(2):
+        lines = [tuple(r[p, i]) for i in range(4) if v[p, i]]
+        est = expected_best_at_k(r[p : p + 1], 4, valid=v[p : p + 1], num_weights=100_000)[0]
+        per_w = np.max(np.stack([draws @ np.array(line) for line in lines]), axis=0)
+        se = per_w.std() / np.sqrt(len(per_w))
+        assert abs(est - _exact_expected_max_m2(lines)) < 5 * se + 1e-12
+        assert est == pytest.approx(per_w.mean(), rel=1e-12)  # same seed -> same draws
+    # one objective: Dir over one coordinate is w = 1, so E_w[best@k] = best@k with w* = (1,)
+    r1 = rng.random((4, 5, 1))
+    np.testing.assert_allclose(expected_best_at_k(r1, 3, num_weights=7), best_at_k(r1, 3))
+    # one answer: E_w[w . r] = mean(r) for symmetric Dir, e.g. exactly with w and its mirror
+    wm = np.array([[0.3, 0.7], [0.7, 0.3]])
+    np.testing.assert_allclose(expected_best_at_k(r[:, :1], 1, weight_samples=wm), r[:, 0].mean(-1))
+    with pytest.raises(ValueError, match="weight_samples"):
+        expected_best_at_k(r, 2, weight_samples=np.ones((3, 3)))
+    with pytest.raises(ValueError, match="k must be"):
+        expected_best_at_k(r, 0)
+
+
+def test_max_at_k_metric_is_mean_subset_max():
+    rng = np.random.default_rng(2)
+    s = rng.choice([0.0, 0.3, 0.3, 0.8, 1.0], size=(3, 7))  # ties included
+    for k in (1, 2, 4, 7):
+        got = max_at_k(s, k)
+        for p in range(3):
+            subsets = list(itertools.combinations(s[p], k))
+            assert got[p] == pytest.approx(np.mean([max(c) for c in subsets]), rel=1e-12)
+    assert max_at_k([0.0, 1.0, 2.0, 4.0], 2) == pytest.approx(17 / 6)  # App. C.1 worked pairs
+    with pytest.raises(ValueError, match="k must be"):
+        max_at_k(s, 8)
