@@ -27,6 +27,15 @@ Every mode is written as fixed per-token weights ``w_bt`` (``aggregation_weights
 split into micro-batches gives exactly the loss and gradient of the whole batch when the weights
 are computed once on the whole (mini-)batch.
 
+Importance ratio level (``ratio_level``): ``"token"`` (default, PPO) or ``"sequence"`` — AWPO
+(arXiv:2512.19126) Eq. 30 / Algorithm 1: one ratio per response, ``r_b = π(y_b|x)/π_old(y_b|x) =
+exp(Σ_t m_bt (logπ − logπ_old))`` (the literal product, not GSPO's length-normalised geometric
+mean; the log-ratio is clamped to ``[−20, 20]`` so that ``exp`` cannot overflow), ``o_b =
+min(r_b A_b, clip(r_b, 1 − ε, 1 + ε) A_b)`` (dual clip as above), and the sequence objective ``o_b``
+takes the place of every token's ``o``. The loss is then ``Σ_b (Σ_t w_bt)(−o_b)``: with
+``agg="seq-mean-token-mean"`` each sequence weighs ``1/N`` — Algorithm 1's ``1/(GK)`` mean over the
+G·K responses (N counts the sequences with a loss token, so padding rows do not dilute it).
+
 Shape legend: B sequences, T tokens.
 """
 
@@ -44,8 +53,10 @@ AGGREGATIONS = (
     "seq-mean-token-sum-norm",
 )
 KL_TYPES = ("k1", "k2", "k3")
+RATIO_LEVELS = ("token", "sequence")
 K3_CLAMP = 10.0
 _Q_CLAMP = 20.0
+SEQ_LOG_RATIO_CLAMP = 20.0
 
 
 def _check_choice(name: str, value: Any, allowed: tuple) -> None:
@@ -105,22 +116,38 @@ def ppo_token_terms(
     clip_high: float | jax.Array = 0.2,
     clip_eps: float | jax.Array | None = None,
     dual_clip: float | None = None,
+    ratio_level: str = "token",
+    loss_mask: jax.Array | None = None,
 ) -> dict[str, jax.Array]:
     """Unaggregated PPO-clip terms [B, T]: ``pg_loss = −o`` and the indicators used for metrics.
 
     ``clip_eps`` (AWPO's batch radius, eqs. 29-30) replaces both bounds: ``(1 − ε, 1 + ε)``.
+    ``ratio_level="sequence"`` (AWPO Eq. 30) uses one ratio per sequence over its ``loss_mask``
+    tokens (required then) and the sequence's advantage (``[B]``, or the mask-mean of ``[B, T]``);
+    the per-sequence terms are broadcast over the sequence's tokens.
     """
+    _check_choice("ratio_level", ratio_level, RATIO_LEVELS)
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"dual_clip must be > 1 (methods.md uses c = 3), got {dual_clip!r}")
+    if ratio_level == "sequence" and loss_mask is None:
+        raise ValueError('ratio_level="sequence" needs the loss_mask (the tokens of each response)')
     if clip_eps is not None:
         clip_low = clip_high = clip_eps
     logprobs = logprobs.astype(jnp.float32)
     adv = advantages.astype(jnp.float32)
-    if adv.ndim == logprobs.ndim - 1:  # per-sequence [B] -> [B, 1]
-        adv = adv[..., None]
-    adv = jnp.broadcast_to(adv, logprobs.shape)
     log_ratio = logprobs - old_logprobs.astype(jnp.float32)
-    ratio = jnp.exp(log_ratio)
+    if ratio_level == "sequence":
+        m = loss_mask.astype(jnp.float32)
+        if adv.ndim == logprobs.ndim:  # per-token advantages: the sequence's mean over its mask
+            adv = jnp.sum(adv * m, -1) / jnp.maximum(jnp.sum(m, -1), 1.0)
+        seq_lr = jnp.clip(jnp.sum(log_ratio * m, -1), -SEQ_LOG_RATIO_CLAMP, SEQ_LOG_RATIO_CLAMP)
+        ratio = jnp.broadcast_to(jnp.exp(seq_lr)[..., None], logprobs.shape)
+        adv = jnp.broadcast_to(adv[..., None], logprobs.shape)
+    else:
+        if adv.ndim == logprobs.ndim - 1:  # per-sequence [B] -> [B, 1]
+            adv = adv[..., None]
+        adv = jnp.broadcast_to(adv, logprobs.shape)
+        ratio = jnp.exp(log_ratio)
     lo, hi = 1.0 - clip_low, 1.0 + clip_high
     o = jnp.minimum(ratio * adv, jnp.clip(ratio, lo, hi) * adv)
     dual = jnp.zeros_like(o, dtype=bool)
@@ -156,6 +183,7 @@ def ppo_clip_loss(
     entropy_coef: float = 0.0,
     max_len: int | None = None,
     token_weights: jax.Array | None = None,
+    ratio_level: str = "token",
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """PPO-clip policy loss (methods.md "PPO-clip update"), differentiable in ``logprobs``.
 
@@ -173,6 +201,9 @@ def ppo_clip_loss(
       entropy: [B, T] per-token policy entropy, for the bonus ``− entropy_coef · H``.
       max_len: the constant normaliser of ``seq-mean-token-sum-norm``.
       token_weights: precomputed ``aggregation_weights`` (micro-batching); overrides ``agg``.
+      ratio_level: ``"token"`` (default) or ``"sequence"`` (AWPO Eq. 30: one ratio per response;
+        with ``agg="seq-mean-token-mean"`` the loss is the ``1/(GK)`` mean of Algorithm 1). The
+        ratio metrics are then token-weighted means of the sequence ratios.
 
     Returns:
       ``(loss, metrics)``: scalar fp32 loss and scalar metrics ``pg_loss, kl, entropy,
@@ -200,6 +231,8 @@ def ppo_clip_loss(
         clip_high=clip_high,
         clip_eps=clip_eps,
         dual_clip=dual_clip,
+        ratio_level=ratio_level,
+        loss_mask=loss_mask,
     )
     w = aggregation_weights(loss_mask, agg, max_len) if token_weights is None else token_weights
     token_loss = terms["pg_loss"]
