@@ -29,6 +29,64 @@ def test_parse_verdict(text, expected):
     assert judge_lib.parse_verdict(text) == expected
 
 
+FOUR = (
+    "The plan is sound but one argument is off.\n"
+    "Reasoning path: Tier II\nTool selection: Tier I\nParameter setting: Tier IV\n"
+    "Execution strategy: Tier III\nContradicts reference: no"
+)
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        # AWPO App. B: 0.35 * 0.8 + 0.30 * 1.0 + 0.25 * 0.4 + 0.10 * 0.6 = 0.74
+        (FOUR, 0.74),
+        # the hard constraint: contradicting the reference caps the result at Tier IV (0.4)
+        (FOUR.replace("reference: no", "reference: yes"), 0.4),
+        # below the cap it changes nothing: 0.35 * 0.2 + 0.30 * 0 + 0.25 * 0.2 + 0.10 * 0.4 = 0.16
+        (
+            "reasoning path - tier V\ntool selection: Tier VI\nparameter setting: tier: V\n"
+            "execution strategy: Tier IV\ncontradicts reference: yes",
+            0.16,
+        ),
+        # the last rating of a dimension counts (a revised verdict)
+        (
+            FOUR.replace(
+                "Execution strategy: Tier III",
+                "Execution strategy: Tier V\nExecution strategy: Tier I",
+            ),
+            0.78,
+        ),  # fmt: skip
+        # three of four dimensions: a partial verdict is a failure, not a guess
+        ("Reasoning path: Tier I\nTool selection: Tier I\nParameter setting: Tier I", None),
+        # prose that names a dimension without a tier is not a rating
+        ("Reasoning path: I think it is fine. Tier: III", 0.6),
+    ],
+)
+def test_parse_four_dimension_verdict(text, expected):
+    got = judge_lib.parse_verdict(text)
+    assert got == (None if expected is None else pytest.approx(expected, abs=1e-12))
+
+
+def test_rubric_names_the_four_weighted_dimensions_and_output_lines():
+    rubric = judge_lib.RUBRIC
+    for (name, weight), line in zip(
+        judge_lib.DIMENSIONS,
+        ("Reasoning path", "Tool selection", "Parameter setting", "Execution strategy"),
+    ):
+        assert name == line.lower()
+        assert f"{line} (weight {round(weight * 100)}%)" in rubric
+        assert f"\n{line}: Tier <VI|V|IV|III|II|I>" in rubric
+    assert sum(w for _, w in judge_lib.DIMENSIONS) == pytest.approx(1.0)
+    assert "at most Tier IV" in rubric and rubric.endswith("Contradicts reference: <yes|no>")
+
+
+def test_reason_column_marks_only_failures():
+    values, ok = judge_lib.reason_column(np.array([0.5, np.nan, 0.0, np.nan], np.float32))
+    np.testing.assert_array_equal(values, [0.5, 0.0, 0.0, 0.0])
+    assert ok.tolist() == [True, False, True, False] and values.dtype == np.float32
+
+
 def test_overlap_judge_is_token_f1_of_think_blocks():
     j = judge_lib.OverlapJudge()
     ref = "<think>call the weather tool for Paris</think><tool_call>...</tool_call>"

@@ -1,8 +1,11 @@
-"""AWPO's reasoning reward: an LLM-as-a-Judge scores a response's reasoning in [0, 1] (001 App. B).
+"""AWPO's reasoning reward: an LLM-as-a-Judge scores a response's reasoning in [0, 1].
 
-The protocol is one method, ``score(prompt, response, reference) -> float | None`` (None = the judge
-failed: no answer, timeout, unparseable verdict). :func:`judge_batch` turns failures into NaN, which
-the trainer marks invalid for that objective and counts — never a crash. Three implementations:
+AWPO (arXiv:2512.19126), App. B. The protocol is one method, ``score(prompt, response, reference)
+-> float | None`` (None = the judge failed: no answer, timeout, unparseable verdict).
+:func:`judge_batch` turns failures into NaN; :func:`reason_column` turns those into the format the
+AWPO estimator takes — values (0 where failed) and ``reason_valid`` (False where failed): a judge
+failure invalidates the reasoning objective of that sample only, never the sample, never a crash.
+Three implementations:
 
 * :class:`OverlapJudge` — offline and deterministic: token F1 between the response's ``<think>``
   and the reference rationale (the gold's ``<think>``). A stand-in for a judge where none is served;
@@ -12,10 +15,14 @@ the trainer marks invalid for that objective and counts — never a crash. Three
 * :class:`ModelJudge` — a local mojax Qwen model (and tokenizer) prompted with the same rubric,
   decoded greedily with :func:`mojax.sampling.generate`.
 
-The rubric follows 001 App. B (Figure 2): four weighted dimensions — reasoning path 35%, tool
-selection 30%, parameter setting 25%, execution strategy 10% — judged against the reference
-trajectory, and a discrete six-tier scale mapped to fixed values 0.0 … 1.0 to reduce judge variance.
-The wording is mojax's own (the paper shows the prompt only as a figure).
+The rubric follows App. B (Figure 2, "Tool-use Consistency Evaluator"): four weighted dimensions —
+reasoning path 35%, tool selection 30%, parameter setting 25%, execution strategy 10% — each judged
+against the reference trajectory on the discrete six-tier scale (Tier VI … Tier I ↦ 0.0, 0.2, …,
+1.0, fixed values to reduce judge variance); the score is the weighted sum of the four tier values,
+capped at Tier IV (0.4) when the judge reports that the tool calls contradict the reference (the
+figure's hard constraint on the ground-truth tool trajectory). The wording is mojax's own (the paper
+shows the prompt only as a figure). A verdict that rates some dimensions but not all is a failure;
+a verdict with none of them falls back to one overall ``Tier: X`` (or ``score: s``).
 """
 
 from __future__ import annotations
@@ -33,34 +40,70 @@ import numpy as np
 from mojax.tasks.qa import extract_tag
 
 TIER_VALUES = {"VI": 0.0, "V": 0.2, "IV": 0.4, "III": 0.6, "II": 0.8, "I": 1.0}
+DIMENSIONS = (
+    ("reasoning path", 0.35),
+    ("tool selection", 0.30),
+    ("parameter setting", 0.25),
+    ("execution strategy", 0.10),
+)
+CONTRADICTION_CAP = TIER_VALUES["IV"]
 
-RUBRIC = """You are a strict evaluator of tool-use reasoning. Compare the assistant's reasoning and \
-tool calls with the reference trajectory and rate them on four weighted dimensions:
-1. Reasoning path (35%): is the chain of thought coherent, logically sound, complete and factually \
-correct for the user's request?
-2. Tool selection (30%): are the chosen tools the ones the reference uses (no missing or extra calls)?
-3. Parameter setting (25%): are the parameter names and values right and grounded in the dialogue?
-4. Execution strategy (10%): is the order and number of calls sensible?
-Hard constraint: if the tool calls contradict the reference trajectory, the tier is at most IV.
-When the reasoning is poor, judge how far it deviates from the reference reasoning.
-Answer with one line "Tier: X" where X is one of VI, V, IV, III, II, I \
-(VI = 0.0 unusable, V = 0.2, IV = 0.4, III = 0.6, II = 0.8, I = 1.0 fully consistent with the \
-reference), optionally preceded by a short justification."""
+RUBRIC = """You are a strict tool-use consistency evaluator. Compare the assistant's reasoning and \
+tool calls with the reference trajectory (the ground truth) and rate four dimensions separately, \
+each on the six-tier scale below.
+1. Reasoning path (weight 35%): is the chain of thought coherent, logically sound, complete and \
+factually correct for the user's request? When it is poor, judge how far it deviates from the \
+reference reasoning.
+2. Tool selection (weight 30%): are the chosen tools the ones the reference uses, with no missing \
+or extra calls?
+3. Parameter setting (weight 25%): are the parameter names and values right and grounded in the \
+dialogue?
+4. Execution strategy (weight 10%): are the order and number of calls sensible?
+Tiers: Tier I = 1.0 fully consistent with the reference; Tier II = 0.8 minor flaws; Tier III = 0.6 \
+partly correct; Tier IV = 0.4 major flaws; Tier V = 0.2 mostly wrong; Tier VI = 0.0 unusable.
+Hard constraint: if the tool calls contradict the reference trajectory, the overall result can be \
+at most Tier IV.
+After an optional short justification, end with exactly these five lines:
+Reasoning path: Tier <VI|V|IV|III|II|I>
+Tool selection: Tier <VI|V|IV|III|II|I>
+Parameter setting: Tier <VI|V|IV|III|II|I>
+Execution strategy: Tier <VI|V|IV|III|II|I>
+Contradicts reference: <yes|no>"""
 
-_TIER_RE = re.compile(r"tier\s*[:\-]?\s*(VI|IV|V|III|II|I)\b", re.IGNORECASE)
+_TIER = r"(VI|IV|V|III|II|I)\b"
+_DIM_RES = tuple(
+    re.compile(name.replace(" ", r"\s*") + r"\s*[:\-]\s*tier\s*[:\-]?\s*" + _TIER, re.IGNORECASE)
+    for name, _ in DIMENSIONS
+)
+_CONTRA_RE = re.compile(r"contradicts\s*reference\s*[:\-]\s*(yes|no)\b", re.IGNORECASE)
+_TIER_RE = re.compile(r"tier\s*[:\-]?\s*" + _TIER, re.IGNORECASE)
 _SCORE_RE = re.compile(r"score\s*[:=]\s*([01](?:\.\d+)?)\b", re.IGNORECASE)
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def parse_verdict(text: str) -> float | None:
-    """The score of a judge's answer: the last ``Tier: X`` (mapped by :data:`TIER_VALUES`), else the
-    last ``score: s`` with s in [0, 1]; None if neither is present."""
+    """The score in [0, 1] of a judge's answer (module docstring), None if it cannot be read.
+
+    The four dimension tiers (last occurrence of each) give ``sum_d weight_d * tier_value_d``,
+    capped at 0.4 when the answer ends ``Contradicts reference: yes``. Some but not all four →
+    None. None of them → the last overall ``Tier: X``, else the last ``score: s`` in [0, 1].
+    """
     if not isinstance(text, str):
         return None
-    tiers = _TIER_RE.findall(text[-20000:])
+    text = text[-20000:]
+    dims = [rx.findall(text) for rx in _DIM_RES]
+    if any(dims):
+        if not all(dims):
+            return None  # a partial verdict is a failure, not a guess
+        score = sum(w * TIER_VALUES[d[-1].upper()] for d, (_, w) in zip(dims, DIMENSIONS))
+        contra = _CONTRA_RE.findall(text)
+        if contra and contra[-1].lower() == "yes":
+            score = min(score, CONTRADICTION_CAP)
+        return float(round(score, 10))
+    tiers = _TIER_RE.findall(text)
     if tiers:
         return TIER_VALUES[tiers[-1].upper()]
-    scores = [float(s) for s in _SCORE_RE.findall(text[-20000:])]
+    scores = [float(s) for s in _SCORE_RE.findall(text)]
     scores = [s for s in scores if 0.0 <= s <= 1.0]
     return scores[-1] if scores else None
 
@@ -229,3 +272,16 @@ def judge_batch(
         if s is not None and isinstance(s, (int, float)) and math.isfinite(s) and 0 <= s <= 1:
             out[i] = s
     return out, int(np.isnan(out).sum())
+
+
+def reason_column(scores) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, reason_valid)`` from :func:`judge_batch`'s scores (NaN = failure).
+
+    ``values`` float32: the score, 0.0 where the judge failed; ``reason_valid`` bool: False there.
+    Pass ``values`` as AWPO's ``R_reason`` column and ``reason_valid`` to
+    :func:`mojax.advantages.awpo` (``reason_valid=``), and keep the sample valid: a judge failure
+    invalidates the reasoning objective only.
+    """
+    s = np.asarray(scores, dtype=np.float32)
+    ok = np.isfinite(s)
+    return np.where(ok, s, 0.0).astype(np.float32), ok
