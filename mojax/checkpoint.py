@@ -18,8 +18,12 @@ Guarantees:
   so a process killed mid-save leaves the previous steps usable (unfinished tmp dirs are ignored
   and cleaned up when the next ``Checkpointer`` opens the directory);
 * restore onto a different mesh: arrays are read slice-wise into the shardings of ``target``;
-* a broken step raises ``CheckpointError`` naming its path and what is wrong; with
-  ``fallback=True`` the newest readable older step is restored instead (with a warning).
+* a broken step raises ``CorruptCheckpointError`` naming its path and what is wrong; with
+  ``fallback=True`` it is moved aside to ``<step>.corrupt`` (renamed, never deleted; logged) and the
+  newest readable older step is restored instead, so the run can later save that step number again
+  instead of crash-looping on ``StepAlreadyExistsError``. A step that is readable but does not fit
+  the restore target (the model or optimizer changed) is not corruption: it raises a plain
+  ``CheckpointError`` and nothing is moved.
 
 Host state is any JSON-like tree of dicts, lists, tuples, str, int, float (NaN / inf kept), bool,
 None, numpy scalars and arrays (dtype and shape kept, values exact) and dicts with int / float /
@@ -28,6 +32,7 @@ tuple keys (e.g. N_optimal keyed by prompt id); anything else raises naming its 
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import os
@@ -37,6 +42,7 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
 _log = logging.getLogger(__name__)
 
@@ -44,7 +50,12 @@ _STATE, _HOST = "state", "host"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint step cannot be read (missing / truncated files, wrong structure or shapes)."""
+    """A checkpoint step cannot be restored (corrupt, or it does not fit the restore target)."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A checkpoint step's files are missing, empty or unreadable although its saved array shapes
+    fit the target (truncated data, garbage bytes, a deleted item)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -193,16 +204,21 @@ class Checkpointer:
     def _check_files(self, step: int) -> None:
         path = self.step_path(step)
         if not os.path.isdir(path):
-            raise CheckpointError(f"checkpoint step {step}: directory {path} does not exist")
+            raise CorruptCheckpointError(f"checkpoint step {step}: directory {path} does not exist")
         for item in (_STATE, _HOST):
             sub = os.path.join(path, item)
             if not os.path.isdir(sub) or not os.listdir(sub):
-                raise CheckpointError(
+                raise CorruptCheckpointError(
                     f"checkpoint step {step} at {path}: item {item!r} is missing or empty ({sub})"
                 )
 
     def restore_step(self, target: Any, step: int) -> tuple[Any, Any]:
-        """(state, host_state) of ``step`` placed like ``target``; ``CheckpointError`` if broken."""
+        """(state, host_state) of ``step`` placed like ``target``.
+
+        Raises:
+          CorruptCheckpointError: files missing or unreadable (see the class).
+          CheckpointError: the step is readable but does not fit ``target``.
+        """
         self._check_files(step)
         args = ocp.args.Composite(
             **{
@@ -214,10 +230,7 @@ class Checkpointer:
             out = self._manager.restore(step, args=args)
             host = decode_host_state(out[_HOST]["host_state"])
         except Exception as e:  # noqa: BLE001 - every reader failure becomes one named error
-            raise CheckpointError(
-                f"checkpoint step {step} at {self.step_path(step)} is unreadable: "
-                f"{type(e).__name__}: {e}"
-            ) from e
+            raise self._read_error(target, step, e) from e
         state = out[_STATE]
         got = jax.tree.structure(state)
         want = jax.tree.structure(target)
@@ -227,6 +240,54 @@ class Checkpointer:
                 f"from the restore target:\n  saved:  {got}\n  target: {want}"
             )
         return state, host
+
+    def _read_error(self, target: Any, step: int, err: Exception) -> CheckpointError:
+        """Corrupt, unless the step's own metadata is readable and its array shapes differ from
+        ``target``'s (then the model or optimizer changed, and nothing is corrupt)."""
+        where = f"checkpoint step {step} at {self.step_path(step)}"
+        cause = f"{type(err).__name__}: {err}"
+        try:
+            saved = self._manager.item_metadata(step)[_STATE]
+            saved = getattr(saved, "tree", saved)
+            saved_shapes = collections.Counter(
+                tuple(getattr(x, "shape", ())) for x in jax.tree.leaves(saved)
+            )
+        except Exception as meta_err:  # noqa: BLE001 - unreadable metadata is corruption
+            return CorruptCheckpointError(
+                f"{where} is unreadable: {cause} (its metadata too: {type(meta_err).__name__}: "
+                f"{meta_err})"
+            )
+        want = collections.Counter(tuple(np.shape(x)) for x in jax.tree.leaves(target))
+        if saved_shapes != want:
+            only_saved = sorted((saved_shapes - want).elements())[:5]
+            only_target = sorted((want - saved_shapes).elements())[:5]
+            return CheckpointError(
+                f"{where} does not fit the restore target (model or optimizer changed?): array "
+                f"shapes only in the checkpoint {only_saved}, only in the target {only_target}; "
+                f"{cause}"
+            )
+        return CorruptCheckpointError(f"{where} is unreadable: {cause}")
+
+    def move_aside(self, step: int) -> str | None:
+        """Renames step directory ``<step>`` to ``<step>.corrupt`` (``.corrupt-1``, ... if taken).
+
+        Only process 0 (``jax.process_index() == 0``) renames; with several processes all of them
+        then meet at a barrier, so every process sees the same step list afterwards. Returns the
+        new path on process 0, else ``None``. The directory is kept for inspection; renaming it
+        back restores the step.
+        """
+        moved = None
+        if jax.process_index() == 0:
+            src = self.step_path(step)
+            moved, i = f"{src}.corrupt", 0
+            while os.path.exists(moved):
+                i += 1
+                moved = f"{src}.corrupt-{i}"
+            os.rename(src, moved)
+        if jax.process_count() > 1:
+            multihost_utils.sync_global_devices(f"mojax.checkpoint.move_aside.{step}")
+        self._manager.reload()
+        return moved
 
     def restore(
         self, target: Any, *, step: int | None = None, fallback: bool = False
@@ -238,11 +299,14 @@ class Checkpointer:
             shardings (``mojax.rl.abstract_train_state``) or of arrays; the checkpoint is read
             straight into those shardings, whatever mesh it was saved from.
           step: the step to read (default the latest committed one).
-          fallback: if the step is broken, log a warning and try the next older steps.
+          fallback: if the step is corrupt, move it aside (``move_aside``: process 0 renames it to
+            ``<step>.corrupt``), log a warning and try the next older steps.
 
         Raises:
-          CheckpointError: no committed step, or the step (all steps, with ``fallback``) is broken;
-            the message names each path and what is wrong.
+          CorruptCheckpointError: the step (every step, with ``fallback``) is corrupt; the message
+            names each path and what is wrong.
+          CheckpointError: no committed step, or a readable step does not fit ``target`` (never
+            moved aside).
         """
         steps = self.all_steps()
         if not steps:
@@ -259,15 +323,16 @@ class Checkpointer:
         for s in candidates:
             try:
                 state, host = self.restore_step(target, s)
-            except CheckpointError as e:
+            except CorruptCheckpointError as e:
                 errors.append(str(e))
                 if fallback:
-                    _log.warning("%s; falling back to an older step", e)
+                    moved = self.move_aside(s)
+                    _log.warning("%s; moved it aside to %s; trying an older step", e, moved)
                 continue
             return state, host, s
         if len(errors) == 1:
-            raise CheckpointError(errors[0])
-        raise CheckpointError("no readable checkpoint:\n  " + "\n  ".join(errors))
+            raise CorruptCheckpointError(errors[0])
+        raise CorruptCheckpointError("no readable checkpoint:\n  " + "\n  ".join(errors))
 
     def close(self) -> None:
         """Wait for pending saves and release the manager's threads."""

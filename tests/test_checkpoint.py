@@ -3,7 +3,8 @@
 Round trip (bitwise, host state exact incl. NaN / inf / float32 arrays / int keys), keep-last-N,
 atomicity (a process SIGKILLed during an async save leaves the previous step usable; an unfinished
 tmp directory is ignored), broken steps (a clear error naming the path; fallback to the previous
-good step), and a restore target of the wrong shape.
+good step; the broken step moved aside to ``<step>.corrupt`` so that step can be saved again), and
+a restore target of the wrong shape (an error, nothing moved).
 """
 
 import gc
@@ -20,7 +21,13 @@ import numpy as np
 import optax
 import pytest
 
-from mojax.checkpoint import Checkpointer, CheckpointError, decode_host_state, encode_host_state
+from mojax.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    CorruptCheckpointError,
+    decode_host_state,
+    encode_host_state,
+)
 from mojax.rl import TrainState
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,6 +129,22 @@ def test_save_restore_keep_last_n(tmp_path):
         Checkpointer(tmp_path / "empty").restore(target)
 
 
+def truncate_array_data(step_dir):
+    """Cuts every array data file of a saved step to 3 bytes (what a storage fault leaves)."""
+    state_dir = os.path.join(step_dir, "state")
+    data_files = [
+        os.path.join(r, f)
+        for r, _, fs in os.walk(state_dir)
+        for f in fs
+        if os.path.getsize(os.path.join(r, f)) > 0
+        and "d" in os.path.relpath(r, state_dir).split(os.sep)
+    ]
+    assert data_files, sorted(os.walk(step_dir))
+    for f in data_files:
+        with open(f, "r+b") as fh:
+            fh.truncate(3)
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_broken_step_is_named_and_falls_back(tmp_path):
     ck = Checkpointer(tmp_path / "ck", max_to_keep=5, async_save=False)
@@ -130,17 +153,7 @@ def test_broken_step_is_named_and_falls_back(tmp_path):
     ck.save(3, small_state(3), host_state(3))
     target = small_state(0)
     # step 3: the array data of the state item is truncated
-    data_files = [
-        os.path.join(r, f)
-        for r, _, fs in os.walk(tmp_path / "ck" / "3" / "state")
-        for f in fs
-        if os.path.getsize(os.path.join(r, f)) > 0
-        and "d" in os.path.relpath(r, tmp_path / "ck" / "3" / "state").split(os.sep)
-    ]
-    assert data_files, sorted(os.walk(tmp_path / "ck" / "3"))
-    for f in data_files:
-        with open(f, "r+b") as fh:
-            fh.truncate(3)
+    truncate_array_data(tmp_path / "ck" / "3")
     # step 2: the host item is gone
     shutil.rmtree(tmp_path / "ck" / "2" / "host")
     with pytest.raises(CheckpointError, match=str(tmp_path / "ck" / "3")):
@@ -151,12 +164,48 @@ def test_broken_step_is_named_and_falls_back(tmp_path):
     assert step == 1
     assert_tree_equal(state, small_state(1))
     assert_host_equal(host, host_state(1))
-    # wrong target shape: named error, not a silent reshape
+    assert sorted(os.listdir(tmp_path / "ck")) == ["1", "2.corrupt", "3.corrupt"]
+    # wrong target shape: named error, not a silent reshape, and not taken for corruption
     bad = small_state(0, n=32)
-    with pytest.raises(CheckpointError, match="step 1"):
-        ck.restore(bad, step=1)
+    with pytest.raises(CheckpointError, match="step 1 .* does not fit the restore target") as info:
+        ck.restore(bad, fallback=True)
+    assert not isinstance(info.value, CorruptCheckpointError)
+    assert "(64, 8)" in str(info.value) and "(32, 8)" in str(info.value)
+    assert ck.all_steps() == [1]
     ck.close()
     gc.collect()  # orbax leaves the reads of a failed restore un-awaited; collect them here
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_corrupt_latest_step_is_moved_aside_and_can_be_saved_again(tmp_path, caplog):
+    """The crash loop of issue 14: restore falls back from a corrupt step 3 to step 2, the run
+    redoes step 3 and saves it -- which used to raise StepAlreadyExistsError on every rerun."""
+    directory = tmp_path / "ck"
+    with Checkpointer(directory, max_to_keep=5, async_save=False) as ck:
+        for i in (1, 2, 3):
+            ck.save(i, small_state(i), host_state(i))
+    target = small_state(0)
+    for redo, moved in ((30, "3.corrupt"), (31, "3.corrupt-1")):
+        truncate_array_data(directory / "3")
+        with Checkpointer(directory, max_to_keep=5) as ck:  # a rerun: a fresh process's manager
+            with caplog.at_level("WARNING", logger="mojax.checkpoint"):
+                state, host, step = ck.restore(target, fallback=True)
+            assert step == 2
+            assert_tree_equal(state, small_state(2))
+            assert_host_equal(host, host_state(2))
+            assert (directory / moved).is_dir() and not (directory / "3").exists()
+            assert any(f"moved it aside to {directory / moved}" in m for m in caplog.messages)
+            assert ck.all_steps() == [1, 2]
+            # async and forced, as the trainer saves; without the move this raised
+            # StepAlreadyExistsError (and an unforced save silently skipped the step)
+            assert ck.save(3, small_state(redo), host_state(redo), force=True)
+        with Checkpointer(directory, max_to_keep=5) as ck:
+            state, host, step = ck.restore(target, fallback=True)
+            assert step == 3 and ck.all_steps() == [1, 2, 3]
+            assert_tree_equal(state, small_state(redo))
+            assert_host_equal(host, host_state(redo))
+        gc.collect()
+    assert sorted(os.listdir(directory)) == ["1", "2", "3", "3.corrupt", "3.corrupt-1"]
 
 
 def test_unfinished_tmp_directory_is_ignored(tmp_path):
