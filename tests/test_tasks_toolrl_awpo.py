@@ -104,3 +104,73 @@ def test_name_jaccard_modes_agree_on_real_golds_without_repeats(shared):
         )
         checked += 1
     assert checked > 0
+
+
+HEADER = "**Dialogue Records History**\n"
+
+
+@pytest.mark.parametrize("path", ["test.parquet", "rlla_sft.json"])
+def test_swirl_decomposition_on_real_dialogues(shared, path):
+    """AWPO's SWiRL-style data: a dialogue with K steps -> K single-step instances, each with the
+    full preceding context as prompt and the step taken there as gold."""
+    examples = toolrl.ToolRLTask.load(shared / "data/toolrl" / path)
+    out = toolrl.swirl_decompose(examples)
+    # independent count: every assistant step in a history opens with exactly one <think>
+    n_steps = sum(ex.messages[-1]["content"].count("<think>") for ex in examples)
+    assert n_steps > 0  # the real data has multi-turn dialogues
+    assert len(out) == len(examples) + n_steps
+    by_source = {}
+    for inst in out:
+        by_source.setdefault(inst.meta.get("swirl_source", inst.id), []).append(inst)
+    for ex in examples:
+        group = by_source[ex.id]
+        assert group[-1].target == ex.target and group[-1].messages == ex.messages
+        history = ex.messages[-1]["content"]
+        assert len(group) == history.count("<think>") + 1
+        prev = ""
+        for j, inst in enumerate(group[:-1], 1):
+            prompt = inst.messages[-1]["content"]
+            assert inst.messages[:-1] == ex.messages[:-1]  # the system prompt is kept
+            assert prompt.startswith(HEADER) and prompt.startswith(prev)
+            assert history.startswith(prompt)
+            assert prompt.endswith(("</user>", "</obs>"))  # the step follows a turn or a result
+            rest = history[len(prompt) :].lstrip()
+            assert rest.startswith(inst.target) and inst.target.startswith("<think>")
+            assert "<user>" not in inst.target and "<obs>" not in inst.target
+            assert inst.id == f"{ex.id}/swirl{j}of{len(group)}"
+            assert inst.meta["swirl_step"] == j and inst.meta["swirl_steps"] == len(group)
+            # every decomposed gold is a well-formed ToolRL answer scoring full marks on itself
+            g = inst.target
+            assert toolrl.format_reward(g, g) == 1.0, inst.id
+            has_call = "<tool_call>" in g
+            assert toolrl.correctness_reward(g, g) == (3.0 if has_call else 0.0), inst.id
+            assert toolrl.execution_score(g, g) == 1.0
+            np.testing.assert_array_equal(toolrl.vpo_reward_vector(g, g), [1, 1, 1, 1])
+            prev = prompt
+    # single-turn examples pass through unchanged
+    single = [ex for ex in examples if "<think>" not in ex.messages[-1]["content"]]
+    assert single and all(by_source[ex.id] == [ex] for ex in single)
+
+
+def test_swirl_by_hand_and_from_the_task(shared, tmp_path):
+    history = (
+        HEADER
+        + "<user> convert 100 USD </user>\n\n<think> use a tool </think>\n<tool_call>\n"
+        + _call("convert", {"amount": 100})
+        + "\n</tool_call>\n<obs> [91.5] </obs>\n\n<think> answer </think>\n"
+        "<response> 91.5 EUR </response>\n\n<user> thanks, and AAPL? </user>"
+    )
+    ex = Example("d", ({"role": "system", "content": "sys"}, {"role": "user", "content": history}),
+                 THINK + "<tool_call>\n" + _call("quote", {"s": "AAPL"}) + "\n</tool_call>")  # fmt: skip
+    spans = toolrl.dialogue_steps(history)
+    assert [history[a:b][:13] for a, b in spans] == ["<think> use a", "<think> answe"]
+    out = toolrl.swirl_decompose([ex])
+    assert [o.id for o in out] == ["d/swirl1of3", "d/swirl2of3", "d"]
+    assert out[0].messages[-1]["content"] == HEADER + "<user> convert 100 USD </user>"
+    assert out[0].target.endswith("</tool_call>") and out[1].target.endswith("</response>")
+    assert out[1].messages[-1]["content"].endswith("<obs> [91.5] </obs>")
+    # ToolRLTask(swirl=True) decomposes what it loads; the class-level loader does not
+    src = shared / "data/toolrl/test.parquet"
+    plain = toolrl.ToolRLTask.load(src)
+    assert toolrl.ToolRLTask(swirl=True).load(src) == toolrl.swirl_decompose(plain)
+    assert toolrl.ToolRLTask().load(src) == plain

@@ -35,6 +35,12 @@ object ``{"name", "parameters"}`` per line) and/or a ``<response>`` block.
   → key and value F1 are 0; an aligned pair without common keys scores value F1 1 iff both key
   sets are empty.
 
+* **SWiRL decomposition** (AWPO Sec. 4 "Training data", following SWiRL): a dialogue whose history
+  holds K − 1 earlier assistant steps (``<think>`` + ``<tool_call>`` and/or ``<response>``) becomes
+  K single-step instances, each conditioned on the full preceding context (the history text up to
+  that step) with that step as the gold; the K-th is the original example.
+  :func:`swirl_decompose` (or ``ToolRLTask(swirl=True)``, which decomposes every file it loads).
+
 mojax tolerates blank lines inside ``<tool_call>`` (the authors' ``split("\\n")`` would fail on
 them); everything else follows their code.
 """
@@ -51,6 +57,7 @@ import numpy as np
 
 from mojax.tasks import data as data_lib
 from mojax.tasks.base import Example, Objective, Task, clean_response
+from mojax.tasks.toolrl_data import dialogue_steps, record_to_example, swirl_decompose
 
 __all__ = [
     "ToolCallParseError",
@@ -61,6 +68,8 @@ __all__ = [
     "execution_score",
     "vpo_reward_vector",
     "ToolRLTask",
+    "dialogue_steps",
+    "swirl_decompose",
     "MATCHING_MODES",
     "NAME_JACCARD_MODES",
     "DIRECT_REPLY_MODES",
@@ -431,6 +440,8 @@ class ToolRLTask(Task):
       name_jaccard: ``"multiset"`` (default, ToolRL authors' code) or ``"set"`` (AWPO Eq. 16).
       direct_reply: AWPO execution score on golds without tool call: ``"eq19"`` (default) or
         ``"neutral"`` (constant 0.5); see :func:`execution_score`.
+      swirl: decompose multi-turn dialogues into single-step instances (:func:`swirl_decompose`)
+        in every file this task object loads (``task.load(path)``).
     """
 
     name = "toolrl"
@@ -442,12 +453,16 @@ class ToolRLTask(Task):
         *,
         name_jaccard: str = "multiset",
         direct_reply: str = "eq19",
+        swirl: bool = False,
     ):
         if mode not in _MODES:
             raise ValueError(f"mode must be one of {tuple(_MODES)}; got {mode!r}")
         _check_modes(matching, name_jaccard, direct_reply)
         self.mode, self.matching = mode, matching
         self.name_jaccard, self.direct_reply = name_jaccard, direct_reply
+        self.swirl = bool(swirl)
+        if self.swirl:  # the instance's loader shadows the static one
+            self.load = lambda path: swirl_decompose(ToolRLTask.load(path))
         self.objectives = _MODES[mode]
         self.scalar_weights = _WEIGHTS[mode]
 
@@ -455,7 +470,7 @@ class ToolRLTask(Task):
     def load(path: str) -> list[Example]:
         """Examples from the rlla_4k parquet (``prompt``, ``reward_model.ground_truth``) or the SFT
         JSON (``instruction``, ``input``, ``output``)."""
-        return [_to_example(rec, i, path) for i, rec in enumerate(data_lib.read_records(path))]
+        return [record_to_example(r, i, path) for i, r in enumerate(data_lib.read_records(path))]
 
     def messages(self, example: Example, *, num_answers: int | None = None):
         msgs = [dict(m) for m in example.messages]
@@ -478,28 +493,3 @@ class ToolRLTask(Task):
             )
             return np.array([format_reward(response, gold) + exe, 0.0])
         return vpo_reward_vector(response, gold)
-
-
-def _to_example(rec: dict, index: int, path: str) -> Example:
-    if "prompt" in rec and "reward_model" in rec:
-        msgs = tuple({"role": m["role"], "content": m["content"]} for m in rec["prompt"])
-        gold = rec["reward_model"]["ground_truth"]
-        info = rec.get("extra_info") or {}
-        ex_id = (
-            f"{rec.get('data_source', 'rlla')}/{info.get('split', '')}/{info.get('index', index)}"
-        )
-    elif "instruction" in rec and "output" in rec:
-        msgs = (
-            {"role": "system", "content": rec["instruction"]},
-            {"role": "user", "content": rec.get("input", "")},
-        )
-        gold = rec["output"]
-        ex_id = f"rlla_sft/{index}"
-    else:
-        raise ValueError(
-            f"{path}: record {index} is neither rlla_4k parquet (prompt, reward_model) nor SFT "
-            f"JSON (instruction, input, output); keys: {sorted(rec)}"
-        )
-    if not isinstance(gold, str):
-        raise ValueError(f"{path}: record {index}: ground truth must be a string")
-    return Example(ex_id, msgs, gold, {"source": path})
