@@ -1,9 +1,15 @@
-"""Run outputs: ``metrics.jsonl``, TensorBoard event files, transcripts and PNG plots.
+"""Run outputs: ``metrics.jsonl``, TensorBoard / W&B, ``config.json``, transcripts and PNG plots.
 
 ``metrics.jsonl`` holds one JSON object per logged step (public keys in design.md: ``step``,
 ``reward/<objective>/mean``, ``reward/scalar/mean``, ``loss``, ``time/step_s``, ``eval/...``). On resume the
-writer truncates lines of steps after the restored checkpoint, so a killed-and-resumed run leaves the same
-file as an uninterrupted one.
+writer truncates lines of steps after the restored checkpoint, so a killed-and-resumed run leaves the
+same file as an uninterrupted one.
+
+Only process 0 writes (``jax.process_index() == 0``): on the other hosts of a multi-host run
+``MetricsWriter``, ``write_transcripts``, ``write_config`` and ``plot_run`` do nothing, so every
+process can call them unconditionally.
+
+Plots live in ``mojax.plots`` (``plot_run``, ``plot_comparison``; re-exported here).
 """
 
 from __future__ import annotations
@@ -12,13 +18,45 @@ import json
 import math
 import os
 import pathlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from mojax import log_backends
+from mojax.log_backends import WandbOptions
+from mojax.plots import plot_comparison, plot_run
+
 METRICS_FILE = "metrics.jsonl"
 TRANSCRIPTS_FILE = "transcripts.jsonl"
+CONFIG_FILE = "config.json"
+TOOL_OPEN, TOOL_CLOSE = "[[tool]]", "[[/tool]]"  # around observations in ``response_marked``
+
+__all__ = [
+    "CONFIG_FILE",
+    "METRICS_FILE",
+    "TRANSCRIPTS_FILE",
+    "MetricsWriter",
+    "WandbOptions",
+    "format_progress",
+    "is_main_process",
+    "mark_response",
+    "plot_comparison",
+    "plot_run",
+    "read_config",
+    "read_metrics",
+    "read_transcripts",
+    "response_segments",
+    "write_config",
+    "write_transcripts",
+]
+
+
+def is_main_process() -> bool:
+    """True on process 0 (``jax.process_index() == 0``), the one that writes run outputs."""
+    import jax
+
+    return jax.process_index() == 0
 
 
 def _to_json_scalar(value: Any) -> Any:
@@ -27,20 +65,57 @@ def _to_json_scalar(value: Any) -> Any:
         return value
     if isinstance(value, (int, np.integer)):
         return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
     value = float(np.asarray(value))
     if math.isfinite(value):
         return value
     return str(value)  # "nan" / "inf": JSON has no literal for them
 
 
+def _to_json(value: Any) -> Any:
+    """Nested dicts / lists / tuples / arrays of scalars as strict JSON values."""
+    if isinstance(value, Mapping):
+        return {str(k): _to_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, np.ndarray) or hasattr(value, "__jax_array__"):
+        arr = np.asarray(value)
+        return _to_json(arr.tolist()) if arr.ndim else _to_json_scalar(arr)
+    return _to_json_scalar(value)
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    """A ConfigDict / dataclass-free mapping as plain JSON values."""
+    if config is None:
+        return {}
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    return _to_json(dict(config))
+
+
 class MetricsWriter:
-    """Appends step metrics to ``<workdir>/metrics.jsonl`` and TensorBoard event files.
+    """Step metrics to ``<workdir>/metrics.jsonl`` and, optionally, TensorBoard and W&B.
+
+    Only process 0 writes (``jax.process_index() == 0``, or ``process_index`` when given); on other
+    processes every method is a no-op and no file is opened.
 
     Args:
       workdir: the run directory (created if needed).
       resume_step: when resuming from a checkpoint at this step, lines with a larger ``step`` (written
         after that checkpoint by the interrupted run) are dropped first.
       tensorboard: also write TensorBoard event files under ``<workdir>/tensorboard``.
+      filename: the JSONL file name (e.g. ``sft_metrics.jsonl`` for the warm start).
+      wandb: ``WandbOptions`` (or a mapping / ConfigDict such as ``config.wandb``, see
+        ``WandbOptions.from_config``) to also log to Weights & Biases; None = no W&B. ``wandb`` is
+        imported only then.
+      config: the run's resolved config (ConfigDict or mapping), logged to W&B's run config and as a
+        TensorBoard text summary.
+      objectives: the task's objective names (W&B per-objective sections).
+      run_name: the run's name (W&B display name); default the workdir's base name.
+      backends: extra backends (objects with ``write(step, record)`` and ``close()``), e.g. an
+        in-memory list for a notebook.
+      process_index: this process's index (default ``jax.process_index()``).
     """
 
     def __init__(
@@ -50,49 +125,55 @@ class MetricsWriter:
         resume_step: int | None = None,
         tensorboard: bool = True,
         filename: str = METRICS_FILE,
+        wandb: WandbOptions | Mapping[str, Any] | None = None,
+        config: Any = None,
+        objectives: Sequence[str] = (),
+        run_name: str | None = None,
+        backends: Sequence[Any] = (),
+        process_index: int | None = None,
     ):
         self.workdir = pathlib.Path(workdir)
-        self.workdir.mkdir(parents=True, exist_ok=True)
         self.path = self.workdir / filename
-        self._truncate_after(resume_step)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
-        self._tb = None
-        if tensorboard:
-            from tensorboardX import SummaryWriter
-
-            self._tb = SummaryWriter(str(self.workdir / "tensorboard"), flush_secs=10)
-
-    def _truncate_after(self, resume_step: int | None) -> None:
-        if not self.path.exists():
+        self.run_name = run_name or self.workdir.resolve().name
+        self.active = is_main_process() if process_index is None else process_index == 0
+        self.backends: list[Any] = []
+        if not self.active:
             return
-        kept = [
-            line
-            for line in self.path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and resume_step is not None and _line_step(line) <= resume_step
-        ]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.backends.append(log_backends.JsonlBackend(self.path, resume_step=resume_step))
+        if tensorboard:
+            self.backends.append(log_backends.TensorBoardBackend(self.workdir / "tensorboard"))
+        options = WandbOptions.from_config(wandb)
+        cfg = _config_dict(config)
+        if options is not None:
+            self.backends.append(
+                log_backends.WandbBackend(
+                    options,
+                    workdir=self.workdir,
+                    run_name=self.run_name,
+                    config=cfg,
+                    objectives=objectives,
+                )
+            )
+        self.backends.extend(backends)
+        if cfg:
+            for b in self.backends:
+                if hasattr(b, "log_config") and not isinstance(b, log_backends.WandbBackend):
+                    b.log_config(cfg)
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
-        """Writes one step's scalar metrics (a JSON line and TensorBoard scalars)."""
+        """Writes one step's scalar metrics to every backend (keys sorted, ``step`` first)."""
+        if not self.active:
+            return
         record = {"step": int(step)}
         record.update({k: _to_json_scalar(v) for k, v in sorted(metrics.items()) if k != "step"})
-        self._file.write(json.dumps(record) + "\n")
-        self._file.flush()
-        if self._tb is not None:
-            for key, value in record.items():
-                if (
-                    key != "step"
-                    and isinstance(value, (int, float))
-                    and not isinstance(value, bool)
-                ):
-                    self._tb.add_scalar(key, value, global_step=int(step))
+        for b in self.backends:
+            b.write(int(step), record)
 
     def close(self) -> None:
-        self._file.close()
-        if self._tb is not None:
-            self._tb.close()
+        for b in self.backends:
+            b.close()
+        self.backends = []
 
     def __enter__(self):
         return self
@@ -101,16 +182,12 @@ class MetricsWriter:
         self.close()
 
 
-def _line_step(line: str) -> int:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return 1 << 62  # an unreadable (e.g. half-written) line is dropped on resume
-
-
-def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
+def read_metrics(workdir: str | os.PathLike, filename: str = METRICS_FILE) -> list[dict[str, Any]]:
     """All records of ``<workdir>/metrics.jsonl`` (skipping unreadable lines)."""
-    path = pathlib.Path(workdir) / METRICS_FILE
+    return _read_jsonl(pathlib.Path(workdir) / filename)
+
+
+def _read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
     records = []
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -121,14 +198,136 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
     return records
 
 
+# ------------------------------------------------------------------------------------ run config
+
+
+def write_config(workdir: str | os.PathLike, config: Any) -> pathlib.Path | None:
+    """Writes the resolved run config to ``<workdir>/config.json`` (process 0 only).
+
+    The file is ``config.to_json()`` of the ConfigDict (a plain mapping is dumped as JSON), the
+    format ``read_config`` and ``python -m mojax.export`` read back.
+    """
+    if not is_main_process():
+        return None
+    path = pathlib.Path(workdir) / CONFIG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = config.to_json(indent=2) if hasattr(config, "to_json") else json.dumps(config, indent=2)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(text + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_config(workdir_or_file: str | os.PathLike):
+    """The ConfigDict saved by ``write_config`` (a workdir or the ``config.json`` path).
+
+    Lists stay lists (JSON has no tuples); the values are otherwise the resolved config's.
+
+    Raises:
+      FileNotFoundError: no config.json there (naming the path).
+    """
+    import ml_collections
+
+    path = pathlib.Path(workdir_or_file)
+    if path.is_dir() or path.suffix != ".json":
+        path = path / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no run config at {path}: the run did not save one (pass --config=configs/x.py[:arg])"
+        )
+    return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+
+
+# ------------------------------------------------------------------------------------ transcripts
+
+
+def response_segments(tokens, policy_mask, decode) -> list[tuple[str, bool]]:
+    """A response split into runs of policy tokens and tool-observation tokens.
+
+    Args:
+      tokens: int [R] the response's tokens (cut to its length).
+      policy_mask: bool [R] True on tokens the policy wrote (the rollout's ``loss_mask``).
+      decode: ``ids -> text`` (the run's tokenizer ``decode``).
+
+    Returns:
+      ``[(text, is_policy), ...]`` in order, each run decoded on its own.
+    """
+    tokens = [int(t) for t in np.asarray(tokens).reshape(-1)]
+    mask = [bool(m) for m in np.asarray(policy_mask).reshape(-1)][: len(tokens)]
+    if len(mask) != len(tokens):
+        raise ValueError(f"policy_mask has {len(mask)} entries for {len(tokens)} tokens")
+    out, start = [], 0
+    for i in range(1, len(tokens) + 1):
+        if i == len(tokens) or mask[i] != mask[start]:
+            out.append((decode(tokens[start:i]), mask[start]))
+            start = i
+    return out
+
+
+def mark_response(segments: Iterable[Sequence[Any]]) -> str:
+    """The response text with each tool observation wrapped in ``[[tool]]…[[/tool]]``."""
+    parts = []
+    for text, is_policy in segments:
+        parts.append(text if is_policy else f"{TOOL_OPEN}{text}{TOOL_CLOSE}")
+    return "".join(parts)
+
+
 def write_transcripts(
-    workdir: str | os.PathLike, step: int, rows: Iterable[Mapping[str, Any]]
+    workdir: str | os.PathLike,
+    step: int,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    objectives: Sequence[str] | None = None,
 ) -> None:
-    """Appends sampled transcripts (prompt, response, rewards, ...) of one step to transcripts.jsonl."""
+    """Appends one step's sampled transcripts to ``<workdir>/transcripts.jsonl`` (process 0 only).
+
+    Each line is one sampled response; ``step`` is added and every other field of the row is written
+    as given (numpy / jax values converted, NaN as ``"nan"``). The fields the trainer writes::
+
+        step            int    the RL step (after the update it fed)
+        prompt_id       str    the example id (e.g. "calc/0/train/16")
+        prompt          str    the rendered prompt text the model saw (chat template applied)
+        response        str    the whole response as the model saw it, observations included
+        segments        list   [[text, is_policy], ...]: response_segments() of the response
+        response_marked str    the response with tool observations in [[tool]]...[[/tool]]
+                               (derived from ``segments`` when not given)
+        rewards         dict   {objective name: reward} (a list is named by ``objectives``)
+        advantage       float  the row's advantage (the scalar the PPO loss used)
+        sample          int    the row's sample index g in its group (optional)
+        valid, n_calls, finish_reason   optional extras, written as given
+
+    Args:
+      workdir: the run directory.
+      step: the step of these rows.
+      rows: mappings with the fields above.
+      objectives: names for ``rewards`` given as a list (length M; a mismatch raises).
+    """
+    if not is_main_process():
+        return
     path = pathlib.Path(workdir) / TRANSCRIPTS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i, row in enumerate(rows):
+        row = dict(row)
+        if "segments" in row:
+            row["segments"] = [[str(t), bool(p)] for t, p in row["segments"]]
+            row.setdefault("response_marked", mark_response(row["segments"]))
+        rewards = row.get("rewards")
+        if objectives is not None and rewards is not None and not isinstance(rewards, Mapping):
+            values = np.asarray(rewards).reshape(-1).tolist()
+            if len(values) != len(objectives):
+                raise ValueError(
+                    f"transcript row {i}: {len(values)} rewards for objectives {list(objectives)}"
+                )
+            row["rewards"] = dict(zip(objectives, values))
+        lines.append(json.dumps({"step": int(step), **_to_json(row)}, ensure_ascii=False))
     with open(path, "a", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps({"step": int(step), **row}, default=_to_json_scalar) + "\n")
+        f.write("".join(line + "\n" for line in lines))
+
+
+def read_transcripts(workdir: str | os.PathLike) -> list[dict[str, Any]]:
+    """All rows of ``<workdir>/transcripts.jsonl``."""
+    return _read_jsonl(pathlib.Path(workdir) / TRANSCRIPTS_FILE)
 
 
 def format_progress(step: int, total: int, metrics: Mapping[str, Any], keys: Iterable[str]) -> str:
@@ -142,92 +341,3 @@ def format_progress(step: int, total: int, metrics: Mapping[str, Any], keys: Ite
             value = _to_json_scalar(metrics[key])
             parts.append(f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}")
     return f"[{step:>{len(str(total))}}/{total} {bar}] " + " ".join(parts)
-
-
-def plot_run(workdir: str | os.PathLike, objectives: Iterable[str]) -> list[pathlib.Path]:
-    """Writes the run's PNG plots from metrics.jsonl and returns their paths.
-
-    * ``plots/rewards.png``: per-objective mean reward over training steps.
-    * ``plots/hypervolume.png``: ParetoPO's validation hypervolume and r_pareto over steps (if logged).
-    * ``plots/pareto_front.png``: evaluation points (first two objectives) of every evaluated
-      checkpoint, with the non-dominated ones highlighted.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    objectives = list(objectives)
-    records = read_metrics(workdir)
-    out_dir = pathlib.Path(workdir) / "plots"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-
-    def series(key):
-        pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
-        return ([p[0] for p in pts], [p[1] for p in pts]) if pts else None
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name in objectives:
-        s = series(f"reward/{name}/mean")
-        if s:
-            ax.plot(*s, label=name)
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean reward (train rollouts)")
-    ax.legend()
-    ax.grid(alpha=0.3)
-    written.append(_save(fig, out_dir / "rewards.png"))
-
-    hv, rp = series("pareto/hv"), series("pareto/r_pareto")
-    if hv or rp:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        if hv:
-            ax.plot(*hv, label="hypervolume (validation archive)")
-        if rp:
-            ax.plot(*rp, label="r_pareto")
-        ax.set_xlabel("step")
-        ax.legend()
-        ax.grid(alpha=0.3)
-        written.append(_save(fig, out_dir / "hypervolume.png"))
-
-    if len(objectives) >= 2:
-        kx, ky = (f"eval/{objectives[0]}", f"eval/{objectives[1]}")
-        pts = [(r["step"], r[kx], r[ky]) for r in records if kx in r and ky in r]
-        pts = [p for p in pts if all(isinstance(v, (int, float)) for v in p)]
-        if pts:
-            arr = np.asarray([p[1:] for p in pts], dtype=float)
-            nd = _nondominated_mask(arr)
-            fig, ax = plt.subplots(figsize=(5, 5))
-            sc = ax.scatter(arr[:, 0], arr[:, 1], c=[p[0] for p in pts], cmap="viridis")
-            ax.scatter(
-                arr[nd, 0],
-                arr[nd, 1],
-                facecolors="none",
-                edgecolors="red",
-                s=120,
-                label="non-dominated",
-            )
-            fig.colorbar(sc, ax=ax, label="step")
-            ax.set_xlabel(objectives[0])
-            ax.set_ylabel(objectives[1])
-            ax.legend()
-            ax.grid(alpha=0.3)
-            written.append(_save(fig, out_dir / "pareto_front.png"))
-    return written
-
-
-def _nondominated_mask(points: np.ndarray) -> np.ndarray:
-    """Host-side mask of non-dominated rows (maximisation) for plotting a handful of points."""
-    ge = (points[:, None, :] >= points[None, :, :]).all(-1)
-    gt = (points[:, None, :] > points[None, :, :]).any(-1)
-    dominated = (ge & gt).any(0)
-    return ~dominated
-
-
-def _save(fig, path: pathlib.Path) -> pathlib.Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path
