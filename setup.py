@@ -39,7 +39,9 @@ setuptools.setup(
             "pymoo>=0.6.1",
             "ruff>=0.6",
             "torch==2.13.0",
+            "wandb>=0.17",
         ],
         "gpu": ["jax[cuda12]"],
+        "wandb": ["wandb>=0.17"],
     },
 )
