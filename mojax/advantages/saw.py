@@ -24,7 +24,27 @@ import numpy as np
 from mojax.advantages import _common as C
 from mojax.advantages.gdpo import check_token_counts, objective_group_advantages
 
-__all__ = ["saw_grpo", "saw_gdpo", "saw_weights"]
+__all__ = ["saw_grpo", "saw_gdpo", "saw_weights", "saw_task_kwargs"]
+
+
+def saw_task_kwargs(task_or_objectives) -> dict:
+    """``{"reward_min", "objective_names"}`` from a task's declared objectives (or the objectives).
+
+    SAW offsets each objective by its *theoretical* minimum (Algorithm 1, line 3); the task
+    declares it (:class:`mojax.tasks.base.Objective`). Trainers pass ``**saw_task_kwargs(task)``
+    so that the weights are logged as ``saw/weight/<objective name>``.
+    """
+    objectives = getattr(task_or_objectives, "objectives", task_or_objectives)
+    objectives = tuple(objectives)
+    if not objectives or not all(hasattr(o, "min") and hasattr(o, "name") for o in objectives):
+        raise ValueError(
+            "saw_task_kwargs needs a task or a sequence of Objective (with .name and .min); "
+            f"got {task_or_objectives!r}"
+        )
+    return {
+        "reward_min": tuple(float(o.min) for o in objectives),
+        "objective_names": tuple(str(o.name) for o in objectives),
+    }
 
 
 def saw_weights(r, mask, reward_min, priorities, delta, *, fallback, advantage_mode):
