@@ -27,3 +27,46 @@ def qwen2_tokenizer_dir(shared):
     if not (path / "vocab.json").is_file():
         pytest.skip(f"real Qwen2 tokenizer not found at {path}")
     return path
+
+
+def run_with_devices(fn, *args, devices: int = 8, timeout: float = 900, **kwargs):
+    """Runs ``fn(*args, **kwargs)`` in a fresh Python process with ``devices`` forced CPU devices
+    and returns its result (pickled back as data).
+
+    ``fn`` must be a module-level function of an importable module or a test file (it is looked up
+    by module file and name in the child). JAX in the parent may already be initialised with one
+    device, hence the subprocess. A failure in the child raises here with its traceback.
+    """
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+
+    module = sys.modules[fn.__module__]
+    with tempfile.TemporaryDirectory() as tmp:
+        inp, out = os.path.join(tmp, "in.pkl"), os.path.join(tmp, "out.pkl")
+        with open(inp, "wb") as f:
+            pickle.dump((module.__file__, fn.__name__, args, kwargs), f)
+        env = dict(os.environ)
+        env["XLA_FLAGS"] = (
+            env.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices}"
+        ).strip()
+        env["JAX_PLATFORMS"] = "cpu"
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(_REPO), str(_REPO / "tests")] + [env.get("PYTHONPATH", "")]
+        )
+        proc = subprocess.run(
+            [sys.executable, "-m", "_device_child", inp, out],
+            cwd=str(_REPO / "tests"),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"{fn.__name__} on {devices} devices failed (exit {proc.returncode}):\n"
+                f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+            )
+        with open(out, "rb") as f:
+            return pickle.load(f)

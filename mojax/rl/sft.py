@@ -24,8 +24,9 @@ from mojax import sharding as sharding_lib
 from mojax.models import QwenConfig
 from mojax.rl import losses
 from mojax.rl.logprobs import token_logprobs
+from mojax.rl.ppo import accumulate_gradients, apply_update, constrain_rows
 from mojax.rl.state import TrainState, state_shardings
-from mojax.rl.train_step import ShardedStep, _constrain_rows, accumulate_gradients, apply_update
+from mojax.rl.train_step import ShardedStep
 
 
 def sft_update(
@@ -55,7 +56,7 @@ def sft_update(
         )
         return losses.sft_loss(lp, x["loss_mask"], token_weights=x["weights"]), {}
 
-    constrain = (lambda x: x) if mesh is None else (lambda x: _constrain_rows(x, mesh, rules))
+    constrain = (lambda x: x) if mesh is None else (lambda x: constrain_rows(x, mesh, rules))
     grads, metrics = accumulate_gradients(loss_fn, state.params, rows, num_microbatches, constrain)
     params, opt_state, step, norms = apply_update(
         tx, state.params, state.opt_state, state.step, grads, metrics["loss"], lr_schedule

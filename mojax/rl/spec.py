@@ -23,8 +23,8 @@ from mojax import advantages as adv_lib
 from mojax import models, pareto
 from mojax.config import Checker, ConfigError, dataclass_from_config, keyword_names, to_dict
 from mojax.rl.builders import TASKS
+from mojax.rl.ppo import PPOConfig as PPOSpec
 from mojax.rl.state import OptimizerConfig as OptimizerSpec
-from mojax.rl.train_step import PPOConfig as PPOSpec
 
 DTYPES = ("float32", "bfloat16", "float16")
 SET_ESTIMATORS = ("vpo", "multi_rlvr")  # estimators of multi-answer sets [P, G, S, M]
