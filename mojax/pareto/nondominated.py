@@ -1,13 +1,31 @@
 """Jit-compiled non-dominated sorting (Pareto ranks) over batched groups.
 
-ParetoPO Stage 2 (000_e6cfe11db36d6d54, Sec. 3.2, Algorithm 1 line 26) ranks the G samples of
-every prompt by Pareto dominance (Def. 2.1, Eq. 2). This module computes those ranks for a whole
-batch at once: one dominance matrix per group (``[..., G, G]``, built objective by objective so
-that nothing of size ``G * G * M`` is materialised), then front peeling in a ``lax.while_loop``
-that stops as soon as every group is sorted. For G <= 16 each peeling step is a batched mat-vec
-with the matrix; for larger G every row's dominators are first packed into 16-bit words, so a
-step costs ``[N, G, G / 16]`` integer ANDs instead of a pass over ``[N, G, G]`` (3-4x faster at
-G = 64 on CPU, see ``benchmarks/advantages.py``). All objectives are maximised.
+ParetoPO (arXiv:2606.16111, Sec. 3.2, Stage 2) ranks the G samples of every prompt by Pareto
+dominance. This module computes those ranks for a whole batch at once, all objectives maximised.
+
+Algorithm (front peeling on dominator bitsets):
+
+1. **Dominator bitsets, one pass over the pairs.** For every row ``j`` the set of rows that
+   dominate it is packed into ``W = ceil(G / 32)`` uint32 words of ``K = ceil(G / W)`` bits (bit
+   ``b`` of word ``w`` stands for row ``w * K + b``): ``[N, W, G]`` words, built objective by
+   objective (a Python loop over M) and OR-reduced over the K bits inside one fused XLA loop, so
+   nothing of size ``G * G * M`` (nor even ``G * G``) is materialised.
+2. **Peeling.** Front ``f`` is the set of remaining rows with no remaining dominator; each round of
+   a ``lax.while_loop`` packs the remaining set into words and ANDs it with every row's dominators:
+   ``N * G * W`` word operations per round instead of the ``N * G * G`` of a boolean mat-vec. The
+   loop stops when every group is sorted (rounds = the largest number of fronts in the batch).
+
+Invalid rows (or rows with a non-finite value) are never "remaining", so they neither dominate nor
+are dominated, and keep rank -1; padding rows of the last word likewise. Exact duplicates do not
+dominate each other (dominance needs a strict improvement), so they share a front.
+
+Choices measured against alternatives (``docs/performance.md``): the issue suggests, for M = 2, an
+``O(G log G)`` sweep after a sort, and for general M longest paths by max-plus matrix squaring.
+On XLA CPU a batched sort of ``[1024, 64]`` with two keys costs several times the whole bitset
+computation (XLA's CPU sort is comparator-based), and the 2-D sweep is G dependent sequential steps
+(more than the ~9-18 fronts); max-plus squaring costs ``G^3`` per round (``log2 G`` rounds), which
+exceeds ``fronts * G^2 / 32`` word operations at every benchmarked shape. So one algorithm serves all
+M; its cost is one ``O(N G^2 M)`` comparison pass plus ``fronts * N G^2 / 32`` word operations.
 """
 
 from __future__ import annotations
@@ -19,7 +37,7 @@ import numpy as np
 __all__ = ["dominance_matrix", "nondominated_rank"]
 
 
-_WORD = 16  # bits per packed word; sums of 16 powers of two are exact in float32
+_WORD = 32  # bits per packed word (uint32; uint64 would need jax_enable_x64)
 
 
 def _pairwise(points, valid, rows, cols):
@@ -40,8 +58,8 @@ def dominance_matrix(points: jax.Array, valid: jax.Array) -> jax.Array:
     """``D[..., i, j]`` is True iff row ``i`` Pareto-dominates row ``j`` (maximisation).
 
     ``i`` dominates ``j`` when it is no worse in every objective and strictly better in at least
-    one (000_e6cfe11db36d6d54, Eq. 2). Exact duplicates therefore never dominate each other, so
-    they share a front. Invalid rows neither dominate nor are dominated.
+    one (ParetoPO, arXiv:2606.16111, Def. 2.1). Exact duplicates therefore never dominate each
+    other, so they share a front. Invalid rows neither dominate nor are dominated.
 
     Args:
       points: ``[..., G, M]`` objective values, higher is better.
@@ -54,26 +72,50 @@ def dominance_matrix(points: jax.Array, valid: jax.Array) -> jax.Array:
     return jnp.swapaxes(_pairwise(points, valid, slice(0, g), slice(0, g)), -1, -2)
 
 
-def _pack(bits: jax.Array) -> jax.Array:
-    """``[..., W * 16]`` 0/1 -> ``[..., W]`` int32 words (a dot with powers of two: fast on CPU)."""
-    words = bits.reshape(bits.shape[:-1] + (-1, _WORD)).astype(jnp.float32)
-    return jnp.einsum("...wk,k->...w", words, 2.0 ** jnp.arange(_WORD, dtype=jnp.float32)).astype(
-        jnp.int32
-    )
+def _word_split(g: int) -> tuple[int, int]:
+    """``(W, K)``: W words of K <= 32 bits, ``W * K >= G`` with less than W bits of padding."""
+    w = -(-g // _WORD)
+    return w, -(-g // w)
 
 
-def _peel(is_dominated, valid):
-    """Front peeling: ``is_dominated(remaining) -> [N, G]`` says who has a remaining dominator."""
-    ranks0 = jnp.full(valid.shape, -1, dtype=jnp.int32)
+def _dominator_words(points: jax.Array, w: int, k: int) -> jax.Array:
+    """``[N, G, M]`` -> uint32 ``[N, W, G]``: bit ``b`` of word ``w`` of column ``j`` is set iff
+    row ``w * K + b`` dominates row ``j``. Bits of padding rows (index >= G) are arbitrary."""
+    n, g, m = points.shape
+    padded = jnp.pad(points, ((0, 0), (0, w * k - g), (0, 0))).reshape(n, w, k, 1, m)
+    ge = gt = None
+    for o in range(m):
+        a = padded[..., o]  # [N, W, K, 1] the dominating row
+        b = points[:, None, None, :, o]  # [N, 1, 1, G] the dominated row
+        ge = (a >= b) if ge is None else ge & (a >= b)
+        gt = (a > b) if gt is None else gt | (a > b)
+    shifts = jnp.arange(k, dtype=jnp.uint32)[:, None]
+    # distinct powers of two: the sum is the bitwise OR; reduced over K inside the fusion
+    return jnp.sum((ge & gt).astype(jnp.uint32) << shifts, axis=2, dtype=jnp.uint32)
+
+
+def _pack_rows(mask: jax.Array, w: int, k: int) -> jax.Array:
+    """bool ``[N, G]`` -> uint32 ``[N, W]`` in the bit layout of :func:`_dominator_words`."""
+    n, g = mask.shape
+    bits = jnp.pad(mask, ((0, 0), (0, w * k - g))).reshape(n, w, k).astype(jnp.uint32)
+    return jnp.sum(bits << jnp.arange(k, dtype=jnp.uint32), axis=-1, dtype=jnp.uint32)
+
+
+def _peel(words: jax.Array, valid: jax.Array, k: int) -> jax.Array:
+    """Front peeling on dominator words ``[N, W, G]``; ``valid [N, G]``; int32 ranks ``[N, G]``."""
+    w = words.shape[1]
 
     def cond(carry):
         return jnp.any(carry[1])
 
     def body(carry):
         ranks, remaining, front = carry
-        current = remaining & ~is_dominated(remaining)
-        return jnp.where(current, front, ranks), remaining & ~current, front + 1
+        rem_words = _pack_rows(remaining, w, k)  # [N, W]
+        dominated = jnp.any((words & rem_words[:, :, None]) != 0, axis=1)  # [N, G]
+        current = remaining & ~dominated
+        return jnp.where(current, front, ranks), remaining & dominated, front + 1
 
+    ranks0 = jnp.full(valid.shape, -1, dtype=jnp.int32)
     ranks, _, _ = jax.lax.while_loop(cond, body, (ranks0, valid, jnp.int32(0)))
     return ranks
 
@@ -82,27 +124,14 @@ def _rank_impl(points: jax.Array, valid: jax.Array | None = None) -> jax.Array:
     """Traceable :func:`nondominated_rank` on ``[..., G, M]`` (no host-side checks)."""
     batch_shape = points.shape[:-1]
     g, m = points.shape[-2:]
+    if g == 0:
+        return jnp.full(batch_shape, -1, dtype=jnp.int32)
     points = points.reshape((-1, g, m))
     valid = jnp.ones(points.shape[:-1], bool) if valid is None else valid.reshape((-1, g))
     if jnp.issubdtype(points.dtype, jnp.floating):
         valid = valid & jnp.all(jnp.isfinite(points), axis=-1)
-    if g <= _WORD:
-        # Small groups: the whole [N, G, G] matrix is tiny; a batched mat-vec per front.
-        dom = dominance_matrix(points, valid).astype(jnp.float32)  # [N, i, j]
-        ranks = _peel(lambda rem: jnp.einsum("ni,nij->nj", rem.astype(jnp.float32), dom) > 0, valid)
-    else:
-        # Large groups: pack each row's dominators into 16-bit words once, so every peeling step
-        # touches [N, G, G / 16] ints instead of the [N, G, G] matrix.
-        pad = -g % _WORD
-        pts = jnp.pad(points, ((0, 0), (0, pad), (0, 0)))
-        vpad = jnp.pad(valid, ((0, 0), (0, pad)))
-        dominators = _pack(_pairwise(pts, vpad, slice(0, g), slice(0, g + pad)))  # [N, G, W]
-
-        def is_dominated(rem):
-            rem_words = _pack(jnp.pad(rem, ((0, 0), (0, pad))))  # [N, W]
-            return jnp.any((dominators & rem_words[:, None, :]) != 0, axis=-1)
-
-        ranks = _peel(is_dominated, valid)
+    w, k = _word_split(g)
+    ranks = _peel(_dominator_words(points, w, k), valid, k)
     return ranks.reshape(batch_shape)
 
 
@@ -116,8 +145,8 @@ def _is_concrete(x) -> bool:
 def nondominated_rank(points, valid=None) -> jax.Array:
     """Pareto rank of every row within its group: 0 = non-dominated front, 1 = next front, ...
 
-    Implements the non-dominated sorting of ParetoPO Stage 2 (000_e6cfe11db36d6d54, Sec. 3.2;
-    the paper's rank ``rho`` is this value + 1). Exact duplicates share a front. Rows that are
+    Implements the non-dominated sorting of ParetoPO Stage 2 (arXiv:2606.16111, Sec. 3.2; the
+    paper's rank ``rho`` is this value + 1). Exact duplicates share a front. Rows that are
     invalid, or contain a non-finite value, get -1 and take no part in the sorting (neither
     dominate nor are dominated). Jit-compiled; leading axes are batch axes.
 
