@@ -161,6 +161,67 @@ def test_bad_input_and_nonfinite():
     np.testing.assert_array_equal(got, [-1, 1, 0])
 
 
+@pytest.mark.parametrize("g", [31, 32, 33, 63, 64, 65, 96, 100, 130])
+def test_matches_moocore_word_boundaries(g):
+    """Group sizes on both sides of the 32-bit word boundaries (padding bits in the last word)."""
+    rng = np.random.default_rng(g)
+    n = 60
+    ints = rng.integers(0, 4, size=(n, g, 3)).astype(np.float32)
+    floats = rng.normal(size=(n, g, 2)).astype(np.float32)
+    for pts in (ints, floats):
+        valid = rng.random((n, g)) < 0.9
+        got = np.asarray(nondominated_rank(pts, valid))
+        for b in range(n):
+            np.testing.assert_array_equal(got[b], moocore_rank(pts[b], valid[b]), err_msg=f"g={g}")
+
+
+def test_float_bit_patterns_vs_moocore():
+    """Subnormals (flushed to zero by XLA's float arithmetic), -0.0 == +0.0, huge magnitudes,
+    negative values and bfloat16 / float16 inputs all rank as moocore ranks them."""
+    tiny = np.float32(1e-39)  # subnormal
+    big = np.float32(3e38)
+    pts = np.array(
+        [[2 * tiny, 0], [tiny, 0], [-0.0, 1], [0.0, 1], [-tiny, 2], [-big, 3], [big, -big],
+         [-2 * tiny, 2], [0.0, -0.0]],
+        np.float32,
+    )  # fmt: skip
+    np.testing.assert_array_equal(
+        nondominated_rank(pts), moocore.pareto_rank(pts.astype(np.float64), maximise=True)
+    )
+    rng = np.random.default_rng(7)
+    vals = np.array([-2.5, -1.0, -0.0, 0.0, 0.5, 1.25, 3.0], np.float32)
+    grid = rng.choice(vals, size=(200, 12, 3))
+    want = [moocore.pareto_rank(x.astype(np.float64), maximise=True) for x in grid]
+    for dtype in (jnp.float32, jnp.bfloat16, jnp.float16):  # all values exact in each dtype
+        got = np.asarray(nondominated_rank(jnp.asarray(grid, dtype)))
+        np.testing.assert_array_equal(got, np.stack(want), err_msg=str(dtype))
+
+
+def test_vmap_and_jit_equal_batched():
+    rng = np.random.default_rng(11)
+    pts = rng.integers(0, 3, size=(4, 5, 40, 3)).astype(np.float32)
+    valid = rng.random((4, 5, 40)) < 0.8
+    want = np.asarray(nondominated_rank(pts, valid))
+    got_vmap = jax.vmap(nondominated_rank)(jnp.asarray(pts), jnp.asarray(valid))
+    got_jit = jax.jit(nondominated_rank)(jnp.asarray(pts), jnp.asarray(valid))
+    np.testing.assert_array_equal(got_vmap, want)
+    np.testing.assert_array_equal(got_jit, want)
+    for i in np.ndindex(4, 5):
+        np.testing.assert_array_equal(want[i], moocore_rank(pts[i], valid[i]))
+
+
+def test_many_fronts_and_single_objective():
+    """A 200-point chain (200 fronts, more than one word of rows) and M = 1 (ties share a rank)."""
+    rng = np.random.default_rng(3)
+    chain = rng.permutation(200).astype(np.float32)[:, None].repeat(2, 1)
+    np.testing.assert_array_equal(nondominated_rank(chain), 199 - chain[:, 0].astype(int))
+    one = rng.integers(0, 6, size=(30, 70, 1))
+    got = np.asarray(nondominated_rank(one))
+    for b in range(30):  # rank = number of distinct values above
+        want = [np.unique(one[b, :, 0][one[b, :, 0] > v]).size for v in one[b, :, 0]]
+        np.testing.assert_array_equal(got[b], want)
+
+
 def test_dominance_matrix_vs_definition():
     rng = np.random.default_rng(5)
     pts = rng.integers(0, 3, (3, 20, 3)).astype(np.float32)  # G > 16: both code paths exist
