@@ -1,0 +1,241 @@
+"""Export a run's checkpoint as a Hugging Face model directory.
+
+::
+
+    python -m mojax.export --workdir=/runs/calc --out=/export/calc            # latest step
+    python -m mojax.export --workdir=/runs/calc --step=40 --out=/export/calc-40
+    python -m mojax.export --workdir=/runs/calc --config=configs/paretopo.py --out=...  # no config.json
+
+writes ``config.json`` + ``model.safetensors`` (``mojax.models.save_pretrained``),
+``generation_config.json`` and the tokenizer, loadable with
+``transformers.AutoModelForCausalLM.from_pretrained(out)`` / ``AutoTokenizer.from_pretrained(out)``
+(and servable by vLLM).
+
+The run is rebuilt the way the trainer builds it: the resolved config from ``<workdir>/config.json``
+(``mojax.logging.write_config``; ``--config=configs/x.py[:arg]`` for runs that did not save one),
+the tokenizer and model config from ``mojax.rl.builders`` (``build_tokenizer``,
+``build_model_config``), and the params of the latest (or ``--step``) committed orbax checkpoint in
+``<workdir>/checkpoints``. Only the params are read (orbax partial restore), never the optimizer
+moments, so the export needs host memory for the params alone.
+
+Tokenizer: an HF tokenizer (``tokenizer.path`` a directory, or the checkpoint's) has its files
+copied. The task's own sentencepiece vocabulary (``tokenizer.path="build"``, the calculator
+default; the run's ``<workdir>/tokenizer.model``) is converted to ``tokenizer.json`` by
+``mojax.hf_tokenizer`` (same ids, ChatML chat template) and ``tokenizer.model`` is copied beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+CHECKPOINTS = "checkpoints"
+
+
+def load_config_file(spec: str):
+    """The config of ``path.py[:arg]`` (its ``get_config(arg)``), like ``--config`` of mojax.main."""
+    path, sep, arg = spec.partition(".py:")
+    path = path + ".py" if sep else spec
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--config: no config file at {path!r}")
+    mod_spec = importlib.util.spec_from_file_location("mojax_export_config", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module.get_config(arg) if sep else module.get_config()
+
+
+def run_config(workdir: str, config_spec: str | None = None):
+    """``<workdir>/config.json`` if the run saved one (it holds the run's overrides too), else the
+    config of ``config_spec``."""
+    from mojax import logging as log_lib
+
+    saved = os.path.join(workdir, log_lib.CONFIG_FILE)
+    if os.path.isfile(saved):
+        return log_lib.read_config(saved)
+    if config_spec:
+        return load_config_file(config_spec)
+    raise FileNotFoundError(
+        f"--workdir={workdir}: no {log_lib.CONFIG_FILE} in the run directory; pass the run's "
+        "--config=configs/x.py[:arg] to rebuild it"
+    )
+
+
+def run_tokenizer(config, workdir: str):
+    """The run's tokenizer: its saved self-built ``tokenizer.model``, else rebuilt by
+    ``builders.build_tokenizer`` (a self-built one deterministically, into a temporary dir)."""
+    from mojax import models
+    from mojax.rl import builders
+
+    if config.tokenizer.path != "build":
+        return builders.build_tokenizer(config, None, None, workdir)
+    saved = os.path.join(workdir, "tokenizer.model")
+    if os.path.isfile(saved):
+        return models.load_tokenizer(saved)
+    task = builders.build_task(config.task)
+    splits = builders.load_splits(task, config.task, int(config.seed))
+    return builders.build_tokenizer(config, task, splits, tempfile.mkdtemp(prefix="mojax_tok_"))
+
+
+def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None):
+    """``(params, step)``: only the params of a committed step (latest by default), on one CPU
+    device (orbax partial restore of the ``TrainState``'s ``params``)."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    from mojax import checkpoint as ckpt_lib
+    from mojax import models
+    from mojax import sharding as sharding_lib
+
+    if not os.path.isdir(checkpoint_dir):
+        raise FileNotFoundError(f"no checkpoint directory {checkpoint_dir}")
+    with ckpt_lib.Checkpointer(checkpoint_dir, async_save=False) as ckpt:
+        steps = ckpt.all_steps()
+    if not steps:
+        raise ckpt_lib.CheckpointError(f"no committed checkpoint in {checkpoint_dir}")
+    if step is not None and step not in steps:
+        raise ckpt_lib.CheckpointError(
+            f"--step={step}: not a committed step in {checkpoint_dir}; committed steps: {steps}"
+        )
+    step = steps[-1] if step is None else int(step)
+    cpu = jax.local_devices(backend="cpu")[:1]
+    mesh = sharding_lib.make_mesh(1, 1, 1, devices=cpu)
+    shardings = models.param_shardings(model_config, mesh, sharding_lib.logical_axis_rules())
+    target = jax.tree.map(
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+        models.param_shapes(model_config),
+        shardings,
+    )
+    restore_args = jax.tree.map(lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding), target)
+    args = ocp.args.PyTreeRestore(
+        item={"params": target}, restore_args={"params": restore_args}, partial_restore=True
+    )
+    manager = ocp.CheckpointManager(os.path.abspath(checkpoint_dir), item_names=("state",))
+    try:
+        out = manager.restore(step, args=ocp.args.Composite(state=args))
+    except Exception as e:  # noqa: BLE001 - one error naming the step and what is wrong
+        raise ckpt_lib.CheckpointError(
+            f"checkpoint step {step} in {checkpoint_dir}: cannot read the params for this model "
+            f"config: {type(e).__name__}: {e}"
+        ) from e
+    finally:
+        manager.close()
+    return out["state"]["params"], step
+
+
+def generation_config(tokenizer, model_config, config) -> dict[str, Any]:
+    """Greedy by default; the stop / pad / bos ids the sampler uses."""
+    eos = tokenizer.eos_token_id if tokenizer is not None else model_config.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer is not None else model_config.pad_token_id
+    out = {
+        "bos_token_id": getattr(tokenizer, "bos_token_id", None),
+        "eos_token_id": eos,
+        "pad_token_id": pad if pad is not None else eos,
+        "do_sample": False,
+        "max_new_tokens": int(config.rollout.max_response_len),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _hf_tokenizer_dir(config) -> str:
+    path = config.tokenizer.path or config.model.checkpoint
+    return os.path.expanduser(path)
+
+
+def export(
+    workdir: str,
+    out_dir: str,
+    *,
+    step: int | None = None,
+    config: Any = None,
+    checkpoint_dir: str | None = None,
+    dtype: str | None = None,
+) -> dict[str, Any]:
+    """Writes the HF model directory ``out_dir`` from the run in ``workdir`` (module docstring).
+
+    Args:
+      workdir: the run directory.
+      out_dir: where to write (created).
+      step: the checkpoint step (default the latest committed one).
+      config: the run's config (ConfigDict) or a ``configs/x.py[:arg]`` spec; default the run's
+        ``config.json``.
+      checkpoint_dir: default ``<workdir>/checkpoints``.
+      dtype: dtype of the saved tensors (default the params' dtype, ``model.param_dtype``).
+
+    Returns:
+      ``{"step", "out_dir", "files", "tokenizer"}`` (``tokenizer`` says how it was exported).
+    """
+    from mojax import hf_tokenizer, models
+    from mojax.rl import builders
+
+    if config is None or isinstance(config, str):
+        config = run_config(workdir, config)
+    tokenizer = run_tokenizer(config, workdir)
+    model_config = builders.build_model_config(config, tokenizer)
+    params, step = restore_params(
+        checkpoint_dir or os.path.join(workdir, CHECKPOINTS), model_config, step=step
+    )
+    model = models.QwenModel(config=model_config, params=params)
+    hf_dir = None
+    if isinstance(tokenizer, models.HFTokenizer):
+        hf_dir = _hf_tokenizer_dir(config)
+    models.save_pretrained(model, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
+    if isinstance(tokenizer, models.SentencePieceTokenizer):
+        hf_tokenizer.save_hf_tokenizer(
+            tokenizer.path, out_dir, model_max_length=model_config.max_position_embeddings
+        )
+        how = "sentencepiece converted to tokenizer.json (mojax.hf_tokenizer)"
+    else:
+        how = f"HF tokenizer files copied from {hf_dir}"
+    gen_path = os.path.join(out_dir, "generation_config.json")
+    gen = {}
+    if os.path.isfile(gen_path):  # copied from the HF checkpoint: its own settings win
+        with open(gen_path, encoding="utf-8") as f:
+            gen = json.load(f)
+    for key, value in generation_config(tokenizer, model_config, config).items():
+        gen.setdefault(key, value)
+    with open(gen_path, "w", encoding="utf-8") as f:
+        json.dump(gen, f, indent=2)
+    return {
+        "step": step,
+        "out_dir": out_dir,
+        "files": sorted(os.listdir(out_dir)),
+        "tokenizer": how,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mojax.export",
+        description="Export a mojax run's checkpoint as a Hugging Face model directory.",
+    )
+    parser.add_argument("--workdir", required=True, help="the run directory")
+    parser.add_argument("--out", required=True, help="the HF model directory to write")
+    parser.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
+    parser.add_argument(
+        "--config", default=None, help="configs/x.py[:arg], for runs without config.json"
+    )
+    parser.add_argument("--checkpoint_dir", default=None, help="default <workdir>/checkpoints")
+    parser.add_argument("--dtype", default=None, help="saved dtype, e.g. bfloat16")
+    a = parser.parse_args(argv)
+    summary = export(
+        a.workdir,
+        a.out,
+        step=a.step,
+        config=a.config,
+        checkpoint_dir=a.checkpoint_dir,
+        dtype=a.dtype,
+    )
+    print(
+        f"exported step {summary['step']} of {a.workdir} to {a.out}: "
+        f"{', '.join(summary['files'])}\ntokenizer: {summary['tokenizer']}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
