@@ -157,11 +157,12 @@ def group_zscore(x, mask, *, eps, ddof: int = 0, scale_by_std: bool = True, min_
     return jnp.where(keep, adv, 0.0), std
 
 
-def batch_normalize(a, keep, *, eps, token_counts=None):
+def batch_normalize(a, keep, *, eps, token_counts=None, ddof: int = 0):
     """GDPO's batch normalisation (SAW Eq. 7): z-score of ``a`` over all kept samples.
 
     ``token_counts`` (``[P, G]``) switches to token weighting (verl): each sample counts once per
-    response token in the mean and the population std.
+    response token in the mean and the std. ``ddof=1`` divides the variance by ``total - 1``
+    (samples, or tokens when token-weighted) as ``torch.std`` / verl's ``masked_whiten`` do.
     """
     w = keep.astype(a.dtype)
     if token_counts is not None:
@@ -171,7 +172,7 @@ def batch_normalize(a, keep, *, eps, token_counts=None):
     ac = jnp.where(keep, a - shift, 0.0)
     total = jnp.maximum(jnp.sum(w), 1e-30)
     dev = ac - jnp.sum(w * ac) / total
-    std = jnp.sqrt(jnp.sum(w * dev**2) / total)
+    std = jnp.sqrt(jnp.sum(w * dev**2) / jnp.maximum(total - ddof, 1e-30))
     return jnp.where(keep, dev / (std + eps), 0.0)
 
 
