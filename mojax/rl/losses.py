@@ -21,7 +21,8 @@ sequences with at least one loss token (sequences with none are left out rather 
 * ``seq-mean-token-sum``: ``(1/N) Σ_b Σ_t m ℓ``;
 * ``seq-mean-token-sum-norm`` (Dr.GRPO, Liu et al. 2025, sec. 3.1): ``(1/N) Σ_b Σ_t m ℓ / L_max`` with
   a *constant* normaliser ``L_max`` (``max_len``; default the padded length T of the batch, so give
-  the generation budget explicitly when T varies across steps).
+  the generation budget explicitly when T varies across steps). ``num_seqs`` fixes ``N`` as well
+  (verl's ``global_batch_size``), so that masking rows does not change the normaliser.
 
 Every mode is written as fixed per-token weights ``w_bt`` (``aggregation_weights``) so that a batch
 split into micro-batches gives exactly the loss and gradient of the whole batch when the weights
@@ -64,13 +65,19 @@ def _check_choice(name: str, value: Any, allowed: tuple) -> None:
         raise ValueError(f"{name}={value!r} is not one of {list(allowed)}")
 
 
-def aggregation_weights(loss_mask: jax.Array, agg: str = "token-mean", max_len=None) -> jax.Array:
+def aggregation_weights(
+    loss_mask: jax.Array, agg: str = "token-mean", max_len=None, num_seqs=None
+) -> jax.Array:
     """Per-token weights ``w [B, T]`` (fp32) with ``loss = Σ_bt w_bt ℓ_bt`` for the mode ``agg``.
 
     Args:
       loss_mask: [B, T], 1 on tokens that carry loss.
       agg: one of ``AGGREGATIONS`` (see the module docstring for the formulas).
       max_len: the constant ``L_max`` of ``seq-mean-token-sum-norm`` (default T).
+      num_seqs: a constant sequence count ``N`` for the ``seq-mean-*`` modes (verl's
+        ``global_batch_size``: every row counts, masked or not). Default None: ``N`` = the
+        sequences with at least one loss token (verl's fallback when no global batch size is
+        given). A constant ``N`` keeps Dr.GRPO's normaliser independent of how many rows are masked.
 
     Returns:
       fp32 [B, T]; all zeros when the mask is empty (the loss is then 0, never NaN).
@@ -80,7 +87,12 @@ def aggregation_weights(loss_mask: jax.Array, agg: str = "token-mean", max_len=N
     if agg == "token-mean":
         return m / jnp.maximum(m.sum(), 1.0)
     n_b = m.sum(axis=-1, keepdims=True)  # [B, 1]
-    num_seqs = jnp.maximum(jnp.sum(n_b > 0), 1).astype(jnp.float32)
+    if num_seqs is None:
+        num_seqs = jnp.maximum(jnp.sum(n_b > 0), 1).astype(jnp.float32)
+    else:
+        if isinstance(num_seqs, (int, float)) and not num_seqs > 0:
+            raise ValueError(f"num_seqs must be positive, got {num_seqs!r}")
+        num_seqs = jnp.asarray(num_seqs, jnp.float32)
     if agg == "seq-mean-token-mean":
         return m / (jnp.maximum(n_b, 1.0) * num_seqs)
     if agg == "seq-mean-token-sum":
@@ -184,6 +196,7 @@ def ppo_clip_loss(
     max_len: int | None = None,
     token_weights: jax.Array | None = None,
     ratio_level: str = "token",
+    num_seqs: int | None = None,
 ) -> tuple[jax.Array, dict[str, jax.Array]]:
     """PPO-clip policy loss (methods.md "PPO-clip update"), differentiable in ``logprobs``.
 
@@ -201,6 +214,8 @@ def ppo_clip_loss(
       entropy: [B, T] per-token policy entropy, for the bonus ``− entropy_coef · H``.
       max_len: the constant normaliser of ``seq-mean-token-sum-norm``.
       token_weights: precomputed ``aggregation_weights`` (micro-batching); overrides ``agg``.
+      num_seqs: constant sequence count of the ``seq-mean-*`` modes (see
+        :func:`aggregation_weights`; default: sequences with a loss token).
       ratio_level: ``"token"`` (default) or ``"sequence"`` (AWPO Eq. 30: one ratio per response;
         with ``agg="seq-mean-token-mean"`` the loss is the ``1/(GK)`` mean of Algorithm 1). The
         ratio metrics are then token-weighted means of the sequence ratios.
@@ -234,7 +249,10 @@ def ppo_clip_loss(
         ratio_level=ratio_level,
         loss_mask=loss_mask,
     )
-    w = aggregation_weights(loss_mask, agg, max_len) if token_weights is None else token_weights
+    if token_weights is None:
+        w = aggregation_weights(loss_mask, agg, max_len, num_seqs)
+    else:
+        w = token_weights
     token_loss = terms["pg_loss"]
     metrics = {"pg_loss": jnp.sum(w * terms["pg_loss"])}
     if ref_logprobs is not None:
