@@ -1,69 +1,131 @@
-"""Speed of the advantage library: jit non-dominated sorting vs moocore, and every estimator.
+"""Speed of the advantage library: jit non-dominated sorting vs a moocore loop, and every estimator.
 
-Run from the repository root after ``pip install -e .`` (or with ``PYTHONPATH=.``):
-``python benchmarks/advantages.py [--repeats 20]``
+Every side runs in its own process, sides alternating (A B, B A, A B, ...) for ``--rounds`` rounds
+(>= 3; ``benchmarks/_harness.py``); the script refuses to start when the 1-minute load average
+exceeds the core count (``--force`` overrides, loudly). Run from the repository root::
 
-Anchors (issue 2), measured side by side in this run:
+    python benchmarks/advantages.py                  # quiet machine: the numbers to quote
+    python benchmarks/advantages.py --shapes 64,8,2 --repeats 2 --force   # smoke test
 
-* ``nondominated_rank`` on ``[P=1024, G=16, M=3]`` integer objectives in 0..4 vs a Python loop of
-  ``moocore.pareto_rank`` over the 1024 groups (target: >= 15x faster on a 2-core CPU); also
-  ``[1024, 64, 2]`` and ``[1024, 16, 5]``. Results are checked equal before timing.
-* every estimator at ``[P=1024, G=16, M=4]`` (AWPO: M=2 by definition; VPO / Multi-RLVR: S=3
-  answers per set): median wall time of the public call after compilation.
+Non-dominated sorting (issue 17 target: >= 15x the moocore loop, public call from numpy), at
+``[P, G, M]`` = ``[1024, 16, 3]``, ``[1024, 64, 2]``, ``[1024, 16, 5]``, ``[256, 256, 3]``, integer
+objectives in 0..4 (many ties, as discrete rewards give; the target's data) and, for information,
+standard-normal floats. Sides, each timed as the min of ``--repeats`` calls after a warm-up:
+
+* ``moocore``: ``moocore.pareto_rank(group, maximise=True)`` in a Python loop over the P groups;
+* ``mojax``: ``mojax.pareto.nondominated_rank(points)`` from numpy (transfer + checks + jit call);
+  the same worker also times the jit core on device arrays and an *all-pairs floor*: one fused pass
+  that only counts weak dominators (M comparisons per pair, nothing else). Any method that compares
+  all pairs costs at least the floor, so ``moocore / floor`` bounds the speed-up such a method can
+  reach on this machine.
+
+Results are checked equal to moocore (once, in a separate process) before any timing.
+
+Estimators (``--estimators 1``, no anchor): every estimator at ``[P=1024, G=16, M=4]`` (AWPO: M=2;
+VPO / Multi-RLVR: S=3 answers per set), min of ``--repeats`` public calls after compilation.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import os
+import sys
 
-import jax
-import jax.numpy as jnp
-import moocore
 import numpy as np
 
-from mojax import advantages as adv
-from mojax.pareto import nondominated as nd
-from mojax.pareto import nondominated_rank
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _harness  # noqa: E402
+
+SHAPES = "1024,16,3;1024,64,2;1024,16,5;256,256,3"
+KINDS = ("ints", "floats")
 
 
-def median_time(fn, repeats: int) -> float:
-    """Median seconds of ``fn()`` (results blocked on) after one warm-up call."""
-    jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def make_points(p, g, m, kind):
+    rng = np.random.default_rng(0)
+    if kind == "ints":
+        return rng.integers(0, 5, size=(p, g, m)).astype(np.float32)
+    return rng.normal(size=(p, g, m)).astype(np.float32)
 
 
-def moocore_loop(points: np.ndarray) -> np.ndarray:
+def parse_shapes(text):
+    return [tuple(int(v) for v in s.split(",")) for s in text.split(";") if s]
+
+
+def moocore_loop(points):
+    import moocore
+
     return np.stack([moocore.pareto_rank(group, maximise=True) for group in points])
 
 
-def bench_nds(p: int, g: int, m: int, hi: int, repeats: int, target: float | None = None) -> None:
-    rng = np.random.default_rng(0)
-    points = rng.integers(0, hi + 1, size=(p, g, m)).astype(np.float32)
-    ours = np.asarray(nondominated_rank(points))
-    np.testing.assert_array_equal(ours, moocore_loop(points))
-    dev_points = jnp.asarray(points)
-    dev_valid = jnp.ones((p, g), bool)
-    t_core = median_time(lambda: nd._rank_jit(dev_points, dev_valid), repeats)
-    t_public = median_time(lambda: nondominated_rank(points), repeats)
-    t_moo = median_time(lambda: moocore_loop(points), max(3, repeats // 4))
-    print(
-        f"nondominated_rank [P={p}, G={g}, M={m}] ints 0..{hi}: jit core {t_core * 1e3:8.3f} ms | "
-        f"public call from numpy {t_public * 1e3:8.3f} ms | moocore loop {t_moo * 1e3:8.2f} ms | "
-        f"speed-up {t_moo / t_core:6.1f}x (core), {t_moo / t_public:6.1f}x (public)"
-    )
-    if target is not None:
-        verdict = "meets" if t_moo / t_public >= target else "MISSES"
-        print(f"  -> public call {verdict} the >= {target:.0f}x target of issue 2")
+def check_worker(args):
+    from mojax.pareto import nondominated_rank
+
+    for p, g, m in parse_shapes(args.shapes):
+        for kind in KINDS:
+            pts = make_points(p, g, m, kind)
+            np.testing.assert_array_equal(np.asarray(nondominated_rank(pts)), moocore_loop(pts))
+    _harness.emit({"ok": True})
 
 
-def bench_estimators(repeats: int) -> None:
+def moocore_worker(args):
+    out = {}
+    for p, g, m in parse_shapes(args.shapes):
+        for kind in KINDS:
+            pts = make_points(p, g, m, kind)
+            out[f"{p},{g},{m} {kind}"] = _harness.time_calls(
+                lambda pts=pts: moocore_loop(pts), max(3, args.repeats // 4)
+            )
+    _harness.emit(out)
+
+
+def _floor_fn():
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def weak_dominator_counts(x):  # [N, G, M] -> [N, G]: M compares per pair, one fused pass
+        ge = None
+        for o in range(x.shape[-1]):
+            c = x[:, :, None, o] >= x[:, None, :, o]
+            ge = c if ge is None else ge & c
+        return jnp.sum(ge, axis=1, dtype=jnp.int32)
+
+    return weak_dominator_counts
+
+
+def mojax_worker(args):
+    import jax
+    import jax.numpy as jnp
+
+    from mojax.pareto import nondominated as nd
+    from mojax.pareto import nondominated_rank
+
+    floor = _floor_fn()
+    out = {}
+    for p, g, m in parse_shapes(args.shapes):
+        for kind in KINDS:
+            pts = make_points(p, g, m, kind)
+            key = f"{p},{g},{m} {kind}"
+            dev, ones = jnp.asarray(pts), jnp.ones((p, g), bool)
+            out[key] = _harness.time_calls(
+                lambda pts=pts: jax.block_until_ready(nondominated_rank(pts)), args.repeats
+            )
+            out[key + " core"] = _harness.time_calls(
+                lambda d=dev, v=ones: jax.block_until_ready(nd._rank_jit(d, v)), args.repeats
+            )
+            out[key + " floor"] = _harness.time_calls(
+                lambda d=dev: jax.block_until_ready(floor(d)), args.repeats
+            )
+            out[key + " fronts"] = int(np.asarray(nondominated_rank(pts)).max()) + 1
+    _harness.emit(out)
+
+
+def estimators_worker(args):
+    import jax
+
+    from mojax import advantages as adv
+
     rng = np.random.default_rng(1)
     p, g, m, s = 1024, 16, 4, 3
     rewards = rng.integers(0, 5, size=(p, g, m)).astype(np.float32) / 4
@@ -89,24 +151,58 @@ def bench_estimators(repeats: int) -> None:
         "random_w": lambda: adv.random_w(rewards, valid, key=key),
         "multi_rlvr (S=3)": lambda: adv.multi_rlvr(set_rewards, set_valid),
     }
-    print(f"\nestimators at [P={p}, G={g}, M={m}], median of {repeats} calls after compile:")
-    for name, fn in calls.items():
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        t_first = time.perf_counter() - t0
-        t = median_time(fn, repeats)
-        print(f"  {name:26s} {t * 1e3:8.3f} ms   (first call incl. compile {t_first:6.2f} s)")
+    out = {
+        name: _harness.time_calls(lambda fn=fn: jax.block_until_ready(fn()), args.repeats)
+        for name, fn in calls.items()
+    }
+    _harness.emit(out)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=20)
-    args = parser.parse_args()
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}, moocore {moocore.__version__}")
-    bench_nds(1024, 16, 3, 4, args.repeats, target=15.0)
-    bench_nds(1024, 64, 2, 4, args.repeats)
-    bench_nds(1024, 16, 5, 4, args.repeats)
-    bench_estimators(args.repeats)
+def nds_report(args, runs):
+    for p, g, m in parse_shapes(args.shapes):
+        for kind in KINDS:
+            key = f"{p},{g},{m} {kind}"
+            fronts = runs["mojax"][0][key + " fronts"]
+            target = args.target if kind == "ints" else None
+            title = f"nondominated_rank [P={p}, G={g}, M={m}] {kind} (max fronts {fronts})"
+            _harness.report(title + ": public call from numpy", runs, key, "moocore", ["mojax"],
+                            target=target)  # fmt: skip
+            for suffix in (" core", " floor"):
+                vals = [r[key + suffix] for r in runs["mojax"]]
+                rat = [a[key] / s[key + suffix] for a, s in zip(runs["moocore"], runs["mojax"])]
+                lo, med, hi = _harness.spread([1e3 * v for v in vals])
+                rlo, rmed, rhi = _harness.spread(rat)
+                name = "jit core (device arrays)" if suffix == " core" else "all-pairs floor"
+                print(f"  {name:<26s} {lo:9.3f} {med:9.3f} {hi:9.3f} ms; moocore / it: "
+                      f"min {rlo:.1f}x median {rmed:.1f}x max {rhi:.1f}x")  # fmt: skip
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    _harness.add_args(ap)
+    ap.add_argument("--repeats", type=int, default=20, help="timed calls per worker (min kept)")
+    ap.add_argument("--shapes", default=SHAPES, help="'P,G,M;P,G,M;...'")
+    ap.add_argument("--target", type=float, default=15.0)
+    ap.add_argument("--estimators", type=int, default=1, help="also time every estimator")
+    args = ap.parse_args(argv)
+    if args.worker:
+        workers = {"check": check_worker, "moocore": moocore_worker, "mojax": mojax_worker,
+                   "estimators": estimators_worker}  # fmt: skip
+        return workers[args.worker](args)
+    print(_harness.machine_info())
+    _harness.check_load(args.force, args.rounds)
+    common = ["--repeats", str(args.repeats), "--shapes", args.shapes]
+    _harness.run_worker(__file__, ["--worker", "check", *common], _harness.worker_env())
+    print("results equal to moocore.pareto_rank on every benchmarked batch")
+    runs = _harness.alternate(__file__, {"moocore": common, "mojax": common}, args.rounds)
+    nds_report(args, runs)
+    if args.estimators:
+        est = _harness.alternate(__file__, {"estimators": common}, args.rounds)["estimators"]
+        print(f"\nestimators at [P=1024, G=16, M=4], public call, min of {args.repeats} calls "
+              f"per process; over {args.rounds} processes (ms):")  # fmt: skip
+        for name in est[0]:
+            lo, med, hi = _harness.spread([1e3 * r[name] for r in est])
+            print(f"  {name:26s} min {lo:8.3f}  median {med:8.3f}  max {hi:8.3f}")
 
 
 if __name__ == "__main__":
