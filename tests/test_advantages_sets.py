@@ -289,3 +289,27 @@ def test_multi_rlvr_duplicates_score_like_empty_slots():
     r2 = np.array([1.5 / 3, 1 / 3, 7 / 12])
     want = (r2 - r2.mean()) / (r2.std() + 1e-6)
     np.testing.assert_allclose(multi_rlvr(sr2, sv, answer_ids=ids).advantages[0], want, **TOL)
+
+
+def test_rollouts_without_a_valid_answer_stay_in_the_group_and_the_loss():
+    """Issue 13 (2), estimator side: a rollout whose S answers are all missing is a valid rollout
+    with set reward 0 (VPO authors' code, methods.md). It takes part in the group statistics and
+    gets a (negative) advantage that must reach the loss; only ``valid=False`` (no rollout at
+    all, e.g. padding) removes it."""
+    sr = np.zeros((1, 4, 2, 2), np.float32)
+    sr[0, :3] = [[1.0, 1.0], [0.5, 0.5]]
+    sv = np.ones((1, 4, 2), bool)
+    sv[0, 3] = False  # rollout 3: no parseable answer
+    for name, out in (
+        ("vpo", vpo(sr, sv, key=jax.random.key(0), num_weights=8)),
+        ("multi_rlvr", multi_rlvr(sr, sv)),
+    ):
+        adv = np.asarray(out.advantages)[0]
+        assert adv[3] < 0 and np.all(adv[:3] > 0), name
+        np.testing.assert_allclose(adv.sum(), 0.0, atol=1e-5)
+    # the set rewards are 0.75 (mean of 1 and 0.5, uniform w*) and 0 -> z-scores by hand
+    r = np.array([0.75, 0.75, 0.75, 0.0])
+    want = (r - r.mean()) / (r.std() + 1e-6)
+    np.testing.assert_allclose(multi_rlvr(sr, sv).advantages[0], want, **TOL)
+    masked = multi_rlvr(sr, sv, valid=np.array([[True, True, True, False]]))
+    np.testing.assert_array_equal(masked.advantages, 0.0)  # the 3 others are identical
