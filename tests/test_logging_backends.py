@@ -281,3 +281,21 @@ def test_write_transcripts_rich_rows(tmp_path):
     assert got[1]["rewards"] == {"r_task": "nan", "r_tool": 0.0}
     with pytest.raises(ValueError, match=r"transcript row 0: 3 rewards for objectives"):
         log_lib.write_transcripts(tmp_path, 8, [{"rewards": [1, 2, 3]}], objectives=OBJ)
+
+
+def test_no_wandb_or_matplotlib_import_unless_used(tmp_path):
+    """W&B is imported only when enabled; importing mojax.logging loads no plotting library."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from mojax import logging as L\n"
+        "assert 'matplotlib' not in sys.modules\n"
+        f"with L.MetricsWriter({str(tmp_path)!r}) as w:\n"
+        "    w.write(0, {'loss': 1.0})\n"
+        "assert 'wandb' not in sys.modules, 'wandb imported without being enabled'\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
