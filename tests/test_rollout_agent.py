@@ -16,7 +16,7 @@ import pytest
 
 import mojax.models as mm
 from mojax.models.qwen import Qwen
-from mojax.rollout import rollout, tool_stop_spec
+from mojax.rollout import RolloutSpec, rollout, run_rollout, tool_stop_spec
 from mojax.rollout.agent import TRUNCATION_MARK, encode_observation, malformed_message
 from mojax.rollout.tools import Calculator
 from mojax.tasks.calculator import CalculatorTask, Problem, sft_demonstrations
@@ -255,9 +255,30 @@ def test_scripted_multi_turn_masks_counts_and_matches_teacher_forcing(tok, scene
     assert t4[1].ended_by == "budget" and not t4[1].executed and t4[1].call == "99999**9"
     assert [t.exit_reason for t in res.turns[5][:2]] == ["error", "error"]
     assert "exponent" in res.turns[5][1].error
-    metrics = res.metrics()
-    assert metrics["rollout/n_calls/mean"] == pytest.approx(7 / 6)
-    assert metrics["rollout/finish/budget"] == pytest.approx(1 / 6)
+
+
+def test_spec_built_once_gives_the_same_rollout(tok, scene, monkeypatch):
+    """``run_rollout`` with a ``RolloutSpec`` built once (the trainer's path) equals the one-call
+    ``rollout`` wrapper, and never scans the vocabulary for the tool stop again."""
+    task, calc, model, prompts, built = scene
+    spec = RolloutSpec.create(tok, task, temperature=0.0, **SETTINGS)
+
+    def no_rescan(*args, **kwargs):
+        raise AssertionError("tool_stop_spec called after the spec was built")
+
+    monkeypatch.setattr("mojax.rollout.stops.tool_stop_spec", no_rescan)
+    key = jax.random.key(0)
+    a = run_rollout(spec, model, tok, task, prompts, key=key, tool=calc)
+    b = run_rollout(spec, model, tok, task, prompts, key=key, tool=calc)
+    monkeypatch.undo()
+    ref = rollout(model, tok, task, prompts, key=key, temperature=0.0, tool=calc, **SETTINGS)
+    for res in (a, b):
+        for field in ("tokens", "logprobs", "loss_mask", "lengths", "n_calls"):
+            np.testing.assert_array_equal(getattr(res, field), getattr(ref, field))
+        assert res.finish_reason == ref.finish_reason and res.counters == ref.counters
+        assert [[t.call for t in ts] for ts in res.turns] == [
+            [t.call for t in ts] for ts in ref.turns
+        ]
 
 
 @pytest.mark.parametrize(

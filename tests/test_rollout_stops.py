@@ -104,3 +104,35 @@ def test_rollout_argument_errors(sp_tok):
         rollout(model, sp_tok, task, prompts, max_tool_calls=-1, **kw)
     with pytest.raises(ValueError, match="no token of the vocabulary"):
         rollout(model, sp_tok, task, prompts, tool_stop="§", **kw)  # not in the vocabulary
+
+
+def test_rollout_spec_checks_name_the_config_key(sp_tok):
+    from mojax.rollout import FINISH_REASONS, RolloutSpec
+    from mojax.sampling.state import FINISH_REASONS as SAMPLER
+
+    task = CalculatorTask()
+    spec = RolloutSpec.create(sp_tok, task, max_new_tokens=8, max_turns=3, max_obs_tokens=4)
+    # defaults resolved once: R = 3 turns + 2 observations, calls = turns - 1, eos from the tokenizer
+    assert spec.max_response_len == 3 * 8 + 2 * 4 and spec.max_tool_calls == 2
+    assert spec.eos_ids == (sp_tok.eos_token_id,) and spec.stop == tool_stop_spec(sp_tok, "</calc>")
+    assert spec.sampler_stop_ids == [sp_tok.eos_token_id, *spec.stop.token_ids]
+    assert spec.multi_turn and not spec.replace(max_tool_calls=0).multi_turn
+    greedy = spec.replace(temperature=0.0)  # no rescan: the same StopSpec object
+    assert greedy.stop is spec.stop and greedy.temperature == 0.0
+    for field, value, key in [
+        ("max_new_tokens", 0, "config.rollout.max_new_tokens"),
+        ("max_turns", 0, "config.rollout.max_turns"),
+        ("max_tool_calls", -1, "config.rollout.max_tool_calls"),
+        ("max_response_len", 0, "config.rollout.max_response_len"),
+        ("temperature", -1.0, "config.rollout.temperature"),
+        ("top_p", 0.0, "top_p"),
+        ("top_k", -2, "top_k"),
+        ("tool_timeout_s", 0.0, "config.rollout.tool_timeout_s"),
+        ("decode_segment", -1, "RolloutSpec.decode_segment"),
+        ("max_obs_tokens", 1.5, "RolloutSpec.max_obs_tokens"),
+    ]:
+        with pytest.raises(ValueError, match=key.replace(".", r"\.")):
+            spec.replace(**{field: value})
+    # the rollout's finish reasons start with the sampler's (one source for "stop" / "length")
+    assert FINISH_REASONS[:2] == tuple(r for r in SAMPLER if r != "running")
+    assert set(FINISH_REASONS[2:]) == {"max_turns", "max_tool_calls", "budget"}

@@ -1,0 +1,185 @@
+"""The tool phase of a rollout: parse the calls, run them on a ``ToolPool``, make observations.
+
+``parse_calls`` applies the turn / call limits and parses each call (``task.parse_tool_call``);
+``ToolRunner`` runs them, either when the round's observations are needed (serial) or at once in
+the background (``RolloutSpec.overlap_tools``), and ``observations`` turns the results into the
+tokens that are appended (``task.format_observation``, truncated to ``max_obs_tokens``).
+
+Results are collected per row and handled in row order, so the observations, the counters and the
+``Turn`` records do not depend on when each call finished.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+from collections.abc import Callable
+
+from mojax.rollout.observations import decode_ids, encode_observation, malformed_message
+from mojax.rollout.rows import WAIT_TOOL, Row
+from mojax.rollout.spec import RolloutSpec
+from mojax.rollout.tools.pool import ToolPool
+from mojax.rollout.tools.result import ToolResult
+
+
+def tool_fn(tool) -> Callable[[str], ToolResult] | None:
+    """``tool.run`` or the callable ``tool`` itself (None for no tool)."""
+    if tool is None:
+        return None
+    run = getattr(tool, "run", None)
+    if callable(run):
+        return run
+    if callable(tool):
+        return tool
+    raise ValueError(f"tool must be callable (text -> ToolResult) or have .run, got {tool!r}")
+
+
+def parse_calls(
+    spec: RolloutSpec, rows: list[Row], tool_rows: list[int], task, counters: collections.Counter
+) -> list[int]:
+    """Ends the tool rows past the turn / call limits; parses the others' calls.
+
+    Returns:
+      The rows whose call is answered (``Row.call``: the parsed input, None when malformed).
+    """
+    answered = []
+    for i in tool_rows:
+        row = rows[i]
+        if len(row.turns) + 1 >= spec.max_turns:
+            row.end("max_turns")
+        elif row.n_calls >= spec.max_tool_calls:
+            row.end("max_tool_calls")
+        else:
+            try:
+                row.call = task.parse_tool_call(row.text)
+            except Exception:  # noqa: BLE001 - a parser bug must not end the rollout
+                counters["parse_exceptions"] += 1
+                row.call = None
+            answered.append(i)
+    return answered
+
+
+class ToolRunner:
+    """Runs a rollout's tool calls on a ``ToolPool`` and hands back each row's result.
+
+    Args:
+      spec: the rollout's settings (``multi_turn``, ``stateful``, ``tool_timeout_s``,
+        ``overlap_tools``).
+      tool: ``text -> ToolResult`` callable or an object with ``.run``; with ``spec.stateful``
+        an object with ``.session()`` (one session per row).
+      pool: the pool to run calls in (default: a private pool of ``min(8, B)`` threads, closed by
+        ``close``).
+      num_rows: B.
+      task_name: for the error when a tool is needed but missing.
+
+    Raises:
+      ValueError: no usable ``tool`` while calls can be answered; ``stateful`` without
+        ``.session()``.
+    """
+
+    def __init__(self, spec: RolloutSpec, tool, pool: ToolPool | None, num_rows: int, task_name):
+        self.fn = tool_fn(tool)
+        if spec.multi_turn and self.fn is None:
+            raise ValueError(f"tool: task {task_name!r} stops at {spec.stop.text!r}")
+        if spec.stateful and not callable(getattr(tool, "session", None)):
+            raise ValueError("stateful=True needs a tool with .session() (e.g. PythonSandbox)")
+        self.sessions = [tool.session() for _ in range(num_rows)] if spec.stateful else None
+        self.own_pool = pool is None and spec.multi_turn
+        if self.own_pool:
+            pool = ToolPool(max_workers=min(8, num_rows), timeout_s=spec.tool_timeout_s)
+        self.pool = pool
+        background = spec.overlap_tools and spec.decode_segment > 0 and spec.multi_turn
+        self._executor = None
+        if background:  # one waiting thread per submitted batch; the pool bounds the work
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=8, thread_name_prefix="mojax-rollout-calls"
+            )
+        self._queued: list[int] = []  # rows whose calls run at the next ``results``
+        self._running: list[tuple[list[int], concurrent.futures.Future]] = []
+
+    def _calls(self, rows: list[Row], ids: list[int]):
+        return [(self.sessions[i].run if self.sessions else self.fn, (rows[i].call,)) for i in ids]
+
+    def submit(self, rows: list[Row], answered: list[int]) -> None:
+        """Hands over the rows whose (well-formed) calls must run; starts them in the
+        background when overlapping, else queues them for ``results``."""
+        ids = [i for i in answered if rows[i].call is not None]
+        if not ids:
+            return
+        if self._executor is None:
+            self._queued += ids
+        else:
+            future = self._executor.submit(self.pool.run, self._calls(rows, ids))
+            self._running.append((ids, future))
+
+    def results(self, rows: list[Row]) -> dict[int, ToolResult]:
+        """Every submitted call's result by row (waits for the ones still running)."""
+        out = {}
+        if self._queued:  # the serial schedule: one batch of the round's calls, in row order
+            ids, self._queued = sorted(self._queued), []
+            out.update(zip(ids, self.pool.run(self._calls(rows, ids)), strict=True))
+        for ids, future in self._running:
+            out.update(zip(ids, future.result(), strict=True))
+        self._running = []
+        return out
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self.own_pool:
+            self.pool.close()
+
+
+def observations(
+    spec: RolloutSpec,
+    rows: list[Row],
+    results: dict[int, ToolResult],
+    tokenizer,
+    task,
+    counters: collections.Counter,
+) -> dict[int, tuple[list[int], dict]]:
+    """Observation tokens and ``Turn`` fields of every row waiting on a call, in row order.
+
+    A row whose observation and one more token do not fit in its response buffer ends with
+    ``budget`` (its call did run: ``executed=False`` records that nothing was appended).
+
+    Returns:
+      ``{row: (observation ids, Turn fields)}`` for the rows to resume.
+    """
+    obs = {}
+    for i, row in enumerate(rows):
+        if row.waiting != WAIT_TOOL:
+            continue
+        if row.call is None:
+            counters["malformed"] += 1
+            message = malformed_message(spec.stop.text)  # shown as is (no error line)
+            result = ToolResult(output=message, error=message, exit_reason="error")
+            exit_reason = "malformed"
+        else:
+            result = results[i]
+            exit_reason = result.exit_reason
+            counters["tool_calls_run"] += 1
+            counters[f"exit/{exit_reason}"] += 1
+            counters["tool_errors"] += result.error is not None
+            counters["timeouts"] += bool(result.timed_out)
+            counters["output_truncated"] += bool(result.truncated)
+        ids, cut = encode_observation(tokenizer, task, result.observation, spec.max_obs_tokens)
+        counters["obs_truncated"] += cut
+        fields = dict(
+            call=row.call,
+            malformed=row.call is None,
+            observation=decode_ids(tokenizer, ids),
+            tool_output=result.observation,
+            obs_tokens=len(ids),
+            obs_truncated=cut,
+            exit_reason=exit_reason,
+            error=result.error,
+            timed_out=bool(result.timed_out),
+            output_truncated=bool(result.truncated),
+            duration_s=float(result.duration_s),
+        )
+        if row.length + len(ids) + 1 > spec.max_response_len:  # no room for it and one token
+            row.end("budget", executed=False, **fields)
+            continue
+        obs[i] = (ids, fields)
+    return obs
