@@ -1,19 +1,19 @@
 """Forward and forward+backward tokens/s of the mojax Qwen vs transformers' PyTorch (eager mode).
 
 Both run the same ~48M-parameter Qwen3-shaped config (``bench-qwen3-50m``: E=512, F=1536, L=10,
-H=8, K=4, D=64, V=32000, tied) on the same random weights and batch (default 8 x 256 tokens),
-side by side in one run (each timing in a fresh process, frameworks alternating), fp32 on CPU.
-Forward = logits; forward+backward = mean next-token cross-entropy and the gradient of every
-parameter. Prints tokens/s and the mojax / torch ratio
-(target >= 1.5x for fwd+bwd).
+H=8, K=4, D=64, V=32000, tied) on the same random weights (one checkpoint) and batch (default
+8 x 256 tokens), fp32 on CPU. Forward = logits; forward+backward = mean next-token cross-entropy
+and the gradient of every parameter. Every side (torch eager, mojax with unrolled layers, mojax
+with scanned layers) runs in its own process, sides alternating (A B C, C B A, ...) for
+``--rounds`` rounds (>= 3; ``benchmarks/_harness.py``); each worker keeps the min of ``--iters``
+calls after a warm-up. The script refuses to start when the 1-minute load average exceeds the core
+count (``--force`` overrides, loudly). Printed: min / median / max of each side and of the ratio
+torch / mojax (> 1: mojax faster; issue 17 target for fwd+bwd: >= 1.0x).
 
-Run: ``python benchmarks/model.py [--batch 8 --seq 256 --rounds 2 --iters 2] [--threads 1]``.
-
-Measured on the shared 2-core AVX-512 CI box (load average 4-8 from other jobs), 8 x 256 tokens:
-default threads: fwd 3.1x, fwd+bwd 1.9x (unrolled) / 1.75x (scan) torch; but torch's OpenMP pool
-degrades badly when its threads are descheduled on a busy machine, and with ``--threads 1`` (like
-for like, no contention effect) mojax is 0.94x fwd and 0.72x (unrolled) / 0.78x (scan) fwd+bwd:
-XLA's CPU GEMMs are ~15% slower than torch's MKL/oneDNN ones and the backward has extra copies.
+Run: ``python benchmarks/model.py [--batch 8 --seq 256 --rounds 3 --iters 3] [--threads N]``;
+smoke test: ``python benchmarks/model.py --variant tiny-qwen3 --batch 2 --seq 16 --force``.
+``--threads N`` gives both frameworks N threads (OMP/MKL for torch, XLA's intra-op pool for jax);
+0 keeps each framework's default.
 """
 
 from __future__ import annotations
@@ -24,19 +24,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def _best(fn, iters: int) -> float:
-    fn()  # warm-up (compilation for jax)
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+import _harness  # noqa: E402
 
 
 def torch_steps(ckpt, tokens_np, attn):
@@ -96,83 +87,81 @@ def mojax_steps(ckpt, tokens_np, scan_layers):
     )
 
 
-def worker(impl: str, ckpt: str, batch: int, seq: int, iters: int, torch_attn: str) -> None:
-    """Times one implementation in this (fresh) process and prints a JSON line."""
+def worker(impl: str, args) -> None:
+    """Times one implementation in this (fresh) process and prints its result line."""
     import numpy as np
 
     import mojax.models as mm
 
-    config = mm.QwenConfig.from_hf(ckpt)
-    tokens = np.random.RandomState(0).randint(0, config.vocab_size, (batch, seq))
+    config = mm.QwenConfig.from_hf(args.ckpt)
+    tokens = np.random.RandomState(0).randint(0, config.vocab_size, (args.batch, args.seq))
     if impl == "torch-eager":
-        fwd, fwd_bwd = torch_steps(ckpt, tokens, torch_attn)
+        fwd, fwd_bwd = torch_steps(args.ckpt, tokens, args.torch_attn)
     else:
-        fwd, fwd_bwd = mojax_steps(ckpt, tokens, scan_layers=impl == "mojax-scan")
-    print(json.dumps({"impl": impl, "fwd": _best(fwd, iters), "fwd_bwd": _best(fwd_bwd, iters)}))
+        fwd, fwd_bwd = mojax_steps(args.ckpt, tokens, scan_layers=impl == "mojax-scan")
+    _harness.emit(
+        {
+            "fwd": _harness.time_calls(fwd, args.iters),
+            "fwd_bwd": _harness.time_calls(fwd_bwd, args.iters),
+        }
+    )
+
+
+def _thread_env(threads: int) -> dict:
+    env = {"JAX_PLATFORMS": "cpu"}
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+        env["XLA_FLAGS"] = (
+            os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={threads > 1}"
+            f" intra_op_parallelism_threads={threads}"
+        )
+    return env
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    _harness.add_args(parser)
     parser.add_argument("--variant", default="bench-qwen3-50m")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--iters", type=int, default=2, help="timed calls per worker process")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating worker rounds")
+    parser.add_argument("--iters", type=int, default=3, help="timed calls per worker (min kept)")
     parser.add_argument("--layouts", default="unrolled,scan", help="mojax layer layouts to time")
     parser.add_argument("--torch-attn", default="sdpa", help="transformers attn_implementation")
     parser.add_argument(
-        "--threads", type=int, default=0,
-        help="CPU threads per framework (0 = each framework's default). On a shared, busy machine "
-        "use 1: torch's OpenMP pool collapses when its threads are descheduled.",
-    )  # fmt: skip
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+        "--threads", type=int, default=0, help="threads per framework (0 = default)"
+    )
     parser.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker(args.worker, args.ckpt, args.batch, args.seq, args.iters, args.torch_attn)
-
-    import jax
-    import torch
+        return worker(args.worker, args)
+    print(_harness.machine_info())
+    _harness.check_load(args.force, args.rounds)
 
     import mojax.models as mm
 
     config = mm.get_variant(args.variant)
     n_tokens = args.batch * args.seq
-    print(f"config {args.variant}: {config.num_params() / 1e6:.1f}M params, "
-          f"batch {args.batch}x{args.seq}, jax {jax.__version__} (cpu), torch {torch.__version__} "
-          f"(attn={args.torch_attn}), fp32, {os.cpu_count()} cpus")  # fmt: skip
-
-    # one set of weights: random mojax init -> HF checkpoint -> both frameworks
-    ckpt = tempfile.mkdtemp()
-    mm.save_pretrained(mm.from_pretrained(args.variant, seed=0), ckpt)
-    impls = ["torch-eager"] + [f"mojax-{layout}" for layout in args.layouts.split(",")]
-    best = {impl: [float("inf"), float("inf")] for impl in impls}
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    if args.threads:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
-        env["XLA_FLAGS"] = (
-            env.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={args.threads > 1}"
-            f" intra_op_parallelism_threads={args.threads}"
-        )
-    env["PYTHONPATH"] = _REPO + os.pathsep + env.get("PYTHONPATH", "")
-    for _ in range(args.rounds):
-        for impl in impls:  # each in a fresh process: no thread pools left spinning by the other
-            cmd = [sys.executable, __file__, "--worker", impl, "--ckpt", ckpt]
-            cmd += ["--batch", str(args.batch), "--seq", str(args.seq), "--iters", str(args.iters)]
-            cmd += ["--torch-attn", args.torch_attn]
-            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-            res = json.loads(out.stdout.strip().splitlines()[-1])
-            best[impl] = [min(best[impl][0], res["fwd"]), min(best[impl][1], res["fwd_bwd"])]
-
-    threads = args.threads or "default"
-    print(f"best of {args.rounds} rounds x {args.iters} calls, each framework in its own process, "
-          f"threads={threads}")  # fmt: skip
-    print(f"{'impl':<16}{'fwd tok/s':>12}{'fwd+bwd tok/s':>16}{'fwd ratio':>12}{'f+b ratio':>12}")
-    tf, tb = best["torch-eager"]
-    for impl, (f, b) in best.items():
-        print(
-            f"{impl:<16}{n_tokens / f:>12.0f}{n_tokens / b:>16.0f}{tf / f:>11.2f}x{tb / b:>11.2f}x"
-        )
+    print(f"config {args.variant}: {config.num_params() / 1e6:.1f}M params, batch "
+          f"{args.batch}x{args.seq}, torch attn={args.torch_attn}, fp32, "
+          f"threads={args.threads or 'default'}")  # fmt: skip
+    env = _harness.worker_env(_thread_env(args.threads))
+    with tempfile.TemporaryDirectory() as ckpt:
+        # one set of weights: random mojax init -> HF checkpoint -> both frameworks
+        prep = "import sys, mojax.models as mm; mm.save_pretrained(mm.from_pretrained(sys.argv[1], seed=0), sys.argv[2])"
+        subprocess.run([sys.executable, "-c", prep, args.variant, ckpt], env=env, check=True)
+        argv = ["--ckpt", ckpt, "--batch", str(args.batch), "--seq", str(args.seq),
+                "--iters", str(args.iters), "--torch-attn", args.torch_attn]  # fmt: skip
+        sides = {"torch-eager": argv}
+        sides.update({f"mojax-{layout}": argv for layout in args.layouts.split(",")})
+        runs = _harness.alternate(__file__, sides, args.rounds, env)
+    subjects = [s for s in sides if s != "torch-eager"]
+    for metric, target in (("fwd", None), ("fwd_bwd", 1.0)):
+        _harness.report(f"{metric} ({n_tokens} tokens)", runs, metric, "torch-eager", subjects,
+                        target=target)  # fmt: skip
+        for side, res in runs.items():
+            lo, med, hi = _harness.spread([n_tokens / r[metric] for r in res])
+            print(f"  {side} tokens/s: min {lo:.0f} median {med:.0f} max {hi:.0f}")
+    print(json.dumps({"runs": runs}))
 
 
 if __name__ == "__main__":
