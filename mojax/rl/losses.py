@@ -225,15 +225,7 @@ def ppo_clip_loss(
       clip_frac_low, clip_frac_high, dual_clip_frac, approx_kl, ratio_mean, ratio_min,
       ratio_max`` (token means over the loss mask; ``pg_loss``/``kl``/``entropy`` use ``agg``).
     """
-    if logprobs.shape != old_logprobs.shape or logprobs.shape != loss_mask.shape:
-        raise ValueError(
-            "logprobs, old_logprobs and loss_mask must share the shape [B, T]; got "
-            f"{logprobs.shape}, {old_logprobs.shape}, {loss_mask.shape}"
-        )
-    if advantages.shape not in (logprobs.shape, logprobs.shape[:1]):
-        raise ValueError(
-            f"advantages must be [B, T] or [B] for logprobs {logprobs.shape}; got {advantages.shape}"
-        )
+    _check_loss_inputs(logprobs, old_logprobs, advantages, loss_mask)
     if kl_coef != 0.0 and ref_logprobs is None:
         raise ValueError("kl_coef != 0 needs ref_logprobs (log-probs under the frozen reference)")
     if entropy_coef != 0.0 and entropy is None:
@@ -264,14 +256,31 @@ def ppo_clip_loss(
         metrics["entropy"] = jnp.sum(w * entropy)
         if entropy_coef != 0.0:
             token_loss = token_loss - entropy_coef * entropy
-    loss = jnp.sum(w * token_loss)
+    metrics.update(_ratio_metrics(terms, loss_mask))
+    return jnp.sum(w * token_loss), metrics
+
+
+def _check_loss_inputs(logprobs, old_logprobs, advantages, loss_mask) -> None:
+    if logprobs.shape != old_logprobs.shape or logprobs.shape != loss_mask.shape:
+        raise ValueError(
+            "logprobs, old_logprobs and loss_mask must share the shape [B, T]; got "
+            f"{logprobs.shape}, {old_logprobs.shape}, {loss_mask.shape}"
+        )
+    if advantages.shape not in (logprobs.shape, logprobs.shape[:1]):
+        raise ValueError(
+            f"advantages must be [B, T] or [B] for logprobs {logprobs.shape}; got {advantages.shape}"
+        )
+
+
+def _ratio_metrics(terms: dict[str, jax.Array], loss_mask: jax.Array) -> dict[str, jax.Array]:
+    """Token means over the loss mask of the clip indicators, approx KL and the ratio."""
     m = loss_mask.astype(bool)
     n = jnp.maximum(m.sum(), 1).astype(jnp.float32)
 
     def mean(x):
         return jnp.sum(jnp.where(m, x, 0.0)) / n
 
-    metrics.update(
+    return dict(
         clip_frac_low=mean(terms["clipped_low"].astype(jnp.float32)),
         clip_frac_high=mean(terms["clipped_high"].astype(jnp.float32)),
         dual_clip_frac=mean(terms["dual_clipped"].astype(jnp.float32)),
@@ -280,7 +289,6 @@ def ppo_clip_loss(
         ratio_min=jnp.min(jnp.where(m, terms["ratio"], jnp.inf)),
         ratio_max=jnp.max(jnp.where(m, terms["ratio"], -jnp.inf)),
     )
-    return loss, metrics
 
 
 def sft_loss(
