@@ -1,0 +1,79 @@
+"""``mojax.preemption``: SIGTERM / SIGINT become a flag polled once per step; the previous handlers
+come back on exit; a second signal stops at once; exit codes are 128 + the signal number.
+
+The end-to-end behaviour (a SIGTERMed run checkpoints, exits 143 and resumes to the uninterrupted
+result) is ``tests/test_e2e.py::test_sigterm_checkpoints_exits_143_and_resumes_identical``.
+"""
+
+import os
+import signal
+import threading
+
+import pytest
+
+from mojax.preemption import Preempted, Preemption
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_sets_the_flag_and_handlers_are_restored(sig, capfd):
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    with Preemption() as stop:
+        assert stop.requested() == 0
+        os.kill(os.getpid(), sig)  # delivered to this (main) thread before the next bytecode
+        assert stop.requested() == sig
+        assert stop.requested() == sig  # stays set
+    assert {s: signal.getsignal(s) for s in before} == before
+    err = capfd.readouterr().err
+    name = signal.Signals(sig).name
+    assert f"mojax: got {name}; finishing the current step, then saving a checkpoint" in err
+
+
+def test_second_sigint_stops_at_once_with_the_previous_handler():
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with Preemption() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stop.requested() == signal.SIGINT
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(1000):  # give the interpreter a bytecode boundary to run the handler
+                pass
+        # the handler put the previous ones back before raising
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_second_sigterm_with_a_custom_previous_handler_calls_it():
+    got = []
+    previous = signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    try:
+        with Preemption() as stop:
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert stop.requested() == signal.SIGTERM and got == []
+            os.kill(os.getpid(), signal.SIGTERM)
+            assert got == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_outside_the_main_thread_install_is_a_noop():
+    result = {}
+
+    def body():
+        with Preemption() as stop:
+            result["installed"] = dict(stop._previous)
+
+    before = signal.getsignal(signal.SIGTERM)
+    t = threading.Thread(target=body)
+    t.start()
+    t.join()
+    assert result["installed"] == {} and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_preempted_exit_codes_and_message():
+    e = Preempted(signal.SIGTERM, 7, "/w/checkpoints/7")
+    assert e.exit_code == 143
+    assert str(e) == (
+        "stopped by SIGTERM after RL step 7; checkpoint saved in /w/checkpoints/7. "
+        "Rerun the same command to resume."
+    )
+    assert Preempted(signal.SIGINT, 0, "/w/checkpoints/0").exit_code == 130
