@@ -206,4 +206,11 @@ class WandbBackend:
         self.run.log(data)
 
     def close(self) -> None:
+        """Finishes the run; when no other W&B run is active, also stops the W&B service, which
+        is what waits until everything is written (without it, an offline run file can still be
+        incomplete for a moment after ``finish`` returns)."""
+        import wandb
+
         self.run.finish()
+        if wandb.run is None:
+            wandb.teardown()
