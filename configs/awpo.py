@@ -1,4 +1,4 @@
-"""AWPO (001): variance-aware gating of a judge's reasoning reward, difficulty weights and the dynamic
+"""AWPO (arXiv:2512.19126): variance-aware gating of a judge's reasoning reward, difficulty weights and the dynamic
 clip radius (Eqs. 25–30), on ToolRL function calling with ``(R_out, R_reason)``.
 
 The tiny default trains on the real ToolRL test split in ``../shared/data/toolrl`` (80 prompts, the
@@ -6,7 +6,7 @@ real Qwen2 tokenizer) with the offline overlap judge; point ``judge.kind=http`` 
 for the paper's setting::
 
     python -m mojax.main --config=configs/awpo.py
-    python -m mojax.main --config=configs/awpo.py:model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet \
+    python -m mojax.main --config=configs/awpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet \
       --config.judge.kind=http --config.judge.url=http://judge:8000 --config.judge.model=Qwen3-235B-A22B
 """
 
@@ -21,7 +21,7 @@ def get_config(arg=None):
     if not a.train_path:
         a.train_path = defaults.shared_data("toolrl", "test.parquet")
     c = defaults.base_config()
-    paper = defaults.apply_common_args(c, a)
+    defaults.apply_common_args(c, a)
     c.task.kwargs = dict(mode="awpo", matching="optimal")
     c.estimator = "awpo"
     # R_max = the theoretical maximum of R_out (format 1 + execution 1)
@@ -36,11 +36,16 @@ def get_config(arg=None):
         clip_max=0.2,
     )
     c.judge.kind = "overlap"
-    if not paper:
+    if a.paper:  # the paper gives no batch numbers: the shared paper-scale shapes, lr 1e-6
+        defaults.paper_lengths(c)
+        c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
+        c.rollout.prompts_per_step, c.rollout.num_samples = 128, 8
+        c.steps = a.steps or 300
+    else:
         c.task.num_eval = 8
         c.rollout.prompts_per_step = 4
         c.rollout.num_samples = 4
         c.rollout.max_new_tokens = c.rollout.max_response_len = 32
         c.eval.ks = (1,)
-    defaults.tiny_schedule(c, paper, a.steps, steps=4)
+        defaults.tiny_schedule(c, a.steps, steps=4)
     return c.lock()

@@ -10,12 +10,19 @@ from mojax import defaults
 def get_config(arg=None):
     a = defaults.parse_arg(arg, **defaults.COMMON_ARGS)
     c = defaults.base_config()
-    paper = defaults.apply_common_args(c, a)
+    defaults.apply_common_args(c, a)
     c.estimator = "grpo"
     c.advantage = dict(weights=(0.6, 0.4))
     c.ppo.agg = "token-mean"
     c.ppo.clip_low, c.ppo.clip_high = 0.2, 0.28
     c.dapo.dynamic_sampling = True
-    c.dapo.overlong_buffer = 512 if paper else 8
-    defaults.tiny_schedule(c, paper, a.steps)
+    if a.paper:  # DAPO's recipe as ParetoPO uses it: lr 1e-6, 8 samples, 512-token overlong buffer
+        defaults.paper_lengths(c)
+        c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
+        c.rollout.prompts_per_step, c.rollout.num_samples = 1024, 8
+        c.dapo.overlong_buffer = 512
+        c.steps = a.steps or 300
+    else:
+        c.dapo.overlong_buffer = 8
+        defaults.tiny_schedule(c, a.steps)
     return c.lock()

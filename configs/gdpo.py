@@ -10,8 +10,14 @@ from mojax import defaults
 def get_config(arg=None):
     a = defaults.parse_arg(arg, **defaults.COMMON_ARGS, batch_norm="sample")
     c = defaults.base_config()
-    paper = defaults.apply_common_args(c, a)
+    defaults.apply_common_args(c, a)
     c.estimator = "gdpo"
     c.advantage = dict(weights=(0.6, 0.4), batch_norm=a.batch_norm)
-    defaults.tiny_schedule(c, paper, a.steps)
+    if a.paper:  # the ParetoPO paper's baseline recipe (arXiv:2606.16111, Sec. 4.1)
+        defaults.paper_lengths(c)
+        c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
+        c.rollout.prompts_per_step, c.rollout.num_samples = 1024, 8
+        c.steps = a.steps or 300
+    else:
+        defaults.tiny_schedule(c, a.steps)
     return c.lock()

@@ -10,12 +10,17 @@ real calculator calls, on a 2-core CPU in minutes::
 Paper scale (ToRL math with the sandboxed Python tool; Search-R1 QA with retrieval)::
 
     python -m mojax.main --workdir=/runs/paretopo_math \
-      --config=configs/paretopo.py:model=qwen2.5-math-1.5b,task=math,checkpoint=/ckpt/Qwen2.5-Math-1.5B,train_path=/data/torl/train.parquet,eval_path=/data/math500.jsonl
+      --config=configs/paretopo.py:paper=true,model=qwen2.5-math-1.5b,task=math,checkpoint=/ckpt/Qwen2.5-Math-1.5B,train_path=/data/torl/train.parquet,eval_path=/data/math500.jsonl
     python -m mojax.main --workdir=/runs/paretopo_qa \
-      --config=configs/paretopo.py:model=qwen2.5-3b,task=qa,checkpoint=/ckpt/Qwen2.5-3B,train_path=/data/nq_hotpotqa_train.parquet \
+      --config=configs/paretopo.py:paper=true,model=qwen2.5-3b,task=qa,checkpoint=/ckpt/Qwen2.5-3B,train_path=/data/nq_hotpotqa_train.parquet \
       --config.rollout.retrieval_url=http://127.0.0.1:8000
-    python -m mojax.main --config=configs/paretopo.py:model=qwen2.5-math-1.5b,task=math,data=2,fsdp=4 \
+    python -m mojax.main --config=configs/paretopo.py:paper=true,model=qwen2.5-math-1.5b,task=math,data=2,fsdp=4 \
       --config.dry_run=true   # shapes, shardings and memory per device, nothing allocated
+
+``paper=true`` is the paper's recipe (ParetoPO, arXiv:2606.16111, Sec. 4.1): lr 1e-6, batch 1024 prompts
+x 8 samples, DAPO strategies (token-mean, clip-higher, dynamic sampling, 512-token overlong buffer),
+Stage 1 for one epoch (``stage1_steps=-1``: ``ceil(len(train) / prompts_per_step)``, resolved when the
+data is loaded), then Stage 2; alpha 0.7, gamma 0.5, beta 0.5, w = (0.6, 0.4).
 """
 
 from mojax import defaults
@@ -23,13 +28,13 @@ from mojax import defaults
 
 def get_config(arg=None):
     a = defaults.parse_arg(
-        arg, **defaults.COMMON_ARGS, stage1_steps=-1, mode="global", normalize="zscore"
+        arg, **defaults.COMMON_ARGS, stage1_steps=-2, mode="global", normalize="zscore"
     )
     c = defaults.base_config()
-    paper = defaults.apply_common_args(c, a)
+    defaults.apply_common_args(c, a)
     c.estimator = "pareto_rank"
-    # 000 Eqs. 7-9. The paper's Theorem 3.5 form ("none") gives every sample a positive advantage
-    # (A >= 1 - beta/2); ParetoPO then runs GRPO on it (000 Sec. 4.1), i.e. the rank advantages are
+    # Eqs. 7-9. The paper's Theorem 3.5 form ("none") gives every sample a positive advantage
+    # (A >= 1 - beta/2); ParetoPO then runs GRPO on it (Sec. 4.1), i.e. the rank advantages are
     # group-normalised: "zscore". Without it, token-mean PPO reinforces every sampled response and
     # the policy sharpens on its most frequent behaviour instead of the Pareto ranking.
     c.advantage = dict(weights=(0.6, 0.4), beta=0.5, normalize=a.normalize)
@@ -38,20 +43,21 @@ def get_config(arg=None):
     c.paretopo.mode = a.mode
     c.paretopo.gamma = 0.5
     c.tool_reward.alpha = 0.7
-    # DAPO strategies (000 Sec. 4.1): token-mean loss, clip-higher, dynamic sampling
+    # DAPO strategies (Sec. 4.1): token-mean loss, clip-higher, dynamic sampling
     c.ppo.agg = "token-mean"
     c.ppo.clip_low, c.ppo.clip_high = 0.2, 0.28
     c.dapo.dynamic_sampling = True
-    if paper:
-        c.steps = a.steps or 300
-        c.paretopo.stage1_steps = 100  # "one epoch": set to len(train) / prompts_per_step
+    if a.paper:
+        defaults.paper_lengths(c)
+        c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
+        c.rollout.prompts_per_step, c.rollout.num_samples = 1024, 8
+        c.paretopo.stage1_steps = -1  # one epoch
         c.dapo.overlong_buffer = 512
+        c.steps = a.steps or 300
     else:
-        c.steps = a.steps or 40
-        c.sft.steps = 500
+        defaults.tiny_schedule(c, a.steps)
         c.paretopo.stage1_steps = 10
         c.paretopo.validate_every = 2
-        c.eval_every = 10
-    if a.stage1_steps >= 0:
+    if a.stage1_steps != -2:  # -2: the recipe's; -1: one epoch; N: N steps
         c.paretopo.stage1_steps = a.stage1_steps
     return c.lock()

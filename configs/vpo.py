@@ -1,9 +1,13 @@
-"""VPO (003): S answers per completion scored by a Dirichlet-scalarized set maximum (Eq. 1), on the
+"""VPO (Vector Policy Optimization, arXiv:2605.22817): S answers per completion scored by a Dirichlet-scalarized set maximum (Eq. 1), on the
 maze (App. A.1); best@k and reward-space diversity in evaluation::
 
     python -m mojax.main --config=configs/vpo.py                      # tiny maze run, S = 2 routes
     python -m mojax.main --config=configs/vpo.py:estimator=multi_rlvr # Multi-RLVR baseline (fixed w*)
-    python -m mojax.main --config=configs/vpo.py:model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B,answers=4
+    python -m mojax.main --config=configs/vpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B
+
+``paper=true`` is the paper's recipe: m = 3 answers per completion, clip 0.2 with dual clip c = 3, a k3
+KL term of 1e-3, lr 1e-6 (App. B: 128 prompts x 8 rollouts, mini-batches of 64); evaluation samples 10 chains x m answers at temperature 0.7 and reports
+best@k for k in {1, 3, 5, 10, pool} (k counts answers).
 """
 
 from mojax import defaults
@@ -11,15 +15,27 @@ from mojax import defaults
 
 def get_config(arg=None):
     args = dict(defaults.COMMON_ARGS, task="maze")
-    a = defaults.parse_arg(arg, **args, answers=2, estimator="vpo")
+    a = defaults.parse_arg(arg, **args, answers=0, estimator="vpo")
     if a.estimator not in ("vpo", "multi_rlvr"):
         raise ValueError(f"configs/vpo.py: estimator={a.estimator!r} is not 'vpo' or 'multi_rlvr'")
     c = defaults.base_config()
-    paper = defaults.apply_common_args(c, a)
-    c.task.num_answers = a.answers
+    defaults.apply_common_args(c, a)
+    c.task.num_answers = a.answers or (3 if a.paper else 2)
     c.estimator = a.estimator
     c.advantage = dict(num_weights=100, alpha=1.0) if a.estimator == "vpo" else {}
-    if not paper:
+    if a.paper:
+        defaults.paper_lengths(c)
+        c.ppo.clip_low = c.ppo.clip_high = 0.2
+        c.ppo.dual_clip, c.ppo.kl_coef, c.ppo.kl_type = 3.0, 1e-3, "k3"
+        c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
+        c.rollout.prompts_per_step, c.rollout.num_samples = 128, 8  # App. B, Qwen <= 4B
+        c.ppo.num_minibatches = 2  # mini-batch 64 of 128 prompts
+        c.model.param_dtype = "float32"  # bf16 compute, fp32 params (App. B)
+        pool = 10 * c.task.num_answers
+        c.eval.num_samples, c.eval.temperature = 10, 0.7
+        c.eval.ks = tuple(k for k in (1, 3, 5, 10) if k < pool) + (pool,)
+        c.steps = a.steps or 300
+    else:
         c.tokenizer.path = "build"  # a small vocabulary trained on the maze prompts
         c.model.overrides = dict(defaults.TINY_CALC_MODEL, max_position_embeddings=2048)
         c.task.num_train, c.task.num_eval = 64, 4
@@ -27,5 +43,5 @@ def get_config(arg=None):
         c.rollout.max_new_tokens = c.rollout.max_response_len = 32
         c.eval.num_samples, c.eval.temperature, c.eval.ks = 2, 1.0, (1, 2, 3)
         c.tokenizer.vocab_size = 256
-    defaults.tiny_schedule(c, paper, a.steps, steps=4)
+        defaults.tiny_schedule(c, a.steps, steps=4)
     return c.lock()

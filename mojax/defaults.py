@@ -64,6 +64,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval_every = 10  # validation every N RL steps (ParetoPO Stage 1 overrides with its own)
     c.log_every = 1
     c.transcripts_per_step = 4  # sampled transcripts written to transcripts.jsonl per logged step
+    # rerunning a workdir (mojax.workdir): "" resumes only if its config.json matches (up to
+    # steps / eval / checkpoint cadence), "force" resumes under this config anyway, "new" moves the
+    # old workdir to <workdir>.old-<n> and starts from scratch
+    c.resume = ""
 
     c.model = ml_collections.ConfigDict()
     c.model.variant = "tiny-qwen3"  # a mojax.models.VARIANTS name (random init) ...
@@ -143,6 +147,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.ppo.shuffle = True
     c.ppo.logprob_chunk = ml_collections.FieldReference(None, field_type=int)
     c.ppo.log_entropy = True
+    c.ppo.ratio_level = "token"  # "token" | "sequence" (AWPO Eq. 30)
+    c.ppo.num_seqs = ml_collections.FieldReference(None, field_type=int)  # seq-mean constant N
 
     c.optimizer = ml_collections.ConfigDict()
     c.optimizer.learning_rate = 1e-4
@@ -169,7 +175,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.eval = ml_collections.ConfigDict()
     c.eval.num_samples = 1  # samples per problem (best@k / pass@k need k <= this)
     c.eval.temperature = 0.0  # 0 = greedy
-    c.eval.ks = (1, 3, 5, 10, 30)
+    c.eval.ks = (1,)  # best@k / pass@k budgets (each k <= num_samples x answers)
     c.eval.checkpoint = ""  # mode=eval: an HF dir, or "" = the workdir's latest checkpoint
     c.eval.split = "test"
 
@@ -207,18 +213,21 @@ COMMON_ARGS = dict(
     eval_path="",
     sft_path="",
     steps=0,  # 0 = the config's default
+    paper=False,  # the paper's training recipe (each config lists the keys it sets)
     data=-1,  # mesh axes
     fsdp=1,
     tensor=1,
 )
 
 
-def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> bool:
+def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
     """Applies the arguments every method config accepts (``COMMON_ARGS``) to config ``c``.
 
-    ``model=tiny`` keeps the embedded tiny run; any other model switches to the paper-scale recipe
-    (checkpoint's tokenizer, bf16, lr 1e-6, 8 samples per prompt, longer responses). Returns True for
-    the paper-scale recipe, so the method config can add its paper's own hyperparameters.
+    Sets the task and its data paths, the mesh, ``steps`` and the model. ``model=tiny`` is the
+    embedded tiny run. Any other model sets only how that model executes: its variant and checkpoint,
+    the checkpoint's tokenizer, bf16 params / compute / KV cache, full remat, log-probs in chunks of
+    512 positions and no SFT warm start. The training recipe of ``paper=true`` is set by each method
+    config itself (``paper_lengths`` for the shared long-context shapes).
     """
     c.task.name = a.task
     c.task.train_path, c.task.eval_path = a.train_path, a.eval_path
@@ -230,7 +239,6 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
         # easy = the 100 single-digit sums, known facts in every split: a tiny model can answer them
         # mentally, so calling the calculator there is pure cost (the trade-off ParetoPO learns)
         c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": True, "easy_ops": "+"})
-    if a.task == "calculator":
         # held-out accuracy and tool calls as avg@4 of the sampling policy (the RL objective's
         # policy; greedy decoding of a tiny model hides its uncertainty behind the argmax)
         c.eval.temperature, c.eval.num_samples, c.eval.ks = 1.0, 4, (1, 2, 4)
@@ -244,40 +252,40 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
             c.model.overrides.tie_word_embeddings = True
             c.ppo.logprob_chunk = 64  # never materialise [B, T, 151936] logits at once
             c.sft.steps = 0
-        return False
+        return
     c.model.variant = a.model
     c.model.checkpoint = a.checkpoint
     c.tokenizer.path = "" if a.checkpoint else c.tokenizer.path
-    c.model.dtype = c.model.param_dtype = "bfloat16"
-    c.model.cache_dtype = "bfloat16"
+    c.model.dtype = c.model.param_dtype = c.model.cache_dtype = "bfloat16"
     c.model.remat = "full"
-    c.sft.steps = 0
-    c.rollout.prompts_per_step = 128
-    c.rollout.num_samples = 8
-    c.rollout.max_new_tokens = 1024
-    c.rollout.max_response_len = 3072
-    c.rollout.max_turns = 4
-    c.rollout.max_tool_calls = 3
-    c.rollout.temperature = 1.0
-    c.optimizer.learning_rate = 1e-6
-    c.optimizer.weight_decay = 0.01
-    c.ppo.num_minibatches = 4
-    c.ppo.num_microbatches = 8
     c.ppo.logprob_chunk = 512
+    c.sft.steps = 0
+
+
+def paper_lengths(c: ml_collections.ConfigDict) -> None:
+    """The long-context shapes and cadence shared by the paper recipes: multi-turn responses of up to
+    3072 tokens (1024 per turn, 4 turns, 3 tool calls), updates in 4 mini-batches of 8 micro-batches,
+    500 held-out problems, evaluation and checkpoints every 20 steps."""
+    c.rollout.max_new_tokens, c.rollout.max_response_len = 1024, 3072
+    c.rollout.max_turns, c.rollout.max_tool_calls = 4, 3
+    c.ppo.num_minibatches, c.ppo.num_microbatches = 4, 8
     c.task.num_eval = 500
-    c.eval_every = 20
-    c.checkpoint_every = 20
-    return True
+    c.eval_every = c.checkpoint_every = 20
 
 
 def _shared_tokenizer() -> str:
-    """The real Qwen2 tokenizer of the shared assets (``$MOJAX_SHARED_DIR`` or ``../shared``)."""
+    """The real Qwen2 tokenizer of the shared assets: ``$MOJAX_SHARED_DIR/assets/qwen2-tokenizer``.
+
+    Without ``MOJAX_SHARED_DIR`` the shared folder is ``shared/`` beside the checkout
+    (``mojax.tasks.data.shared_dir``); set the variable when it lives elsewhere. Nothing is read
+    here: a missing tokenizer is reported when the run loads it, naming ``MOJAX_SHARED_DIR`` and its
+    value (``mojax.rl.builders.build_tokenizer``).
+    """
     import os
 
-    root = os.environ.get("MOJAX_SHARED_DIR") or os.path.join(
-        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "shared"
-    )
-    return os.path.join(root, "assets", "qwen2-tokenizer")
+    from mojax.tasks import data
+
+    return os.path.join(data.shared_dir(), "assets", "qwen2-tokenizer")
 
 
 def shared_data(*parts: str) -> str:
@@ -287,12 +295,9 @@ def shared_data(*parts: str) -> str:
     return os.path.join(os.path.dirname(_shared_tokenizer()), "..", "data", *parts)
 
 
-def tiny_schedule(c: ml_collections.ConfigDict, paper: bool, steps_arg: int, steps: int = 40):
-    """Run length of the method configs: the tiny calculator recipe (SFT warm start + ``steps`` RL
-    steps, evaluation every 10) unless the paper-scale recipe is selected."""
-    if paper:
-        c.steps = steps_arg or 300
-        return
+def tiny_schedule(c: ml_collections.ConfigDict, steps_arg: int, steps: int = 40) -> None:
+    """Run length of the tiny recipe: ``steps`` RL steps (or the ``steps=`` argument), evaluation
+    every 10, and on the calculator a 500-step SFT warm start on mixed demonstrations."""
     c.steps = steps_arg or steps
     if c.task.name == "calculator":
         c.sft.steps = 500

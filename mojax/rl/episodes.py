@@ -36,6 +36,7 @@ class Episodes:
     set_valid: np.ndarray | None = None  # [P, G, S]
     kept: np.ndarray | None = None  # bool [P]: DAPO dynamic sampling's keep decision (None = all)
     advantages: np.ndarray | None = None  # float32 [P, G], once computed (for transcripts)
+    reason_valid: np.ndarray | None = None  # bool [P, G]: AWPO judge scored the sample
 
     @property
     def train_mask(self) -> np.ndarray:
@@ -154,9 +155,9 @@ class EpisodeRunner:
             prompts_text=prompts_text,
             stats=stats,
         )
-        return Episodes(
-            examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics
-        ), rb.tracker
+        eps = Episodes(examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics)
+        eps.reason_valid = rb.reason_valid
+        return eps, rb.tracker
 
 
 def rollout_metrics(eps: Episodes) -> dict[str, float]:
@@ -205,6 +206,8 @@ def select(eps: Episodes, groups: np.ndarray) -> Episodes:
         opt(eps.set_rewards),
         opt(eps.set_valid),
         opt(eps.kept),
+        opt(eps.advantages),
+        opt(eps.reason_valid),
     )
 
 
@@ -227,4 +230,6 @@ def concat(a: Episodes, b: Episodes) -> Episodes:
         cat(a.set_rewards, b.set_rewards),
         cat(a.set_valid, b.set_valid),
         None if a.kept is None or b.kept is None else np.concatenate([a.kept, b.kept]),
+        None,
+        None if a.reason_valid is None else np.concatenate([a.reason_valid, b.reason_valid]),
     )

@@ -48,11 +48,13 @@ class ParetoPOController:
             logging.warning(warning)
 
     @classmethod
-    def from_spec(cls, spec) -> ParetoPOController:
-        """From an :class:`mojax.rl.spec.AdvantageSpec` with ``paretopo.enabled``."""
+    def from_spec(cls, spec, num_train: int, prompts_per_step: int) -> ParetoPOController:
+        """From an :class:`mojax.rl.spec.AdvantageSpec` with ``paretopo.enabled``;
+        ``stage1_steps = -1`` is one epoch, ``ceil(num_train / prompts_per_step)`` (Sec. 4.1)."""
         p = spec.paretopo
+        stage1 = p.stage1_steps if p.stage1_steps >= 0 else -(-num_train // prompts_per_step)
         return cls(
-            stage1_steps=p.stage1_steps,
+            stage1_steps=stage1,
             weights=tuple(p.weights),
             mode=p.mode,
             gamma=p.gamma,

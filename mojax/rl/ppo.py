@@ -46,6 +46,10 @@ class PPOConfig:
       shuffle: permute the rows before each pass (key from ``state.rng``).
       logprob_chunk: positions per vocab-projection chunk (None = whole sequence at once).
       log_entropy: compute the per-token entropy for metrics even without a bonus.
+      ratio_level: ``"token"`` (PPO) or ``"sequence"`` (AWPO Eq. 30: one importance ratio per
+        response; with ``agg="seq-mean-token-mean"`` the loss is the paper's 1/(GK) mean).
+      num_seqs: a constant sequence count for the ``seq-mean-*`` aggregations (verl's
+        ``global_batch_size``; None = the sequences present in the mini-batch).
     """
 
     clip_low: float = 0.2
@@ -62,11 +66,16 @@ class PPOConfig:
     shuffle: bool = True
     logprob_chunk: int | None = None
     log_entropy: bool = True
+    ratio_level: str = "token"
+    num_seqs: int | None = None
 
     def __post_init__(self):
         c = Checker({"ppo": dataclasses.asdict(self)})
         c.choice("ppo.agg", losses.AGGREGATIONS)
         c.choice("ppo.kl_type", losses.KL_TYPES)
+        c.choice("ppo.ratio_level", losses.RATIO_LEVELS)
+        if self.num_seqs is not None and self.num_seqs < 1:
+            c.fail("ppo.num_seqs", f"must be >= 1 or None, got {self.num_seqs}")
         c.in_range("ppo.clip_low", 0.0, 1.0, high_inclusive=False)
         c.in_range("ppo.clip_high", 0.0)
         for name in ("ppo_epochs", "num_minibatches", "num_microbatches"):
@@ -233,6 +242,7 @@ def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = 
             entropy=ent if cfg.entropy_coef != 0.0 or ent is None else jax.lax.stop_gradient(ent),
             entropy_coef=cfg.entropy_coef,
             token_weights=x["weights"],
+            ratio_level=cfg.ratio_level,
         )
 
     return loss_fn
@@ -240,7 +250,9 @@ def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = 
 
 def _with_weights(minibatch: Mapping[str, jax.Array], cfg: PPOConfig, agg: str) -> dict:
     rows = {k: v for k, v in minibatch.items() if k != "clip_eps"}
-    rows["weights"] = losses.aggregation_weights(minibatch["loss_mask"], agg, cfg.max_len)
+    rows["weights"] = losses.aggregation_weights(
+        minibatch["loss_mask"], agg, cfg.max_len, cfg.num_seqs
+    )
     return rows
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from mojax.pareto import NOptimalTracker
 from mojax.tasks.base import RewardStats, Task
-from mojax.tasks.judge import judge_batch
+from mojax.tasks.judge import judge_batch, reason_column
 
 
 @dataclasses.dataclass
@@ -31,6 +31,7 @@ class RewardBatch:
     valid: np.ndarray
     metrics: dict[str, float]
     tracker: NOptimalTracker | None = None
+    reason_valid: np.ndarray | None = None  # bool [P, G]: False where the judge failed (AWPO)
 
 
 def overlong_penalty(lengths, max_len: int, buffer: int, penalty: float = 1.0) -> np.ndarray:
@@ -98,6 +99,7 @@ def score_rollouts(
     sb = task.score_batch(responses, rows, stats=stats)
     rewards, valid = sb.rewards.copy(), sb.valid.copy()
     metrics: dict[str, float] = {}
+    reason_valid = None
     for name in sb.external:
         k = task.objective_index(name)
         if name == "r_tool":
@@ -117,19 +119,21 @@ def score_rollouts(
             scores, failures = judge_batch(
                 judge, [t for t in texts for _ in range(g)], responses, refs
             )
-            bad = np.isnan(scores)
-            sb.stats.invalid += int(np.sum(bad & valid))
-            sb.stats.reasons["judge_failure"] += int(np.sum(bad & valid))
-            valid &= ~bad
-            rewards[:, k] = np.nan_to_num(scores)
+            values, reason_valid = reason_column(scores)
+            sb.stats.reasons["judge_failure"] += int(np.sum(~reason_valid & valid))
+            rewards[:, k] = values  # a failure invalidates r_reason only (reason_valid)
             metrics["judge/failures"] = float(failures)
         else:
             raise ValueError(f"task {task.name!r}: no source for external objective {name!r}")
     rewards[~valid] = 0.0
+    if reason_valid is not None:
+        reason_valid = (reason_valid & valid).reshape(p, g)
     metrics.update(_reward_metrics(task, rewards, valid))
     metrics["reward/valid_fraction"] = float(valid.mean())
     metrics["tool/calls_mean"] = float(n_calls.mean())
-    return RewardBatch(rewards.reshape(p, g, -1), valid.reshape(p, g), metrics, tracker)
+    return RewardBatch(
+        rewards.reshape(p, g, -1), valid.reshape(p, g), metrics, tracker, reason_valid
+    )
 
 
 def _reward_metrics(task: Task, rewards: np.ndarray, valid: np.ndarray) -> dict[str, float]:

@@ -29,7 +29,7 @@ from mojax.rl.state import OptimizerConfig as OptimizerSpec
 DTYPES = ("float32", "bfloat16", "float16")
 SET_ESTIMATORS = ("vpo", "multi_rlvr")  # estimators of multi-answer sets [P, G, S, M]
 STAGE1_ESTIMATORS = ("grpo", "dr_grpo")  # ParetoPO Stage 1: the estimators that take reward_scale
-_DATA_ARGS = ("rewards", "valid", "set_rewards", "set_valid", "key", "state")
+_DATA_ARGS = ("rewards", "valid", "set_rewards", "set_valid", "key", "state", "reason_valid")
 
 
 def _checker(section: str, spec: Any) -> Checker:
@@ -181,7 +181,7 @@ class ParetoPOSpec:
             c.choice("paretopo.mode", pareto.STAGE1_MODES)
             c.choice("paretopo.reference", ["initial", "zeros"])
             c.choice("paretopo.stage1_estimator", STAGE1_ESTIMATORS)
-            c.in_range("paretopo.stage1_steps", 0)
+            c.in_range("paretopo.stage1_steps", -1)  # -1: one epoch of the training split
             c.in_range("paretopo.gamma", 0.0, 1.0, high_inclusive=False)
             c.in_range("paretopo.validate_every", 1)
         c.raise_if_any()
@@ -352,12 +352,57 @@ class RunSpec:
                 errors += e.errors
             except (ValueError, TypeError, KeyError) as e:
                 errors.append(f"config.{name}: {e}")
+        if not errors:
+            errors += combination_errors(config)
         if errors:
             raise ConfigError.of(errors)
         try:
             return cls(**_run_keys(config), **parts)
         except ConfigError as e:
             raise ConfigError.of(e.errors) from None
+
+
+def combination_errors(config: Any) -> list[str]:
+    """Rules that need the task's declared objectives (the task object is built, no data loaded):
+    groups of at least 2 samples, ``eval.ks`` within the eval pool, weight vectors of length M, and
+    SFT demonstrations for a warm start."""
+    from mojax.rl.builders import build_task
+
+    c = Checker(config)
+    try:
+        task = build_task(config.task)
+    except ValueError as e:
+        return [f"config.task.kwargs: {e}"]
+    c.require(
+        config.rollout.num_samples >= 2,
+        "rollout.num_samples",
+        f"{config.rollout.num_samples}: every estimator normalises within a group of G samples "
+        "(G >= 2 needed; G = 1 trains nothing)",
+    )
+    pool = config.eval.num_samples * max(1, config.task.num_answers)
+    too_big = [k for k in config.eval.ks if k > pool]
+    c.require(
+        not too_big,
+        "eval.ks",
+        f"{tuple(config.eval.ks)}: k={too_big} exceed the eval pool of eval.num_samples x "
+        f"answers = {pool}; raise eval.num_samples or drop those k",
+    )
+    m = task.num_objectives
+    weights = {"advantage.weights": dict(config.advantage).get("weights")}
+    if config.paretopo.enabled:
+        weights["paretopo.weights"] = config.paretopo.weights
+    for key, w in weights.items():
+        if w is not None and len(tuple(w)) != m:
+            names = list(task.objective_names)
+            c.fail(key, f"{tuple(w)} has {len(tuple(w))} entries; task objectives are {names}")
+    demos = config.task.name == "calculator" or bool(config.sft.data_path)
+    c.require(
+        config.sft.steps == 0 or demos,
+        "sft.steps",
+        f"{config.sft.steps} > 0 needs demonstrations: task {config.task.name!r} generates none, "
+        "set sft.data_path (or sft.steps=0)",
+    )
+    return c.errors
 
 
 def _run_keys(config) -> dict[str, Any]:

@@ -44,7 +44,8 @@ class Run:
       metrics)``; controller: ParetoPO's stage schedule (None for other methods); total_len: T of the
       training batch; ref_logprobs: ``(tokens, mask) -> [B, T]`` of the frozen reference policy when
       the KL term is on, else None; model_config / tokenizer / tx / mesh / rules: the policy's
-      architecture, tokenizer, optimizer, device mesh and logical axis rules.
+      architecture, tokenizer, optimizer, device mesh and logical axis rules; estimator_kwargs:
+      ``config.advantage`` completed from the task (SAW's per-objective theoretical minima).
     """
 
     spec: RunSpec
@@ -59,6 +60,7 @@ class Run:
     tx: Any
     mesh: Any
     rules: Any
+    estimator_kwargs: dict = dataclasses.field(default_factory=dict)
     ref_logprobs: Callable[..., Any] | None = None
 
 
@@ -144,11 +146,13 @@ def advantages(run: Run, host: HostState, eps: Episodes, key) -> tuple[HostState
     if run.controller is not None:
         out, metrics = run.controller.advantages(host.step, host.stage1, eps.rewards, eps.valid)
     else:
-        kwargs = dict(spec.kwargs)
+        kwargs = dict(run.estimator_kwargs)
         if spec.takes("key"):
             kwargs["key"] = key
         if spec.takes("state"):
             kwargs["state"] = host.estimator
+        if spec.takes("reason_valid") and eps.reason_valid is not None:
+            kwargs["reason_valid"] = eps.reason_valid  # AWPO: judge failures, r_reason only
         data = (eps.set_rewards, eps.set_valid) if spec.takes_sets else (eps.rewards, eps.valid)
         out, metrics = spec.fn(*data, **kwargs), {}
         if spec.takes("state"):
@@ -162,6 +166,18 @@ def advantages(run: Run, host: HostState, eps: Episodes, key) -> tuple[HostState
         metrics["awpo/clip_eps"] = float(out.clip_eps)
     eps.advantages = adv
     return host, out, metrics
+
+
+def task_estimator_kwargs(spec, task: Task) -> dict[str, Any]:
+    """``config.advantage`` completed from the task's declared objectives: SAW offsets each
+    objective by its theoretical minimum (SAW, arXiv:2606.07705, Alg. 1 line 3) and logs its weights
+    by objective name. Keys the config sets win."""
+    kwargs = dict(spec.kwargs)
+    if spec.estimator in ("saw_grpo", "saw_gdpo"):
+        from mojax.advantages.saw import saw_task_kwargs
+
+        kwargs = {**saw_task_kwargs(task), **kwargs}
+    return kwargs
 
 
 def assemble(run: Run, eps: Episodes, out) -> dict[str, Any]:
