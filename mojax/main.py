@@ -5,22 +5,92 @@
 
 Parses flags, sets up logging (and ``jax.distributed`` when ``MOJAX_DISTRIBUTED=1``, as the launch
 scripts set), then hands over to ``mojax.rl.trainer.run(config, workdir)``. The default workdir is
-``./workdir/<config name>``: running the same command again resumes from its latest checkpoint.
+``./workdir/<config name>[_<config arg>]`` (``mojax.workdir``): running the same command again
+resumes from its latest checkpoint, and a workdir that holds a different config is refused.
+
+Exit codes: 0 done (or already finished); 2 a bad config or a workdir holding another run (one
+block on stderr naming the key, its value and the allowed values; the traceback only with
+``--verbosity=1``); 128 + the signal number (143 SIGTERM, 130 SIGINT) when a signal stopped the run
+after checkpointing its last finished step (``mojax.preemption``).
 """
 
 import os
+import re
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from mojax import workdir as workdir_lib
+from mojax.config import ConfigError
+
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run config file (configs/*.py[:arg]).")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Run directory (default ./workdir/<config name>).")
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Run directory (default ./workdir/<config name>[_<config arg>])."
+)
 flags.mark_flags_as_required(["config"])
+EXIT_CONFIG = 2
 
 
 def default_workdir(config_path: str) -> str:
-    name = os.path.splitext(os.path.basename(config_path.split(":")[0]))[0]
-    return os.path.join("workdir", name)
+    return workdir_lib.default_workdir(config_path)
+
+
+def _verbose(argv) -> bool:
+    """``--verbosity`` (or ``-v``) >= 1 on the command line (read before flags are parsed)."""
+    text = " ".join(argv[1:])
+    m = re.findall(r"(?:^|\s)--?(?:verbosity|v)[=\s](-?\d+)", text)
+    return bool(m) and int(m[-1]) >= 1
+
+
+def _error_block(title: str, lines: list[str]) -> str:
+    body = "\n".join(f"  {x}" for line in lines for x in line.splitlines() if x.strip())
+    return (
+        f"mojax: {title}\n{body}\n"
+        "(nothing was built or compiled; add --verbosity=1 for the traceback)"
+    )
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+    out = [e]
+    while (nxt := out[-1].__cause__ or out[-1].__context__) is not None and nxt not in out:
+        out.append(nxt)
+    return out
+
+
+def _flag_error_lines(e: BaseException, argv) -> list[str]:
+    """What went wrong while parsing ``--config`` / ``--config.*``, without the traceback."""
+    chain = _chain(e)
+    for err in chain:
+        if isinstance(err, ConfigError):
+            return [str(err)]
+    if isinstance(e, (AttributeError, KeyError)):  # an unknown --config.* key
+        text = "\n".join(str(x.args[0]) for x in chain if isinstance(x, KeyError) and x.args)
+        key = re.search(r"'([^'\s]+)'", text) or re.search(r"(\S+)", text)
+        name = key.group(1) if key else "?"
+        hint = re.search(r'Did you mean "([^"]+)"', text)
+        flag = next((a for a in argv[1:] if re.search(rf"\.{re.escape(name)}(=|$)", a)), "config")
+        return [
+            f"{flag}: no such config key {name!r}"
+            + (f"; did you mean {hint.group(1)!r}?" if hint else "")
+        ]
+    if "Traceback (most recent call last)" in str(e):  # config_flags embeds get_config's traceback
+        flag = next((a for a in argv[1:] if a.startswith(("--config=", "-config="))), "--config")
+        return [f"{flag}: {chain[-1]}"]
+    return [str(e)]
+
+
+def parse_flags(argv):
+    """absl's flag parsing; a bad ``--config`` or ``--config.*`` exits 2 with one block on stderr."""
+    try:
+        return flags.FLAGS(argv)
+    except (flags.Error, AttributeError, KeyError, ValueError, TypeError) as e:
+        if _verbose(argv):
+            raise
+        lines = _flag_error_lines(e, argv)
+        title = "invalid config" if "config" in "".join(lines) else "invalid command line"
+        print(_error_block(title, lines), file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
 
 
 def main(argv):
@@ -32,15 +102,31 @@ def main(argv):
         import jax
 
         jax.distributed.initialize()
+    from mojax.preemption import Preempted
     from mojax.rl import trainer
 
     workdir = _WORKDIR.value or default_workdir(flags.FLAGS["config"].config_filename)
     print(f"mojax: workdir {os.path.abspath(workdir)}", flush=True)
-    summary = trainer.run(_CONFIG.value, workdir)
+    verbose = flags.FLAGS.verbosity >= 1
+    try:
+        summary = trainer.run(_CONFIG.value, workdir)
+    except ConfigError as e:
+        if verbose:
+            raise
+        print(_error_block("invalid config", [str(e)]), file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    except workdir_lib.WorkdirError as e:
+        if verbose:
+            raise
+        print(_error_block("workdir refused", [str(e)]), file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    except Preempted as e:
+        print(f"mojax: {e}", file=sys.stderr, flush=True)
+        sys.exit(e.exit_code)
     keys = ("eval/accuracy", "eval/tool_calls", "reward/scalar/mean")
     shown = {k: round(float(summary[k]), 4) for k in keys if k in summary}
     print(f"mojax: done; workdir={os.path.abspath(workdir)} {shown}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

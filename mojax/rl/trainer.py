@@ -21,6 +21,8 @@ from mojax import checkpoint as ckpt_lib
 from mojax import logging as log_lib
 from mojax import rl
 from mojax import sharding as sharding_lib
+from mojax import workdir as workdir_lib
+from mojax.preemption import Preempted, Preemption
 from mojax.rl import builders
 from mojax.rl import spec as spec_lib
 from mojax.rl.episodes import EpisodeRunner
@@ -36,15 +38,23 @@ PROGRESS_KEYS = ("reward/scalar/mean", "loss", "eval/accuracy", "eval/tool_calls
 
 
 def run(config, workdir: str) -> dict[str, float]:
-    """Validates ``config`` and runs it in ``workdir`` (train, eval or dry run)."""
+    """Validates ``config`` and runs it in ``workdir`` (train, eval or dry run).
+
+    Training applies the workdir contract first (``mojax.workdir.prepare``): a workdir holding a
+    different config is refused and a finished one is reported, before anything is built.
+    """
     spec = spec_lib.validate(config)
-    os.makedirs(workdir, exist_ok=True)
     if spec.dry_run:
         from mojax.rl.dry_run import dry_run
 
         return dry_run(config)
     if spec.mode == "eval":
+        os.makedirs(workdir, exist_ok=True)
         return evaluate_only(config, workdir)
+    finished = workdir_lib.prepare(config, workdir)
+    if finished is not None:
+        print(finished.message, flush=True)
+        return finished.summary
     return train_and_evaluate(config, workdir)
 
 
@@ -93,7 +103,12 @@ def build_run(config, spec: spec_lib.RunSpec, workdir: str, pool) -> Run:
 
 def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     """Trains ``config`` in ``workdir`` (resuming from its latest checkpoint); returns the last
-    step's metrics."""
+    step's metrics.
+
+    Raises:
+      Preempted: SIGTERM / SIGINT arrived; the step under way was finished and checkpointed
+        (``mojax.preemption``).
+    """
     from mojax.rollout.tools import ToolPool
 
     spec = spec_lib.validate(config)
@@ -103,29 +118,37 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
     )
     writer = None
     try:
-        run_ = build_run(config, spec, workdir, pool)
-        state, host, resumed = restore_or_start(run_, config, workdir, ckpt)
-        writer = log_lib.MetricsWriter(workdir, resume_step=host.step if resumed else None)
-        run_ = with_reference(run_, state.params)
-        last: dict[str, float] = {}
-        if not resumed:
-            host, last = start_metrics(run_, host, state.params)
-            _log(writer, 0, spec.steps, last)
-        while host.step < spec.steps:
-            t0 = time.time()
-            key = jax.random.fold_in(jax.random.PRNGKey(spec.seed), host.step)
-            host, state, last, eps = rl_step(run_, host, state, key)
-            host, held_out = after_step(run_, host, state.params)
-            last.update(held_out)
-            if spec.transcripts_per_step:
-                log_lib.write_transcripts(workdir, host.step, transcript_rows(run_, eps))
-            last["time/step_s"] = time.time() - t0
-            _log(writer, host.step, spec.steps, last)
-            if host.step % spec.checkpoint_every == 0 or host.step == spec.steps:
-                ckpt.save(host.step, state, host.to_dict(), force=True)
+        with Preemption() as preemption:
+            run_ = build_run(config, spec, workdir, pool)
+            state, host, resumed = restore_or_start(run_, config, workdir, ckpt)
+            writer = log_lib.MetricsWriter(workdir, resume_step=host.step if resumed else None)
+            run_ = with_reference(run_, state.params)
+            last: dict[str, float] = {}
+            saved = host.step if resumed else None
+            if not resumed:
+                host, last = start_metrics(run_, host, state.params)
+                _log(writer, 0, spec.steps, last)
+            while host.step < spec.steps and not (signum := preemption.requested()):
+                t0 = time.time()
+                key = jax.random.fold_in(jax.random.PRNGKey(spec.seed), host.step)
+                host, state, last, eps = rl_step(run_, host, state, key)
+                host, held_out = after_step(run_, host, state.params)
+                last.update(held_out)
+                if spec.transcripts_per_step:
+                    log_lib.write_transcripts(workdir, host.step, transcript_rows(run_, eps))
+                last["time/step_s"] = time.time() - t0
+                _log(writer, host.step, spec.steps, last)
+                if host.step % spec.checkpoint_every == 0 or host.step == spec.steps:
+                    ckpt.save(host.step, state, host.to_dict(), force=True)
+                    saved = host.step
+            if host.step < spec.steps:  # stopped by a signal: checkpoint the finished step
+                if saved != host.step:
+                    ckpt.save(host.step, state, host.to_dict(), force=True)
+                ckpt.wait()
+                raise Preempted(signum, host.step, ckpt.step_path(host.step))
         ckpt.wait()
         log_lib.plot_run(workdir, run_.task.objective_names)
-        with open(os.path.join(workdir, "done"), "w") as f:
+        with open(os.path.join(workdir, workdir_lib.DONE_FILE), "w") as f:
             f.write(f"{spec.steps}\n")
         return last
     finally:

@@ -1,0 +1,236 @@
+"""The workdir contract: a workdir holds one run, and rerunning it never silently runs something else.
+
+* **Name.** The default workdir is ``workdir/<config name>`` plus the config argument, made safe for
+  the file system: ``configs/saw.py`` -> ``workdir/saw``, ``configs/saw.py:mode=gdpo`` ->
+  ``workdir/saw_mode=gdpo`` (:func:`default_workdir`). Characters other than letters, digits and
+  ``. _ = + -`` become ``_``; a name over 100 characters is cut and ends in a hash of the argument.
+* **Saved config.** At the start of training, process 0 writes the resolved config to
+  ``<workdir>/config.json`` (``mojax.logging.read_config`` and ``python -m mojax.export`` read it).
+* **Refusal.** A training run in a workdir whose ``config.json`` differs from the new config in any
+  key outside :data:`RESUMABLE` (run length and checkpoint / eval cadence) or :data:`LOGGING_ONLY`
+  stops before anything is built, with a :class:`WorkdirError` that lists each differing key as
+  ``old -> new``. A workdir with run outputs (checkpoints, metrics) but no ``config.json`` is refused
+  the same way, since what it ran cannot be checked.
+* **Overrides** (``config.resume``): ``""`` (default) applies the check; ``"force"`` continues from
+  the workdir's checkpoints under the new config and overwrites ``config.json``; ``"new"`` renames
+  the old workdir to ``<workdir>.old-<n>`` (the first free ``n``) and starts from scratch.
+* **Finished runs.** A workdir whose ``done`` file records at least ``config.steps`` steps is
+  finished: :func:`prepare` returns a :class:`Finished` whose message says so and how to extend it
+  (a larger ``--config.steps`` resumes from the last checkpoint); nothing is trained and the exit
+  code is 0.
+
+``mode=eval`` and ``dry_run`` neither check nor write ``config.json``. Multi-host: every process reads
+and checks (all refuse together), then process 0 alone moves or writes files, between barriers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from typing import Any
+
+from mojax import logging as log_lib
+from mojax.config import ConfigError
+
+#: Keys that may change between runs of one workdir: the run continues under the new values.
+RESUMABLE = (
+    "steps",
+    "eval_every",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "transcripts_per_step",
+    "resume",
+)
+#: Keys (and sections, ending in ``.``) that only change what is logged.
+LOGGING_ONLY = ("log_every", "wandb.")
+RESUME_MODES = ("", "force", "new")
+DONE_FILE = "done"
+_RUN_OUTPUTS = ("checkpoints", "checkpoints_sft", log_lib.METRICS_FILE, DONE_FILE)
+_MAX_NAME = 100
+
+
+class WorkdirError(Exception):
+    """The workdir holds a different run (the message lists the differing keys and the overrides)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """A finished workdir: ``message`` says so and how to extend it; ``summary`` is its last
+    ``metrics.jsonl`` record."""
+
+    message: str
+    summary: dict[str, Any]
+
+
+def default_workdir(config_spec: str, root: str = "workdir") -> str:
+    """``workdir/<config name>[_<config arg>]`` for ``--config=configs/<name>.py[:<arg>]``."""
+    path, _, arg = config_spec.partition(":")
+    name = os.path.splitext(os.path.basename(path))[0]
+    arg = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9._=+-]", "_", arg)).strip("._")
+    if not arg:
+        return os.path.join(root, name)
+    full = f"{name}_{arg}"
+    if len(full) > _MAX_NAME:
+        digest = hashlib.sha1(config_spec.partition(":")[2].encode()).hexdigest()[:10]
+        full = f"{full[: _MAX_NAME - 11]}-{digest}"
+    return os.path.join(root, full)
+
+
+def config_values(config: Any) -> dict[str, Any]:
+    """The config as ``{dotted key: JSON value}`` (tuples as lists, as ``config.json`` holds them)."""
+    if hasattr(config, "to_json_best_effort"):
+        tree = json.loads(config.to_json_best_effort())
+    else:
+        tree = json.loads(json.dumps(config, default=repr))
+    return _flatten(tree)
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _resumable(key: str) -> bool:
+    return key in RESUMABLE or any(
+        key.startswith(p) if p.endswith(".") else key == p for p in LOGGING_ONLY
+    )
+
+
+def config_diff(old: Any, new: Any) -> dict[str, tuple[Any, Any]]:
+    """``{key: (old, new)}`` for every key outside the resumable set whose value differs
+    (``"<absent>"`` for a key one side lacks)."""
+    a, b = config_values(old), config_values(new)
+    absent = "<absent>"
+    return {
+        k: (a.get(k, absent), b.get(k, absent))
+        for k in sorted(set(a) | set(b))
+        if not _resumable(k) and a.get(k, absent) != b.get(k, absent)
+    }
+
+
+def resume_mode(config: Any) -> str:
+    mode = config.get("resume", "") or ""
+    if mode not in RESUME_MODES:
+        raise ConfigError.of(
+            [f"config.resume: {mode!r} is not allowed; allowed values: {list(RESUME_MODES)}"]
+        )
+    return mode
+
+
+def prepare(config: Any, workdir: str) -> Finished | None:
+    """Applies the contract (module docstring) before a training run builds anything.
+
+    Returns:
+      None to train (``config.json`` is written, a stale ``done`` removed), or :class:`Finished`.
+
+    Raises:
+      WorkdirError: the workdir holds a run of a different config (and ``config.resume`` is "").
+      ConfigError: ``config.resume`` is not one of :data:`RESUME_MODES`.
+    """
+    mode = resume_mode(config)
+    has_run = any(os.path.exists(os.path.join(workdir, f)) for f in _RUN_OUTPUTS)
+    saved_path = os.path.join(workdir, log_lib.CONFIG_FILE)
+    saved = log_lib.read_config(saved_path) if os.path.isfile(saved_path) else None
+    if mode == "new":
+        saved, has_run = None, False
+    elif mode == "" and saved is None and has_run:
+        raise WorkdirError(_no_config_message(workdir))
+    elif mode == "" and saved is not None:
+        diff = config_diff(saved, config)
+        if diff:
+            raise WorkdirError(_diff_message(workdir, diff))
+    done = _done_steps(workdir) if has_run else None
+    if done is not None and done >= int(config.steps):
+        return Finished(_finished_message(workdir, done), _last_metrics(workdir))
+    _barrier("mojax_workdir_checked")
+    if log_lib.is_main_process():
+        if mode == "new":
+            moved = _move_aside(workdir)
+            if moved:
+                print(f"mojax: --config.resume=new: moved the old workdir to {moved}", flush=True)
+        os.makedirs(workdir, exist_ok=True)
+        if os.path.exists(os.path.join(workdir, DONE_FILE)):
+            os.remove(os.path.join(workdir, DONE_FILE))  # extended: not done any more
+        log_lib.write_config(workdir, json.loads(config.to_json_best_effort()))
+    _barrier("mojax_workdir_written")
+    return None
+
+
+def _done_steps(workdir: str) -> int | None:
+    path = os.path.join(workdir, DONE_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        return int(open(path, encoding="utf-8").read().strip())
+    except ValueError:
+        return None  # an unreadable done file: not finished
+
+
+def _last_metrics(workdir: str) -> dict[str, Any]:
+    records = log_lib.read_metrics(workdir)
+    return records[-1] if records else {}
+
+
+def _move_aside(workdir: str) -> str | None:
+    if not os.path.isdir(workdir) or not os.listdir(workdir):
+        return None
+    base = os.path.normpath(os.path.abspath(workdir))
+    n = 1
+    while os.path.exists(f"{base}.old-{n}"):
+        n += 1
+    os.rename(base, f"{base}.old-{n}")
+    return f"{base}.old-{n}"
+
+
+def _barrier(name: str) -> None:
+    import jax
+
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+_OVERRIDES = (
+    "  --config.resume=force  continue from its checkpoints under the new config\n"
+    "  --config.resume=new    move the old workdir to {workdir}.old-<n> and start from scratch\n"
+    "  --workdir=DIR          run in another directory"
+)
+
+
+def _diff_message(workdir: str, diff: dict[str, tuple[Any, Any]]) -> str:
+    width = max(len(k) for k in diff)
+    rows = "\n".join(
+        f"  config.{k:<{width}}  {json.dumps(a)} -> {json.dumps(b)}" for k, (a, b) in diff.items()
+    )
+    return (
+        f"workdir {workdir} holds a run of a different config ({len(diff)} key(s) differ, "
+        f"old -> new):\n{rows}\n"
+        f"Only {', '.join(RESUMABLE)} and logging keys may change when a run is resumed. Either:\n"
+        + _OVERRIDES.format(workdir=workdir)
+    )
+
+
+def _no_config_message(workdir: str) -> str:
+    return (
+        f"workdir {workdir} holds run outputs but no {log_lib.CONFIG_FILE}, so its config cannot "
+        "be checked against this one (it was written by an older mojax). Either:\n"
+        + _OVERRIDES.format(workdir=workdir)
+    )
+
+
+def _finished_message(workdir: str, done: int) -> str:
+    return (
+        f"mojax: workdir {workdir} already finished its {done} RL steps; nothing to train.\n"
+        f"  To train further, rerun with a larger --config.steps (e.g. --config.steps={2 * done}); "
+        f"it resumes from the step-{done} checkpoint.\n"
+        f"  To start over, add --config.resume=new (the old workdir is kept as {workdir}.old-<n>)."
+    )
