@@ -1,7 +1,9 @@
 """The policy a run starts from: random init, an HF checkpoint, or an SFT warm start on top.
 
 The SFT warm start trains on the task's demonstrations (``mojax.rl.sft_data``) and is checkpointed
-once under ``<workdir>/checkpoints_sft``, so a restarted run reuses it instead of training again.
+once under ``<workdir>/checkpoints_sft``, so a restarted run reuses it instead of training again. A
+corrupt SFT checkpoint is moved aside to ``<step>.corrupt`` (``Checkpointer.restore(fallback=True)``)
+and the warm start runs again, so a damaged file never crash-loops the run.
 """
 
 from __future__ import annotations
@@ -43,9 +45,12 @@ def sft(run, config, workdir: str, params=None):
     try:
         if ckpt.latest_step() == steps:
             target = rl.abstract_train_state(run.model_config, tx, run.mesh, run.rules)
-            state, _, _ = ckpt.restore(target)
-            logging.info("SFT warm start restored from %s", ckpt.directory)
-            return state.params
+            try:
+                state, _, _ = ckpt.restore(target, fallback=True)
+                logging.info("SFT warm start restored from %s", ckpt.directory)
+                return state.params
+            except ckpt_lib.CorruptCheckpointError as e:  # moved aside by restore: train again
+                logging.warning("SFT warm start checkpoint unreadable, running SFT again: %s", e)
         state = rl.create_train_state(
             run.model_config, tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=params
         )
