@@ -90,7 +90,8 @@ def _load_file(task: Task, path: str, key: str) -> list[Example]:
 def build_tokenizer(config, task: Task, splits: Splits, workdir: str):
     """``tokenizer.path``: ``"build"`` trains the task's own sentencepiece vocabulary into
     ``<workdir>/tokenizer.model`` (deterministic); ``""`` uses the model checkpoint's tokenizer;
-    anything else is loaded with ``mojax.models.load_tokenizer``."""
+    anything else is loaded with ``mojax.models.load_tokenizer`` (a missing path in the shared
+    folder names ``$MOJAX_SHARED_DIR``)."""
     path = config.tokenizer.path
     if path == "build":
         from mojax.tasks.vocab import build_sentencepiece
@@ -105,7 +106,12 @@ def build_tokenizer(config, task: Task, splits: Splits, workdir: str):
                 "config.tokenizer.path='' needs config.model.checkpoint (its tokenizer)"
             )
         return models.load_tokenizer(config.model.checkpoint)
-    return models.load_tokenizer(os.path.expanduser(path))
+    path = os.path.expanduser(path)
+    if not os.path.exists(path):
+        from mojax.tasks.data import missing_file_message
+
+        raise FileNotFoundError(missing_file_message(path, "config.tokenizer.path: tokenizer"))
+    return models.load_tokenizer(path)
 
 
 def corpus_texts(config, task: Task, splits: Splits) -> list[str]:
@@ -134,11 +140,14 @@ class _ChatML:
 
 
 def build_model_config(config, tokenizer) -> models.QwenConfig:
-    """The policy's ``QwenConfig``: a checkpoint's config.json, or a variant with overrides (the
-    vocabulary resized to a self-built tokenizer)."""
+    """The policy's ``QwenConfig``: a checkpoint's config.json (``eval.checkpoint`` in ``mode=eval``,
+    else ``model.checkpoint``), or a variant with overrides (the vocabulary resized to a self-built
+    tokenizer)."""
     execution = dict(
         dtype=config.model.dtype, param_dtype=config.model.param_dtype, remat=config.model.remat
     )
+    if config.get("mode") == "eval" and config.eval.checkpoint:
+        return _eval_checkpoint_config(config, tokenizer).replace(**execution)
     if config.model.checkpoint:
         cfg = models.QwenConfig.from_hf(config.model.checkpoint)
         return cfg.replace(**execution)
@@ -162,10 +171,43 @@ def build_model_config(config, tokenizer) -> models.QwenConfig:
     return cfg.replace(**execution)
 
 
+def _eval_checkpoint_config(config, tokenizer) -> models.QwenConfig:
+    """The architecture of the HF checkpoint ``eval.checkpoint`` (its ``config.json``), checked
+    against the run's tokenizer."""
+    path = os.path.expanduser(config.eval.checkpoint)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            f"config.eval.checkpoint={config.eval.checkpoint!r}: no config.json in {path} (it must "
+            "be an HF checkpoint directory, e.g. written by python -m mojax.export)"
+        )
+    try:
+        cfg = models.QwenConfig.from_hf(path)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"config.eval.checkpoint: {path}/config.json: {e}") from e
+    if tokenizer is not None:
+        ids = {
+            "largest token id": tokenizer.vocab_size - 1,
+            "eos_token_id": getattr(tokenizer, "eos_token_id", None),
+            "pad_token_id": getattr(tokenizer, "pad_token_id", None),
+        }
+        bad = {k: int(v) for k, v in ids.items() if v is not None and int(v) >= cfg.vocab_size}
+        if bad:
+            raise ValueError(
+                f"config.eval.checkpoint={config.eval.checkpoint!r}: the run's tokenizer "
+                f"(config.tokenizer.path={config.tokenizer.path!r}, {tokenizer.vocab_size} tokens) "
+                f"does not fit the checkpoint's vocab_size {cfg.vocab_size} (config.json): {bad} "
+                f"out of range. Evaluate with the tokenizer the checkpoint was trained with: "
+                f"--config.tokenizer.path={path} when that directory holds its tokenizer files, "
+                "or the training run's config."
+            )
+    return cfg
+
+
 def build_tool(task_name: str, rollout_cfg, splits: Splits | None = None) -> Any:
     """The tool a task's rollouts call (None for tasks without tool execution).
 
-    calculator: the safe AST calculator; math: the sandboxed Python interpreter; qa: a Search-R1
+    calculator: the safe AST calculator; math: the sandboxed Python interpreter (isolation
+    ``rollout.sandbox``: "bwrap", or "unsafe_fallback" by name only); qa: a Search-R1
     retrieval server (``rollout.retrieval_url``) or, without one, BM25 over the titled paragraphs
     carried by the loaded examples (HotpotQA's ``context``).
     """
@@ -174,7 +216,10 @@ def build_tool(task_name: str, rollout_cfg, splits: Splits | None = None) -> Any
     if task_name == "calculator":
         return tools.Calculator()
     if task_name == "math":
-        return tools.PythonSandbox(timeout_s=float(rollout_cfg.tool_timeout_s))
+        return tools.PythonSandbox(
+            timeout_s=float(rollout_cfg.tool_timeout_s),
+            mode=rollout_cfg.get("sandbox", "bwrap"),
+        )
     if task_name == "qa":
         if rollout_cfg.retrieval_url:
             return tools.RetrievalClient(

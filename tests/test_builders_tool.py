@@ -1,0 +1,38 @@
+"""``builders.build_tool`` passes ``rollout.sandbox`` to the math task's ``PythonSandbox(mode=...)``
+(issue 14): the default fails closed with bwrap, and a bad value names the key."""
+
+import ml_collections
+import pytest
+
+from mojax.rl import builders
+from mojax.rollout.tools import SandboxUnavailableError
+
+
+def rollout(**kw):
+    return ml_collections.ConfigDict({"tool_timeout_s": 5.0, "retrieval_url": "", **kw})
+
+
+def test_math_sandbox_mode_comes_from_rollout_sandbox():
+    tool = builders.build_tool("math", rollout(sandbox="bwrap"))
+    assert tool.requested_mode == "bwrap" and tool.mode == "bwrap"
+    assert tool.run("print(6 * 7)").output.strip() == "42"
+    # a config without the key (older saved configs) gets the fail-closed default
+    assert builders.build_tool("math", rollout()).requested_mode == "bwrap"
+
+
+def test_math_sandbox_unsafe_fallback_only_by_name(caplog):
+    # on a root host whose interpreter uid 65534 cannot read, the fallback refuses at construction;
+    # either way the configured mode is the one the sandbox got
+    try:
+        with caplog.at_level("WARNING"):
+            tool = builders.build_tool("math", rollout(sandbox="unsafe_fallback"))
+    except SandboxUnavailableError as e:
+        assert "PythonSandbox(mode='unsafe_fallback')" in str(e)
+        return
+    assert tool.mode == "unsafe_fallback"
+    assert any("UNSAFE" in m for m in caplog.messages)
+
+
+def test_bad_sandbox_value_names_the_key():
+    with pytest.raises(ValueError, match=r"mode \(rollout.sandbox\) must be one of"):
+        builders.build_tool("math", rollout(sandbox="none"))
