@@ -29,7 +29,7 @@ from mojax.rl.episodes import EpisodeRunner
 from mojax.rl.evaluate import write_report
 from mojax.rl.host_state import HostState
 from mojax.rl.paretopo import ParetoPOController
-from mojax.rl.step import Run, rl_step
+from mojax.rl.step import Run, rl_step, task_estimator_kwargs
 from mojax.rl.validation import evaluate, validation_vector
 from mojax.rl.warm_start import initial_params
 from mojax.sampling import bucket_length
@@ -82,9 +82,12 @@ def build_run(config, spec: spec_lib.RunSpec, workdir: str, pool) -> Run:
     train_step = rl.make_train_step(
         model_config, tx, spec.ppo, mesh, rules, lr_schedule=rl.make_schedule(spec.optimizer)
     )
+    estimator_kwargs = task_estimator_kwargs(spec.advantage, task)
     controller = None
     if spec.advantage.paretopo.enabled:
-        controller = ParetoPOController.from_spec(spec.advantage)
+        controller = ParetoPOController.from_spec(
+            spec.advantage, len(splits.train), spec.rollout.prompts_per_step
+        )
     return Run(
         spec=spec,
         task=task,
@@ -98,6 +101,7 @@ def build_run(config, spec: spec_lib.RunSpec, workdir: str, pool) -> Run:
         tx=tx,
         mesh=mesh,
         rules=rules,
+        estimator_kwargs=estimator_kwargs,
     )
 
 
