@@ -116,14 +116,14 @@ def base_config() -> ml_collections.ConfigDict:
     c.paretopo.enabled = False
     c.paretopo.stage1_steps = 10  # Stage 1 (HV-guided scalarization) steps, then Stage 2
     c.paretopo.stage1_estimator = "grpo"  # estimator of the scalarized reward in Stage 1
-    c.paretopo.weights = (0.6, 0.4)  # w of r_w = w . r (000 Eq. 5)
+    c.paretopo.weights = (0.6, 0.4)  # w of r_w = w . r (ParetoPO Eq. 5)
     c.paretopo.mode = "global"  # "global" (Algorithm 1) | "per_trajectory" (Eq. 6)
     c.paretopo.gamma = 0.5  # EMA of ΔHV
     c.paretopo.reference = "initial"  # HV reference: "initial" (v_0) | "zeros"
     c.paretopo.validate_every = 1  # Stage-1 validation (archive update) every N steps
 
     c.tool_reward = ml_collections.ConfigDict()
-    c.tool_reward.alpha = 0.7  # r_tool = exp(-alpha |N_call - N_opt|) (000 Eq. 4)
+    c.tool_reward.alpha = 0.7  # r_tool = exp(-alpha |N_call - N_opt|) (ParetoPO Eq. 4)
     c.tool_reward.no_success = "zero"  # "zero" | "group_min" | "assume_zero_calls"
 
     c.dapo = ml_collections.ConfigDict()

@@ -1,6 +1,6 @@
 """Evaluation metrics of multi-answer, multi-objective pools (host-side numpy).
 
-From VPO (003_8f883b4a3397be1d, Sec. 4.3 and App. F) and Chen et al. (2021):
+From VPO (arXiv:2605.22817, Sec. 4.3 and App. F) and Chen et al. (2021):
 
 * ``best@k`` = max over the first k answers of ``w* . r`` -- k counts answers, not chains
   (multi-answer chains are concatenated in draw order, so ``S_k`` for ``k <= S`` is one chain);

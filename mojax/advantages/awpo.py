@@ -102,7 +102,7 @@ def awpo(
     state=None,
     reason_valid=None,
 ) -> C.AdvantageOutput:
-    """AWPO advantages and dynamic clip radius (001 Eqs. 20-29).
+    """AWPO advantages and dynamic clip radius (AWPO Eqs. 20-29).
 
     Args:
       rewards: float ``[P, G, 2]``: ``R_out`` and ``R_reason``.

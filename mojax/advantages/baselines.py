@@ -1,4 +1,4 @@
-"""Baselines from VPO's comparison (003_8f883b4a3397be1d, Sec. 4.2): Random-w GRPO and Multi-RLVR.
+"""Baselines from VPO's comparison (VPO, arXiv:2605.22817, Sec. 4.2): Random-w GRPO and Multi-RLVR.
 
 * Random-w GRPO: ``w ~ Dir(alpha 1)`` drawn per step from ``key``, one per group (shared by its G
   samples), then GRPO on ``w . r``.

@@ -1,6 +1,6 @@
 """GDPO and MO-GRPO: normalise each objective within its group, then aggregate.
 
-GDPO (SAW 002_52723478b28bba56, Eqs. 5-7; Liu et al. 2026): ``A_k = groupnorm(r_k)``,
+GDPO (SAW, arXiv:2606.07705, Eqs. 5-7; Liu et al. 2026): ``A_k = groupnorm(r_k)``,
 ``A = sum_k w_k A_k``, then a batch normalisation of ``A`` over all valid samples (Eq. 7). Switch
 ``batch_norm``: ``"sample"`` (paper, TRL; default) gives every sample equal weight, ``"token"``
 (verl) weights each sample by its number of response tokens (``token_counts``). ``std_ddof`` and
@@ -75,7 +75,7 @@ def gdpo(
     std_ddof: int = 0,
     batch_std_ddof: int = 0,
 ) -> C.AdvantageOutput:
-    """GDPO advantages (002 Eqs. 5-7).
+    """GDPO advantages (SAW Eqs. 5-7).
 
     Args:
       rewards: float ``[P, G, M]``.

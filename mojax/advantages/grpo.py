@@ -1,11 +1,11 @@
 """GRPO and Dr.GRPO on a scalarized reward ``s = w . r``.
 
-GRPO (SAW 002_52723478b28bba56, Eqs. 1 and 3; Shao et al. 2024): ``A = (s - mean_g s) / (std_g s +
+GRPO (SAW, arXiv:2606.07705, Eqs. 1 and 3; Shao et al. 2024): ``A = (s - mean_g s) / (std_g s +
 eps)`` per group, population std by default (methods.md; switch ``std_ddof=1`` for verl / TRL).
 Dr.GRPO: ``A = s - mean_g s`` (no std; pair it with the ``seq-mean-token-sum-norm`` loss).
 
 ``reward_scale`` multiplies the scalar reward per sample (or uniformly) before normalisation;
-ParetoPO Stage 1 uses it for ``r_tilde = r_pareto * r_w`` (000_e6cfe11db36d6d54, Eq. 6). A uniform
+ParetoPO Stage 1 uses it for ``r_tilde = r_pareto * r_w`` (ParetoPO, arXiv:2606.16111, Eq. 6). A uniform
 scale cancels in GRPO (up to ``eps``) but not in Dr.GRPO -- a documented property, tested.
 """
 
@@ -48,7 +48,7 @@ def _prepare(rewards, valid, weights, reward_scale):
 def grpo(
     rewards, valid=None, *, weights=None, std_ddof: int = 0, eps: float = 1e-6, reward_scale=None
 ) -> C.AdvantageOutput:
-    """GRPO advantages of the scalar reward ``w . r`` (002 Eq. 3 with 002 Eq. 1).
+    """GRPO advantages of the scalar reward ``w . r`` (SAW Eq. 3 with SAW Eq. 1).
 
     Args:
       rewards: float ``[P, G, M]``, every objective higher-is-better.

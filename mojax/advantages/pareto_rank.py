@@ -1,4 +1,4 @@
-"""ParetoPO Stage 2: Pareto-rank advantages (000_e6cfe11db36d6d54, Sec. 3.2, Eqs. 7-9).
+"""ParetoPO Stage 2: Pareto-rank advantages (ParetoPO, arXiv:2606.16111, Sec. 3.2, Eqs. 7-9).
 
 Per group: non-dominated sort of the reward vectors -> rank ``rho in {1..N_rank}`` (N_rank = number
 of fronts in the group); ``A_base = N_rank - rho + 1`` (Eq. 7); within each rank
@@ -70,7 +70,7 @@ def pareto_rank(
     normalize: str = "none",
     eps: float = 1e-6,
 ) -> C.AdvantageOutput:
-    """Pareto-rank advantages (000 Eqs. 7-9).
+    """Pareto-rank advantages (ParetoPO Eqs. 7-9).
 
     Args:
       rewards: float ``[P, G, M]`` (ParetoPO: ``(r_task, r_tool)``).

@@ -1,4 +1,4 @@
-"""SAW: stage-aware dynamic weighting by the batch coefficient of variation (002_52723478b28bba56).
+"""SAW: stage-aware dynamic weighting by the batch coefficient of variation (SAW, arXiv:2606.07705).
 
 Over the **whole batch** (all valid samples, Sec. 4.1), per objective k (Algorithm 1):
 
@@ -153,7 +153,7 @@ def saw_grpo(
     delta: float = 1e-8,
     objective_names=None,
 ) -> C.AdvantageOutput:
-    """SAW in reward mode: CV-weighted scalar reward, then GRPO (002 Eqs. 2, 8, 9, 3).
+    """SAW in reward mode: CV-weighted scalar reward, then GRPO (SAW Eqs. 2, 8, 9, 3).
 
     Args:
       rewards: float ``[P, G, M]``.
@@ -192,7 +192,7 @@ def saw_gdpo(
     objective_names=None,
 ) -> C.AdvantageOutput:
     """SAW in advantage mode: ``M * CV``-share weights on per-objective z-scores, then GDPO's batch
-    normalisation (002 Eqs. 2, 5, 8, 10, 7).
+    normalisation (SAW Eqs. 2, 5, 8, 10, 7).
 
     Args: as :func:`saw_grpo`, plus ``batch_norm`` / ``token_counts`` as in GDPO.
     """

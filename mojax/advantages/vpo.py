@@ -1,4 +1,4 @@
-"""VPO: Dirichlet-scalarized set maximum over multi-answer completions (003_8f883b4a3397be1d).
+"""VPO: Dirichlet-scalarized set maximum over multi-answer completions (VPO, arXiv:2605.22817).
 
 Each completion holds S answers with reward vectors ``set_rewards [P, G, S, M]``; missing or
 unparseable answers are zero vectors (``set_valid = False``). Per group, K weights
@@ -81,7 +81,7 @@ def vpo(
     eps: float = 1e-6,
     min_std: float = 1e-6,
 ) -> C.AdvantageOutput:
-    """VPO advantages from multi-answer set rewards (003 Eq. 1 and Sec. 3.2).
+    """VPO advantages from multi-answer set rewards (VPO Eq. 1 and Sec. 3.2).
 
     Args:
       set_rewards: float ``[P, G, S, M]``.

@@ -1,6 +1,6 @@
 """The non-dominated archive ``B`` of ParetoPO Stage 1 as pure functions over ``[N, M]`` arrays.
 
-Algorithm 1 of 000_e6cfe11db36d6d54 (lines 2 and 16-17) keeps the best-so-far validation vectors:
+Algorithm 1 of ParetoPO, arXiv:2606.16111 (lines 2 and 16-17) keeps the best-so-far validation vectors:
 a new vector enters if no member dominates it. mojax additionally drops the members the new vector
 dominates (methods.md; the paper's Algorithm 1 only adds), so the archive is always a mutually
 non-dominated set; this changes no hypervolume, because dominated members add no volume.

@@ -1,6 +1,6 @@
 """Hypervolume and hypervolume contribution (maximisation), computed on the host with moocore.
 
-ParetoPO (000_e6cfe11db36d6d54) measures progress of the validation vector with the hypervolume
+ParetoPO (arXiv:2606.16111) measures progress of the validation vector with the hypervolume
 (Def. 2.2, Eq. 3) and drives Stage 1 with the contribution ``dHV(r, B) = HV(B u {r}) - HV(B)``
 (Sec. 3.1). These are host-side computations on a handful of points per training step, so they use
 moocore's exact algorithms rather than a jit kernel.
@@ -38,7 +38,7 @@ def _as_points(points, ref, name: str = "points") -> tuple[np.ndarray, np.ndarra
 
 
 def hypervolume(points, ref) -> float:
-    """Volume dominated by ``points`` and dominating ``ref`` (maximisation; 000 Eq. 3).
+    """Volume dominated by ``points`` and dominating ``ref`` (maximisation; ParetoPO Eq. 3).
 
     Args:
       points: ``[N, M]`` objective vectors (N may be 0).
@@ -60,7 +60,7 @@ def hypervolume(points, ref) -> float:
 
 
 def hv_contribution(point, archive, ref) -> float:
-    """``dHV(p, B) = HV(B u {p}) - HV(B)`` (000_e6cfe11db36d6d54, Sec. 3.1), never negative.
+    """``dHV(p, B) = HV(B u {p}) - HV(B)`` (ParetoPO, arXiv:2606.16111, Sec. 3.1), never negative.
 
     Args:
       point: ``[M]`` candidate vector.

@@ -1,6 +1,6 @@
 """ParetoPO Stage 1: hypervolume-guided dynamic scalarization as pure functions over plain data.
 
-000_e6cfe11db36d6d54, Sec. 3.1 and Algorithm 1 (lines 1-19):
+ParetoPO, arXiv:2606.16111, Sec. 3.1 and Algorithm 1 (lines 1-19):
 
 * archive ``B`` starts as ``{v_0}``, the validation vector of the initial policy, which is also the
   hypervolume reference point (``ref``; methods.md switch: a fixed reference such as zeros);
@@ -59,7 +59,7 @@ _STD_NORMALISED = (
 
 
 def r_pareto_from_dhv(dhv_bar):
-    """``r_pareto = 0.5 + 1.5 tanh(dHV_bar)`` (000_e6cfe11db36d6d54, Eq. 6); works on arrays."""
+    """``r_pareto = 0.5 + 1.5 tanh(dHV_bar)`` (ParetoPO, arXiv:2606.16111, Eq. 6); works on arrays."""
     return 0.5 + 1.5 * np.tanh(dhv_bar)
 
 

@@ -1,6 +1,6 @@
 """Tool-efficiency reward of ParetoPO with its N_optimal tracker (host-side, checkpointable).
 
-000_e6cfe11db36d6d54, Eq. 4: ``r_tool = exp(-alpha |N_call - N_optimal|)`` with ``alpha = 0.7``.
+ParetoPO, arXiv:2606.16111, Eq. 4: ``r_tool = exp(-alpha |N_call - N_optimal|)`` with ``alpha = 0.7``.
 ``N_optimal(prompt)`` is the fewest tool calls among the *successful* trajectories seen so far for
 that prompt (Sec. 2.3: the current group is included, and it is tracked across epochs). It is
 non-increasing over training, so the reward is stationary once it settles.
@@ -24,7 +24,7 @@ NO_SUCCESS_MODES = ("zero", "group_min", "assume_zero_calls")
 
 
 def tool_efficiency_reward(n_calls, n_opt, *, alpha: float = 0.7) -> np.ndarray:
-    """``exp(-alpha |n_calls - n_opt|)`` elementwise (000 Eq. 4), float32."""
+    """``exp(-alpha |n_calls - n_opt|)`` elementwise (ParetoPO Eq. 4), float32."""
     if alpha < 0:
         raise ValueError(f"alpha must be >= 0; got {alpha}")
     diff = np.abs(np.asarray(n_calls, dtype=np.float64) - np.asarray(n_opt, dtype=np.float64))

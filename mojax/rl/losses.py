@@ -226,10 +226,7 @@ def ppo_clip_loss(
       ratio_max`` (token means over the loss mask; ``pg_loss``/``kl``/``entropy`` use ``agg``).
     """
     _check_loss_inputs(logprobs, old_logprobs, advantages, loss_mask)
-    if kl_coef != 0.0 and ref_logprobs is None:
-        raise ValueError("kl_coef != 0 needs ref_logprobs (log-probs under the frozen reference)")
-    if entropy_coef != 0.0 and entropy is None:
-        raise ValueError("entropy_coef != 0 needs the per-token entropy")
+    _check_terms(kl_coef, ref_logprobs, entropy_coef, entropy)
     terms = ppo_token_terms(
         logprobs,
         old_logprobs,
@@ -241,10 +238,11 @@ def ppo_clip_loss(
         ratio_level=ratio_level,
         loss_mask=loss_mask,
     )
-    if token_weights is None:
-        w = aggregation_weights(loss_mask, agg, max_len, num_seqs)
-    else:
-        w = token_weights
+    w = (
+        aggregation_weights(loss_mask, agg, max_len, num_seqs)
+        if token_weights is None
+        else token_weights
+    )
     token_loss = terms["pg_loss"]
     metrics = {"pg_loss": jnp.sum(w * terms["pg_loss"])}
     if ref_logprobs is not None:
@@ -258,6 +256,13 @@ def ppo_clip_loss(
             token_loss = token_loss - entropy_coef * entropy
     metrics.update(_ratio_metrics(terms, loss_mask))
     return jnp.sum(w * token_loss), metrics
+
+
+def _check_terms(kl_coef, ref_logprobs, entropy_coef, entropy) -> None:
+    if kl_coef != 0.0 and ref_logprobs is None:
+        raise ValueError("kl_coef != 0 needs ref_logprobs (log-probs under the frozen reference)")
+    if entropy_coef != 0.0 and entropy is None:
+        raise ValueError("entropy_coef != 0 needs the per-token entropy")
 
 
 def _check_loss_inputs(logprobs, old_logprobs, advantages, loss_mask) -> None:

@@ -4,7 +4,7 @@ Host-side and stateless apart from the objects passed in (the N_optimal tracker 
 mutated). Covers the pieces every method shares:
 
 * task scoring (``Task.score_batch``; failures are invalid and counted, never raised);
-* external objectives: ``r_tool`` (ParetoPO 000 Eq. 4, from ``n_calls`` and the N_optimal tracker,
+* external objectives: ``r_tool`` (ParetoPO Eq. 4, from ``n_calls`` and the N_optimal tracker,
   the current group included) and ``r_reason`` (AWPO's judge score; a judge failure → invalid);
 * DAPO overlong shaping on the success objective(s) and DAPO dynamic-sampling's group filter,
   judged **per objective** (methods.md): a group is kept if any objective varies.

@@ -1,4 +1,4 @@
-"""Tool-integrated math (ParetoPO's ToRL setting, 000 Sec. 4 / App. A): answers and ``r_task``.
+"""Tool-integrated math (ParetoPO's ToRL setting, arXiv:2606.16111 Sec. 4 / App. A): answers and ``r_task``.
 
 Problems come in the public JSONL shapes (MATH500 ``problem``/``answer``; AIME24 also
 ``question``; AIME25 an int ``answer``; OlympiadBench ``question``/``final_answer`` list; AMC
@@ -6,7 +6,7 @@ Problems come in the public JSONL shapes (MATH500 ``problem``/``answer``; AIME24
 ``<answer>…</answer>``, else a plain "answer is X" / "Final Answer: X" line. Equivalence is decided
 by the ``math-verify`` library (no hand-written LaTeX comparison); ``r_task`` = 1 if equivalent.
 
-Objectives ``(r_task, r_tool)``: ``r_tool = exp(−α|N_call − N_opt|)`` (000 Eq. 4) needs the
+Objectives ``(r_task, r_tool)``: ``r_tool = exp(−α|N_call − N_opt|)`` (ParetoPO Eq. 4) needs the
 rollout's ``N_call`` and the per-prompt ``N_opt`` tracker (``mojax.pareto.tool_efficiency``), so it
 is an *external* objective the trainer fills; ``is_success`` on ``r_task`` gives the trajectories
 whose call counts update ``N_opt``.

@@ -1,4 +1,4 @@
-"""VPO's 9×9 maze (003 VPO App. A.1): generator, BFS solver, move simulator and reward.
+"""VPO's 9×9 maze (VPO App. A.1): generator, BFS solver, move simulator and reward.
 
 Generation, in this order, one ``random.Random(seed)`` per attempt (seeds 42, 43, … for train,
 4242, 4243, … for test; rejected seeds are skipped, the first 1000 / 100 survivors kept):

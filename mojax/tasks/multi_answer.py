@@ -1,4 +1,4 @@
-"""Multi-answer parsing for VPO and Multi-RLVR (003 VPO Sec. 3 and App. E).
+"""Multi-answer parsing for VPO and Multi-RLVR (VPO Sec. 3 and App. E).
 
 A multi-answer completion holds ``S`` numbered blocks ``<response_1>…</response_1>`` …
 ``<response_S>…</response_S>`` (maze: ``<route_i>``). Each block becomes one row of the set; a

@@ -1,4 +1,4 @@
-"""MuSiQue-Ans multi-hop reading comprehension (003 VPO App. A.2, prompts App. E.1).
+"""MuSiQue-Ans multi-hop reading comprehension (VPO App. A.2, prompts App. E.1).
 
 Each prompt embeds the question and its 20 paragraphs as ``[idx] (Title: …) text``. The model emits
 ``<support>`` (paragraph indices; the first four distinct ones count) and ``<answer>``. Reward

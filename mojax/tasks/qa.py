@@ -1,9 +1,9 @@
-"""Multi-hop QA with search (NQ / HotpotQA, Search-R1 format; ParetoPO 000 Sec. 4).
+"""Multi-hop QA with search (NQ / HotpotQA, Search-R1 format; ParetoPO Sec. 4).
 
 The model reasons in ``<think>``, calls the retriever with ``<search>query</search>`` (stop
 string ``</search>``), reads ``<information>…</information>`` and answers in ``<answer>…</answer>``
 (the last complete block counts). ``r_task`` is the normalised exact match against the alias list
-(Search-R1's reward; ``metric="f1"`` switches to token F1), ``r_tool`` is external (000 Eq. 4).
+(Search-R1's reward; ``metric="f1"`` switches to token F1), ``r_tool`` is external (ParetoPO Eq. 4).
 
 The answer normalisation is SQuAD's (lowercase, drop punctuation, drop articles a/an/the, collapse
 whitespace), which is also MuSiQue's official one.

@@ -1,6 +1,6 @@
 """ToolRL function calling (the ``rlla_4k`` corpus): format, correctness, AWPO and VPO rewards.
 
-Sources: 002 SAW App. C (Eqs. 11-17), 001 AWPO Eqs. 14-19, 003 VPO App. A.4 / E.4, and
+Sources: SAW App. C (Eqs. 11-17), AWPO Eqs. 14-19, VPO App. A.4 / E.4, and
 ``methods.md`` ("ToolRL rewards"). ``response`` is the assistant text; ``gold`` is the
 ``reward_model.ground_truth`` string: ``<think>…</think>`` then a ``<tool_call>`` block (one JSON
 object ``{"name", "parameters"}`` per line) and/or a ``<response>`` block.
