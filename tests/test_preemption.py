@@ -77,3 +77,47 @@ def test_preempted_exit_codes_and_message():
         "Rerun the same command to resume."
     )
     assert Preempted(signal.SIGINT, 0, "/w/checkpoints/0").exit_code == 130
+
+
+_CHILD = """
+import os, signal, sys
+import jax
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+jax.distributed.initialize(f"localhost:{sys.argv[2]}", num_processes=2, process_id=int(sys.argv[1]))
+from mojax.preemption import Preemption
+with Preemption() as stop:
+    before = stop.requested()
+    if jax.process_index() == 1:  # only process 1 is signalled
+        os.kill(os.getpid(), signal.SIGTERM)
+    after = stop.requested()
+print("RESULT", jax.process_index(), before, after, flush=True)
+"""
+
+
+def test_flag_is_agreed_by_all_processes(tmp_path):
+    """Two JAX processes (CPU, gloo collectives): a SIGTERM to process 1 alone stops both."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(i), str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for i in (0, 1)
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for i, (p, out) in enumerate(zip(procs, outs, strict=True)):
+        assert p.returncode == 0, out[-3000:]
+        assert f"RESULT {i} 0 {int(signal.SIGTERM)}" in out, out[-3000:]
