@@ -8,6 +8,11 @@ the script and the real Calculator, and a teacher-forced forward of the same mod
 concatenated sequence without any cache (log-probs within 1e-4, fp32).
 """
 
+import dataclasses
+import threading
+import time
+import zlib
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -19,6 +24,7 @@ from mojax.models.qwen import Qwen
 from mojax.rollout import RolloutSpec, rollout, run_rollout, tool_stop_spec
 from mojax.rollout.agent import TRUNCATION_MARK, encode_observation, malformed_message
 from mojax.rollout.tools import Calculator
+from mojax.sampling import api as mojax_api
 from mojax.tasks.calculator import CalculatorTask, Problem, sft_demonstrations
 from mojax.tasks.vocab import build_sentencepiece
 
@@ -279,6 +285,63 @@ def test_spec_built_once_gives_the_same_rollout(tok, scene, monkeypatch):
         assert [[t.call for t in ts] for ts in res.turns] == [
             [t.call for t in ts] for ts in ref.turns
         ]
+
+
+class SlowTool:
+    """The Calculator behind a delay that differs per call (so calls finish out of submission
+    order), recording how many decode calls were dispatched while each call was running."""
+
+    def __init__(self, decode_calls: list[int]):
+        self.calc, self.decode_calls, self.in_flight = Calculator(), decode_calls, []
+        self.lock = threading.Lock()
+
+    def run(self, text):
+        start = self.decode_calls[0]
+        time.sleep(0.15 + 0.03 * (zlib.crc32(text.encode()) % 5))
+        with self.lock:
+            self.in_flight.append(self.decode_calls[0] - start)
+        return self.calc.run(text)
+
+
+def test_tools_overlap_decoding_and_give_the_serial_rollout(tok, scene, monkeypatch):
+    """Decode segments of 8 tokens: a row's call starts at the end of the segment it stopped in,
+    while the other rows decode on. The rollout is bitwise the serial one (calls run once every
+    row has stopped), whatever order the calls finish in; both match the scripted transcripts
+    and the teacher-forced log-probs as the unsegmented rollout does."""
+    task, calc, model, prompts, built = scene
+    kw = {**SETTINGS, "false_stop_bucket": 1, "decode_segment": 8}
+    decode_calls = [0]
+    append = mojax_api.append_and_continue
+
+    def counting_append(*args, **kwargs):
+        decode_calls[0] += 1
+        return append(*args, **kwargs)
+
+    monkeypatch.setattr(mojax_api, "append_and_continue", counting_append)
+    spec = RolloutSpec.create(tok, task, temperature=0.0, **kw)
+    slow = SlowTool(decode_calls)
+    over = run_rollout(spec, model, tok, task, prompts, key=jax.random.key(0), tool=slow)
+    serial = spec.replace(overlap_tools=False)
+    ser = run_rollout(serial, model, tok, task, prompts, key=jax.random.key(0), tool=calc)
+    # the overlap happened: decode segments were dispatched while calls were running
+    assert over.counters["segment_resumes"] >= 2 and max(slow.in_flight) >= 1, slow.in_flight
+    for field in ("tokens", "logprobs", "loss_mask", "lengths", "n_calls"):
+        np.testing.assert_array_equal(getattr(over, field), getattr(ser, field), err_msg=field)
+    assert over.finish_reason == ser.finish_reason and over.texts == ser.texts
+    assert over.counters == ser.counters
+
+    def strip(turns):
+        return [[dataclasses.replace(t, duration_s=0.0) for t in ts] for ts in turns]
+
+    assert strip(over.turns) == strip(ser.turns)
+    # the same rollout as without segments (test above): transcripts, calls, finish reasons
+    assert over.n_calls.tolist() == [1, 0, 2, 1, 1, 2]
+    assert over.finish_reason == ["stop", "stop", "stop", "stop", "budget", "stop"]
+    for row, (seq, policy, spans) in enumerate(built):
+        upto = spans[0][1] + 24 if row == 4 else None
+        check_row(
+            over, row, model, seq, policy, spans[:1] if row == 4 else spans, len(prompts[row]), upto
+        )
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import math
 from collections.abc import Callable
 
 from mojax.rollout.observations import decode_ids, encode_observation, malformed_message
@@ -88,11 +89,13 @@ class ToolRunner:
         if self.own_pool:
             pool = ToolPool(max_workers=min(8, num_rows), timeout_s=spec.tool_timeout_s)
         self.pool = pool
-        background = spec.overlap_tools and spec.decode_segment > 0 and spec.multi_turn
         self._executor = None
-        if background:  # one waiting thread per submitted batch; the pool bounds the work
+        if spec.overlap_tools and spec.decode_segment > 0 and spec.multi_turn:
+            # one waiting thread per batch in flight: a round submits at most one batch per
+            # segment of its longest turn, and collects them all before the next round
+            batches = math.ceil(spec.max_new_tokens / spec.decode_segment)
             self._executor = concurrent.futures.ThreadPoolExecutor(
-                max_workers=8, thread_name_prefix="mojax-rollout-calls"
+                max_workers=batches, thread_name_prefix="mojax-rollout-calls"
             )
         self._queued: list[int] = []  # rows whose calls run at the next ``results``
         self._running: list[tuple[list[int], concurrent.futures.Future]] = []

@@ -95,7 +95,11 @@ class RolloutSpec:
       cache_dtype: k/v storage dtype (e.g. ``"bfloat16"``; None: the model's compute dtype).
       decode_segment: 0 = a decode call runs until every row has stopped; ``n > 0`` = decode in
         segments of at most ``n`` tokens per row, so the host sees tool stops while other rows
-        are still decoding (see ``overlap_tools``).
+        are still decoding (see ``overlap_tools``). A row paused at a segment's end resumes at
+        once at the same decode step (the same random draw as unsegmented), but each resume
+        writes ``false_stop_bucket`` empty cache slots: the log-probs can differ from the
+        unsegmented rollout's in float rounding (attention sums over another slot layout), and
+        so could a token where that flips a near tie; ``cache_slots`` adds room for the slots.
       overlap_tools: with ``decode_segment > 0``, start a row's tool call at the end of the segment
         it stopped in, while the other rows decode on (False: run the round's calls once every row
         has stopped, the serial schedule). The observations are appended at the same point either
