@@ -185,6 +185,14 @@ def base_config() -> ml_collections.ConfigDict:
     c.judge.model = ""
     c.judge.timeout_s = 30.0
 
+    c.wandb = ml_collections.ConfigDict()  # Weights & Biases logging (mojax.logging.MetricsWriter)
+    c.wandb.enabled = False
+    c.wandb.project = "mojax"
+    c.wandb.entity = ""
+    c.wandb.mode = "online"  # "online" | "offline" | "disabled"
+    c.wandb.name = ""  # "" = the workdir's name
+    c.wandb.group = ""
+
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1
     c.mesh.fsdp = 1

@@ -152,8 +152,10 @@ def build_model_config(config, tokenizer) -> models.QwenConfig:
         cfg = models.QwenConfig.from_hf(config.model.checkpoint)
         return cfg.replace(**execution)
     overrides = dict(config.model.overrides)
-    if config.tokenizer.path == "build" and tokenizer is None:  # dry runs: the configured size
-        overrides.setdefault("vocab_size", int(config.tokenizer.vocab_size))
+    if config.tokenizer.path == "build" and tokenizer is None:  # dry runs: the largest vocabulary
+        from mojax.tasks.vocab import REQUIRED_CHARS  # the build can add (configured + characters)
+
+        overrides.setdefault("vocab_size", int(config.tokenizer.vocab_size) + len(REQUIRED_CHARS))
     if config.tokenizer.path == "build" and tokenizer is not None:
         overrides.setdefault("vocab_size", int(tokenizer.vocab_size))
         overrides.setdefault("eos_token_id", int(tokenizer.eos_token_id))

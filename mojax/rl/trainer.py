@@ -15,6 +15,7 @@ import os
 import time
 
 import jax
+import numpy as np
 from absl import logging
 
 from mojax import checkpoint as ckpt_lib
@@ -125,8 +126,18 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
         with Preemption() as preemption:
             run_ = build_run(config, spec, workdir, pool)
             state, host, resumed = restore_or_start(run_, config, workdir, ckpt)
-            writer = log_lib.MetricsWriter(workdir, resume_step=host.step if resumed else None)
-            run_ = with_reference(run_, state.params)
+            names = run_.task.objective_names
+            writer = log_lib.MetricsWriter(
+                workdir,
+                resume_step=host.step if resumed else None,
+                wandb=config.get("wandb"),
+                config=config,
+                objectives=names,
+            )
+            ref = state.params
+            if resumed and spec.ppo.kl_coef:  # the KL reference is the initial policy
+                ref = initial_params(run_, config, workdir)
+            run_ = with_reference(run_, ref)
             last: dict[str, float] = {}
             saved = host.step if resumed else None
             if not resumed:
@@ -139,7 +150,8 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
                 host, held_out = after_step(run_, host, state.params)
                 last.update(held_out)
                 if spec.transcripts_per_step:
-                    log_lib.write_transcripts(workdir, host.step, transcript_rows(run_, eps))
+                    rows = transcript_rows(run_, eps)
+                    log_lib.write_transcripts(workdir, host.step, rows, objectives=names)
                 last["time/step_s"] = time.time() - t0
                 _log(writer, host.step, spec.steps, last)
                 if host.step % spec.checkpoint_every == 0 or host.step == spec.steps:
@@ -220,18 +232,31 @@ def after_step(run_: Run, host: HostState, params) -> tuple[HostState, dict]:
 
 
 def transcript_rows(run_: Run, eps) -> list[dict]:
-    """The first ``transcripts_per_step`` rows of a step: prompt, response, rewards, advantage."""
-    m = eps.rewards.shape[-1]
-    n = min(run_.spec.transcripts_per_step, len(eps.texts))
-    return [
-        {
-            "prompt": eps.examples[i // eps.num_samples].id,
-            "response": eps.texts[i],
-            "rewards": eps.rewards.reshape(-1, m)[i].tolist(),
-            "advantage": float(eps.advantages.reshape(-1)[i]),
-        }
-        for i in range(n)
-    ]
+    """The first ``transcripts_per_step`` rows of a step: the rendered prompt, the response with its
+    tool observations marked, the rewards per objective and the advantage."""
+    r, g = eps.rollout, eps.num_samples
+    rewards = eps.rewards.reshape(-1, eps.rewards.shape[-1])
+    rows = []
+    for i in range(min(run_.spec.transcripts_per_step, len(eps.texts))):
+        n = int(r.lengths[i])
+        segments = log_lib.response_segments(
+            np.asarray(r.tokens[i, :n]), np.asarray(r.loss_mask[i, :n]), run_.tokenizer.decode
+        )
+        rows.append(
+            {
+                "prompt_id": eps.examples[i // g].id,
+                "prompt": run_.tokenizer.decode(eps.prompt_ids[i // g]),
+                "sample": i % g,
+                "response": eps.texts[i],
+                "segments": segments,
+                "rewards": rewards[i].tolist(),
+                "advantage": float(eps.advantages.reshape(-1)[i]),
+                "valid": bool(eps.valid.reshape(-1)[i]),
+                "n_calls": int(r.n_calls[i]),
+                "finish_reason": str(r.finish_reason[i]),
+            }
+        )
+    return rows
 
 
 def evaluate_only(config, workdir: str) -> dict[str, float]:
