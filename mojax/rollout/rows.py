@@ -81,7 +81,8 @@ class Row:
       waiting: ``WAIT_TOOL`` / ``WAIT_FALSE_STOP`` while it waits for the round's append, else
         None (decoding, or finished).
       length: used response slots when the host last saw the row.
-      n_calls: calls answered with an observation (the ``N_call`` of ParetoPO's ``r_tool``).
+      n_calls: calls answered with an observation (``N_call`` of ParetoPO's ``r_tool``,
+        arXiv:2606.16111).
       turn_start: response slot where the current turn began.
       turn_used: policy tokens of the current turn so far.
       call_start: response length when the row's latest decode call began.

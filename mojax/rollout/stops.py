@@ -122,7 +122,7 @@ def tool_stop_spec(tokenizer, text: str, *, mode: str = "auto", exclude: Sequenc
 
 
 def stop_ids_array(spec: StopSpec | None, stop_token_ids: Sequence[int]) -> np.ndarray:
-    """int32 [N]: the eos ids followed by the tool stop ids (duplicates removed)."""
+    """int32 [number of stop ids]: the eos ids followed by the tool stop ids (no duplicates)."""
     ids = [int(i) for i in stop_token_ids]
     if spec is not None:
         ids += [i for i in spec.token_ids if i not in ids]
