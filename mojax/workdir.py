@@ -10,7 +10,8 @@
   key outside :data:`RESUMABLE` (run length and checkpoint / eval cadence) or :data:`LOGGING_ONLY`
   stops before anything is built, with a :class:`WorkdirError` that lists each differing key as
   ``old -> new``. A workdir with run outputs (checkpoints, metrics) but no ``config.json`` is refused
-  the same way, since what it ran cannot be checked.
+  the same way, since what it ran cannot be checked. A workdir whose run stopped before any output
+  (e.g. on a bad data path) holds nothing to resume: its ``config.json`` is simply replaced.
 * **Overrides** (``config.resume``): ``""`` (default) applies the check; ``"force"`` continues from
   the workdir's checkpoints under the new config and overwrites ``config.json``; ``"new"`` renames
   the old workdir to ``<workdir>.old-<n>`` (the first free ``n``) and starts from scratch.
@@ -48,7 +49,7 @@ RESUMABLE = (
 LOGGING_ONLY = ("log_every", "wandb.")
 RESUME_MODES = ("", "force", "new")
 DONE_FILE = "done"
-_RUN_OUTPUTS = ("checkpoints", "checkpoints_sft", log_lib.METRICS_FILE, DONE_FILE)
+_CHECKPOINT_DIRS = ("checkpoints", "checkpoints_sft")
 _MAX_NAME = 100
 
 
@@ -136,14 +137,14 @@ def prepare(config: Any, workdir: str) -> Finished | None:
       ConfigError: ``config.resume`` is not one of :data:`RESUME_MODES`.
     """
     mode = resume_mode(config)
-    has_run = any(os.path.exists(os.path.join(workdir, f)) for f in _RUN_OUTPUTS)
+    has_run = _has_outputs(workdir)
     saved_path = os.path.join(workdir, log_lib.CONFIG_FILE)
     saved = log_lib.read_config(saved_path) if os.path.isfile(saved_path) else None
     if mode == "new":
         saved, has_run = None, False
     elif mode == "" and saved is None and has_run:
         raise WorkdirError(_no_config_message(workdir))
-    elif mode == "" and saved is not None:
+    elif mode == "" and saved is not None and has_run:
         diff = config_diff(saved, config)
         if diff:
             raise WorkdirError(_diff_message(workdir, diff))
@@ -162,6 +163,16 @@ def prepare(config: Any, workdir: str) -> Finished | None:
         log_lib.write_config(workdir, json.loads(config.to_json_best_effort()))
     _barrier("mojax_workdir_written")
     return None
+
+
+def _has_outputs(workdir: str) -> bool:
+    """Whether a run left something to resume or report: a checkpoint step (committed, unfinished
+    or moved aside), metrics or a ``done`` file."""
+    for sub in _CHECKPOINT_DIRS:
+        path = os.path.join(workdir, sub)
+        if os.path.isdir(path) and any(n.split(".")[0].isdigit() for n in os.listdir(path)):
+            return True
+    return any(os.path.exists(os.path.join(workdir, f)) for f in (log_lib.METRICS_FILE, DONE_FILE))
 
 
 def _done_steps(workdir: str) -> int | None:

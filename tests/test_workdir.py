@@ -140,6 +140,18 @@ def test_new_moves_the_old_workdir_aside(tmp_path):
     assert (tmp_path / "run.old-2" / "config.json").is_file()
 
 
+def test_a_run_that_left_no_outputs_is_not_a_run_to_protect(tmp_path):
+    # it failed before its first checkpoint (e.g. a bad data path): the fixed config just runs
+    assert wd.prepare(load("grpo"), str(tmp_path)) is None
+    (tmp_path / "checkpoints").mkdir()  # the Checkpointer creates its directory at once
+    (tmp_path / "tokenizer.model").write_bytes(b"x")
+    assert wd.prepare(load("saw"), str(tmp_path)) is None
+    assert log_lib.read_config(tmp_path).estimator == "saw_grpo"
+    (tmp_path / "checkpoints_sft" / "20").mkdir(parents=True)  # now there is something to protect
+    with pytest.raises(wd.WorkdirError, match='"saw_grpo" -> "grpo"'):
+        wd.prepare(load("grpo"), str(tmp_path))
+
+
 def test_outputs_without_config_json_are_refused(tmp_path):
     (tmp_path / "checkpoints" / "3").mkdir(parents=True)
     with pytest.raises(wd.WorkdirError, match="no config.json"):
