@@ -80,12 +80,12 @@ def test_config_runs_end_to_end(name, tmp_path, request):
 
 def _cli(workdir, *flags, env=None, **kw):
     cmd = [sys.executable, "-m", "mojax.main", f"--workdir={workdir}", *flags]
+    kw.setdefault("stderr", subprocess.STDOUT)
     return subprocess.Popen(
         cmd,
         cwd=REPO,
         env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
         text=True,
         **kw,
     )
@@ -111,6 +111,36 @@ def test_cli_rejects_bad_configs_before_compiling(tmp_path):
     out, _ = p.communicate(timeout=120)
     assert p.returncode != 0 and "'modle' is unknown" in out
     assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (
+            ["--config=configs/paretopo.py:modle=tiny"],
+            "config argument 'modle' is unknown; allowed:",
+        ),
+        (
+            ["--config=configs/paretopo.py", "--config.ppo.clip_hihg=0.3"],
+            "did you mean 'clip_high'",
+        ),
+        (["--config=configs/paretopo.py", "--config.steps=abc"], "--config.steps=abc"),
+        (
+            ["--config=configs/grpo.py", "--config.ppo.agg=token-meen"],
+            "config.ppo.agg: 'token-meen' is not allowed; allowed values: ['token-mean',",
+        ),
+    ],
+)
+def test_cli_config_errors_exit_2_without_traceback(tmp_path, flags, says):
+    p = _cli(tmp_path, *flags, stderr=subprocess.PIPE)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 2, out + err
+    assert err.startswith("mojax: invalid config\n") and says in err, err
+    assert "Traceback" not in out + err and "add --verbosity=1 for the traceback" in err
+    assert not (tmp_path / "config.json").exists()
+    p = _cli(tmp_path, *flags, "--verbosity=1", stderr=subprocess.PIPE)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode not in (0, 2) and "Traceback" in err
 
 
 def _final_params(workdir):
@@ -178,11 +208,114 @@ def test_kill_9_then_resume_ends_bitwise_identical(tmp_path):
     assert _metrics_without_time(straight) == _metrics_without_time(killed)
 
 
+_STOP_FLAGS = [
+    "--config=configs/grpo.py",
+    "--config.steps=4",
+    "--config.checkpoint_every=100",  # only the final save: a mid-run checkpoint is the signal's
+    "--config.eval_every=2",
+    "--config.sft.steps=80",
+    "--config.sft.batch_size=16",
+    "--config.sft.num_examples=64",
+    "--config.task.num_train=64",
+    "--config.task.num_eval=4",
+    "--config.rollout.prompts_per_step=2",
+    "--config.rollout.num_samples=4",
+    "--config.eval.ks=(1,)",
+    "--config.eval.num_samples=1",
+    "--config.ppo.kl_coef=0.01",  # a resumed run must rebuild the initial policy as its reference
+]
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    """The uninterrupted run the interrupted ones are compared with (and its compilation cache)."""
+    root = tmp_path_factory.mktemp("straight")
+    env = {
+        "JAX_COMPILATION_CACHE_DIR": str(root / "cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+    p = _cli(root / "run", *_STOP_FLAGS, env=env)
+    out, _ = p.communicate(timeout=900)
+    assert p.returncode == 0, out[-3000:]
+    return root / "run", env
+
+
+def _signal_when(workdir, env, sig, trigger):
+    """Runs ``_STOP_FLAGS`` and sends ``sig`` when a stdout line starts with ``trigger``."""
+    p = _cli(workdir, *_STOP_FLAGS, env=env)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if line.startswith(trigger):
+            p.send_signal(sig)
+            break
+    lines += p.stdout.readlines()
+    p.wait(timeout=900)
+    return p.returncode, "".join(lines)
+
+
+def _state_params(step_dir):
+    import orbax.checkpoint as ocp
+
+    with ocp.StandardCheckpointer() as ck:
+        return ck.restore(step_dir / "state")["params"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sig, trigger, steps",
+    [
+        (signal.SIGTERM, "[1/4", (1, 2, 3)),  # mid-run: finishes the step under way
+        (signal.SIGINT, "SFT 80/80", (0,)),  # after the warm start: a step-0 checkpoint
+    ],
+    ids=["sigterm_mid_run", "sigint_after_sft"],
+)
+def test_signal_checkpoints_exits_128_plus_n_and_resumes_identical(
+    straight_run, tmp_path, sig, trigger, steps
+):
+    """A signal stops the run after the step under way with a checkpoint of that step (saved on the
+    signal: checkpoint_every is too large to have saved it otherwise) and exit 128 + n; the rerun
+    ends with the params, host state and metrics of the uninterrupted run."""
+    import re
+
+    import jax
+
+    straight, env = straight_run
+    stopped = tmp_path / "stopped"
+    rc, out = _signal_when(stopped, env, sig, trigger)
+    name = signal.Signals(sig).name
+    assert rc == 128 + sig, out[-3000:]
+    assert f"got {name}; finishing the current step" in out and "Traceback" not in out
+    pattern = rf"mojax: stopped by {name} after RL step (\d+); checkpoint saved in (\S+)\."
+    m = re.search(pattern, out)
+    assert m, out[-3000:]
+    step = int(m.group(1))
+    assert step in steps and m.group(2) == str(stopped / "checkpoints" / str(step))
+    assert sorted(os.listdir(stopped / "checkpoints")) == [str(step)]
+    assert not (stopped / "done").exists()
+    p = _cli(stopped, *_STOP_FLAGS, env=env)
+    out, _ = p.communicate(timeout=900)
+    assert p.returncode == 0, out[-3000:]
+    a, ha = _final_params(straight)
+    b, hb = _final_params(stopped)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert ha == hb
+    assert _metrics_without_time(straight) == _metrics_without_time(stopped)
+    # not a vacuous comparison: RL moved the params away from the SFT warm start
+    sft = _state_params(straight / "checkpoints_sft" / "80")
+    final = _state_params(straight / "checkpoints" / "4")
+    assert any(
+        not np.array_equal(np.asarray(x), np.asarray(y))
+        for x, y in zip(jax.tree.leaves(sft), jax.tree.leaves(final), strict=True)
+    )
+
+
 @pytest.mark.slow
 def test_paper_scale_dry_run_on_8_devices(tmp_path):
     p = _cli(
         tmp_path,
-        "--config=configs/paretopo.py:model=qwen2.5-math-1.5b,task=math,data=2,fsdp=4",
+        "--config=configs/paretopo.py:paper=true,model=qwen2.5-math-1.5b,task=math,data=2,fsdp=4",
         "--config.dry_run=true",
         env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
     )
