@@ -2,8 +2,8 @@
 
 Layout (shape legend: L layers, B rows, S = S_max slots, K kv heads, D head dim)::
 
-    k, v       [L, B, S, K, D]  keys (after q/k-norm and RoPE) and values; any dtype (bf16 ok)
-    slot_mask  bool  [B, S]     True where a slot holds a real (non-padding) token
+    k, v       [L, B, C, K, D]  keys (after q/k-norm and RoPE) and values; any dtype (bf16 ok)
+    slot_mask  bool  [B, C]     True where a slot holds a real (non-padding) token
     end        int32 [B]        next slot each row writes to (slots [0, end) are used, valid or not)
 
 One call path serves prefill, decode and appends of tool observations of different lengths per row:
@@ -40,9 +40,9 @@ CACHE_LOGICAL_AXES = {
 class KVCache:
     """Per-layer keys/values of every row plus which slots are real (see the module docstring)."""
 
-    k: jax.Array  # [L, B, S, K, D]
-    v: jax.Array  # [L, B, S, K, D]
-    slot_mask: jax.Array  # bool [B, S]
+    k: jax.Array  # [L, B, C, K, D]
+    v: jax.Array  # [L, B, C, K, D]
+    slot_mask: jax.Array  # bool [B, C]
     end: jax.Array  # int32 [B]
 
     @property
@@ -94,7 +94,7 @@ def write_indices(cache: KVCache, num_tokens: int) -> jax.Array:
 
 
 def update_slot_mask(cache: KVCache, token_mask: jax.Array) -> jax.Array:
-    """bool [B, S]: the slot mask after writing a chunk with ``token_mask [B, T]``."""
+    """bool [B, C]: the slot mask after writing a chunk with ``token_mask [B, T]``."""
     b, t = token_mask.shape
     idx = write_indices(cache, t)
     rows = jnp.arange(b)[:, None]
@@ -102,7 +102,7 @@ def update_slot_mask(cache: KVCache, token_mask: jax.Array) -> jax.Array:
 
 
 def write_layer(kv: jax.Array, layer, new: jax.Array, idx: jax.Array) -> jax.Array:
-    """Scatters ``new [B, T, K, D]`` into ``kv [L, B, S, K, D]`` at ``layer`` and slots ``idx [B,
+    """Scatters ``new [B, T, K, D]`` into ``kv [L, B, C, K, D]`` at ``layer`` and slots ``idx [B,
     T]``.
 
     Only B*T slots are written (in place inside a donated loop carry), not the whole layer.

@@ -2,8 +2,8 @@
 
 Every parameter carries logical axis names (``nn.with_logical_partitioning``) and the main
 activations are constrained with ``nn.with_logical_constraint``; outside a mesh / rules context both
-are no-ops. Shape legend: B rows, T tokens, S key slots, E embed, H heads, K kv heads, G = H / K, D
-head dim, F mlp width.
+are no-ops. Shapes use the package legend (``mojax/__init__.py``): B rows, T tokens, C key (cache)
+slots, E embed, H heads, K kv heads, Q = H / K, D head dim, F mlp width.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ class Attention(nn.Module):
             k_all = cache_lib.write_layer(k_all, layer, kk, write_idx)
             v_all = cache_lib.write_layer(v_all, layer, vv, write_idx)
             kv = (k_all, v_all)
-            keys = k_all[layer].astype(cfg.jnp_dtype)  # [B, S, K, D]
+            keys = k_all[layer].astype(cfg.jnp_dtype)  # [B, C, K, D]
             values = v_all[layer].astype(cfg.jnp_dtype)
 
         b, t = x.shape[:2]
@@ -208,7 +208,7 @@ class Attention(nn.Module):
         scores = jnp.einsum("btkgd,bskd->bkgts", qg, keys, preferred_element_type=jnp.float32)
         scores = scores * (d**-0.5)
         visible = (jnp.arange(s)[None, None, :] <= q_idx[:, :, None]) & k_valid[:, None, :]
-        scores = jnp.where(visible[:, None, None], scores, _NEG)  # [B, K, G, T, S]
+        scores = jnp.where(visible[:, None, None], scores, _NEG)  # [B, K, Q, T, C]
         probs = jax.nn.softmax(scores, axis=-1).astype(cfg.jnp_dtype)
         out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)
         out = constrain(out, "batch", "length", "heads", "head_dim")

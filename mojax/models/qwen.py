@@ -4,7 +4,7 @@
 the functional core used inside jit by the sampler and the train step. ``QwenModel`` bundles the
 static config with the parameter pytree and is what ``from_pretrained`` returns.
 
-Shape legend: B rows, T tokens, V vocab, E embed, L layers, S cache slots.
+Shape legend: B rows, T tokens, V vocab, E embed, L layers, C cache slots.
 """
 
 from __future__ import annotations

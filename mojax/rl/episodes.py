@@ -69,6 +69,32 @@ class EpisodeRunner:
     judge: Any = None
     mesh: Any = None
     _prompt_cache: dict = dataclasses.field(default_factory=dict)
+    _driver: Any = None  # mojax.rollout.RolloutSpec: the driver's fixed settings, built once
+
+    def driver_spec(self):
+        """The rollout driver's ``RolloutSpec`` from the run's ``RolloutSpec`` (stop ids and the
+        tool-stop spec are scanned from the tokenizer once)."""
+        if self._driver is None:
+            from mojax.rollout import RolloutSpec
+
+            rc = self.spec.rollout
+            has_tool = self.has_tool
+            self._driver = RolloutSpec.create(
+                self.tokenizer,
+                self.task,
+                max_new_tokens=rc.max_new_tokens,
+                max_response_len=rc.max_response_len,
+                max_turns=rc.max_turns if has_tool else 1,
+                max_tool_calls=rc.max_tool_calls if has_tool else 0,
+                top_p=rc.top_p,
+                top_k=rc.top_k,
+                cache_dtype=self.spec.model.cache_dtype or None,
+            )
+        return self._driver
+
+    @property
+    def has_tool(self) -> bool:
+        return bool(self.tool is not None and getattr(self.task, "tool_stop", None))
 
     def prompt_ids(self, ex: Example) -> list[int]:
         ids = self._prompt_cache.get(ex.id)
@@ -90,31 +116,22 @@ class EpisodeRunner:
         stats: RewardStats | None = None,
     ) -> tuple[Episodes, NOptimalTracker | None]:
         """Rollouts of ``examples`` with ``params`` and their rewards (tracker returned updated)."""
-        from mojax.rollout import rollout
+        from mojax.rollout import run_rollout
 
-        rc = self.spec.rollout
         examples = list(examples)
         prompt_ids = [self.prompt_ids(ex) for ex in examples]
         model = models.QwenModel(config=self.model_config, params=params)
-        has_tool = self.tool is not None and getattr(self.task, "tool_stop", None)
-        result = rollout(
+        result = run_rollout(
+            self.driver_spec().replace(temperature=float(temperature)),
             model,
             self.tokenizer,
             self.task,
             prompt_ids,
             key=key,
             num_samples=int(num_samples),
-            max_new_tokens=int(rc.max_new_tokens),
-            max_response_len=int(rc.max_response_len),
-            max_turns=int(rc.max_turns) if has_tool else 1,
-            max_tool_calls=int(rc.max_tool_calls) if has_tool else 0,
-            temperature=float(temperature),
-            top_p=float(rc.top_p),
-            top_k=int(rc.top_k),
-            tool=self.tool if has_tool else None,
+            tool=self.tool if self.has_tool else None,
             pool=self.pool,
             mesh=self.mesh,
-            cache_dtype=self.spec.model.cache_dtype or None,
         )
         g = int(num_samples)
         n_calls = np.asarray(result.n_calls)

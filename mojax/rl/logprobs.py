@@ -7,7 +7,8 @@ states in chunks of ``chunk_size`` positions under ``jax.checkpoint``, so neithe
 backward pass holds the whole ``[B, T, V]`` logits (V = 152k for Qwen): only ``[B, chunk, V]`` at a
 time, in fp32. ``chunk_size=None`` projects all positions at once (fastest for small V).
 
-Shape legend: B sequences, T tokens, C chunk, V vocab, E embed.
+Shape legend (``mojax/__init__.py``): B sequences, T tokens, V vocab, E embed; ``Tc`` positions per
+chunk, ``n = T / Tc`` chunks.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ def _chunk_terms(
     entropy: bool,
     vocab_sharded: bool,
 ):
-    """fp32 log π(target) [B, C] and entropy [B, C] from hidden [B, C, E]."""
-    logits = module.apply({"params": params}, hidden, method=Qwen.logits)  # [B, C, V] fp32
+    """fp32 log π(target) [B, Tc] and entropy [B, Tc] from hidden [B, Tc, E]."""
+    logits = module.apply({"params": params}, hidden, method=Qwen.logits)  # [B, Tc, V] fp32
     logits = logits.astype(jnp.float32)
-    lse = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
-    if vocab_sharded:  # a masked sum keeps vocab-sharded logits sharded (no gather of [B, C, V])
+    lse = jax.nn.logsumexp(logits, axis=-1)  # [B, Tc]
+    if vocab_sharded:  # a masked sum keeps vocab-sharded logits sharded (no gather of [B, Tc, V])
         vocab_ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
         picked = jnp.sum(jnp.where(vocab_ids == targets[..., None], logits, 0.0), axis=-1)
     else:  # a gather: ~25% cheaper on CPU
@@ -72,14 +73,14 @@ def logprobs_from_hidden(
         pad = n * chunk_size - t
         h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
         y = jnp.pad(targets, ((0, 0), (0, pad)))
-        h = jnp.moveaxis(h.reshape(b, n, chunk_size, -1), 1, 0)  # [n, B, C, E]
-        y = jnp.moveaxis(y.reshape(b, n, chunk_size), 1, 0)  # [n, B, C]
+        h = jnp.moveaxis(h.reshape(b, n, chunk_size, -1), 1, 0)  # [n, B, Tc, E]
+        y = jnp.moveaxis(y.reshape(b, n, chunk_size), 1, 0)  # [n, B, Tc]
 
         @jax.checkpoint
         def body(p, hy):
             return _chunk_terms(module, p, hy[0], hy[1], with_entropy, vocab_sharded)
 
-        lp, ent = jax.lax.map(lambda hy: body(params, hy), (h, y))  # [n, B, C]
+        lp, ent = jax.lax.map(lambda hy: body(params, hy), (h, y))  # [n, B, Tc]
         lp = jnp.moveaxis(lp, 0, 1).reshape(b, n * chunk_size)[:, :t]
         ent = jnp.moveaxis(ent, 0, 1).reshape(b, n * chunk_size)[:, :t]
     zero = jnp.zeros((b, 1), jnp.float32)

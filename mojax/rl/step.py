@@ -69,17 +69,17 @@ def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict
     metrics and its episodes (for transcripts)."""
     t0 = time.time()
     roll_key, adv_key = jax.random.split(key)
-    host, eps = collect(run, host, state.params, roll_key)
+    host, episodes = collect(run, host, state.params, roll_key)
     t_roll = time.time() - t0
-    host, out, metrics = advantages(run, host, eps, adv_key)
-    batch = assemble(run, eps, out)
+    host, out, metrics = advantages(run, host, episodes, adv_key)
+    batch = assemble(run, episodes, out)
     t1 = time.time()
     state, train_metrics = run.train_step(state, batch)
     train_metrics = {k: float(v) for k, v in jax.device_get(train_metrics).items()}
-    metrics = {**eps.metrics, **rollout_metrics(eps), **metrics, **train_metrics}
+    metrics = {**episodes.metrics, **rollout_metrics(episodes), **metrics, **train_metrics}
     metrics.update(host.reward_stats["train"].as_metrics("reward_invalid/train"))
     metrics.update({"time/rollout_s": t_roll, "time/train_s": time.time() - t1})
-    return dataclasses.replace(host, step=host.step + 1), state, metrics, eps
+    return dataclasses.replace(host, step=host.step + 1), state, metrics, episodes
 
 
 def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes]:
@@ -87,23 +87,23 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
     signal (no objective varies) are dropped and refilled from further prompts, up to
     ``max_refill_rounds`` rounds; groups still without signal fill the batch, out of the gradient."""
     rs = run.spec.rollout
-    host, eps = _episodes_round(run, host, params, key)
+    host, episodes = _episodes_round(run, host, params, key)
     if not rs.dynamic_sampling:
-        return host, eps
-    keep = groups_with_signal(eps.rewards, eps.valid)
+        return host, episodes
+    keep = groups_with_signal(episodes.rewards, episodes.valid)
     rounds = 0
     while keep.sum() < rs.prompts_per_step and rounds < rs.max_refill_rounds:
         rounds += 1
         host, more = _episodes_round(run, host, params, jax.random.fold_in(key, rounds))
-        eps = concat(eps, more)
-        keep = groups_with_signal(eps.rewards, eps.valid)
+        episodes = concat(episodes, more)
+        keep = groups_with_signal(episodes.rewards, episodes.valid)
     order = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])[: rs.prompts_per_step]
-    eps = select(eps, order)
-    eps.kept = keep[order]
-    eps.valid = eps.valid & eps.kept[:, None]
-    eps.metrics["dapo/kept_groups"] = float(keep.sum())
-    eps.metrics["dapo/refill_rounds"] = float(rounds)
-    return host, eps
+    episodes = select(episodes, order)
+    episodes.kept = keep[order]
+    episodes.valid = episodes.valid & episodes.kept[:, None]
+    episodes.metrics["dapo/kept_groups"] = float(keep.sum())
+    episodes.metrics["dapo/refill_rounds"] = float(rounds)
+    return host, episodes
 
 
 def _episodes_round(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes]:
@@ -112,7 +112,7 @@ def _episodes_round(run: Run, host: HostState, params, key) -> tuple[HostState, 
     data = PromptIterator(run.splits.train, rs.prompts_per_step, seed=run.spec.seed)
     if host.data:
         data.load_state_dict(host.data)
-    eps, tracker = run.runner.run(
+    episodes, tracker = run.runner.run(
         params,
         data.next(),
         key=key,
@@ -121,39 +121,48 @@ def _episodes_round(run: Run, host: HostState, params, key) -> tuple[HostState, 
         tracker=host.tracker,
         stats=host.reward_stats["train"],
     )
-    shape_overlong(run, eps)
-    return dataclasses.replace(host, data=data.state_dict(), tracker=tracker), eps
+    shape_overlong(run, episodes)
+    return dataclasses.replace(host, data=data.state_dict(), tracker=tracker), episodes
 
 
-def shape_overlong(run: Run, eps: Episodes) -> None:
-    """DAPO's soft overlong penalty (DAPO Eq. 13) added to the success objective(s) of ``eps``
+def shape_overlong(run: Run, episodes: Episodes) -> None:
+    """DAPO's soft overlong penalty (DAPO Eq. 13) added to the success objective(s) of ``episodes``
     (in place; counted in response tokens, tool observations included)."""
     r = run.spec.reward
     if r.overlong_buffer <= 0:
         return
     pen = overlong_penalty(
-        np.asarray(eps.rollout.lengths), r.max_response_len, r.overlong_buffer, r.overlong_penalty
-    ).reshape(eps.valid.shape)
+        np.asarray(episodes.rollout.lengths),
+        r.max_response_len,
+        r.overlong_buffer,
+        r.overlong_penalty,
+    ).reshape(episodes.valid.shape)
     for k, obj in enumerate(run.task.objectives):
         if obj.success:
-            eps.rewards[..., k] = np.where(eps.valid, eps.rewards[..., k] + pen, 0.0)
+            episodes.rewards[..., k] = np.where(episodes.valid, episodes.rewards[..., k] + pen, 0.0)
 
 
-def advantages(run: Run, host: HostState, eps: Episodes, key) -> tuple[HostState, Any, dict]:
+def advantages(run: Run, host: HostState, episodes: Episodes, key) -> tuple[HostState, Any, dict]:
     """The method's advantage transform on the step's rewards; returns the new host state (with
     the estimator's carried state), the ``AdvantageOutput`` and its metrics."""
     spec = run.spec.advantage
     if run.controller is not None:
-        out, metrics = run.controller.advantages(host.step, host.stage1, eps.rewards, eps.valid)
+        out, metrics = run.controller.advantages(
+            host.step, host.stage1, episodes.rewards, episodes.valid
+        )
     else:
         kwargs = dict(run.estimator_kwargs)
         if spec.takes("key"):
             kwargs["key"] = key
         if spec.takes("state"):
             kwargs["state"] = host.estimator
-        if spec.takes("reason_valid") and eps.reason_valid is not None:
-            kwargs["reason_valid"] = eps.reason_valid  # AWPO: judge failures, r_reason only
-        data = (eps.set_rewards, eps.set_valid) if spec.takes_sets else (eps.rewards, eps.valid)
+        if spec.takes("reason_valid") and episodes.reason_valid is not None:
+            kwargs["reason_valid"] = episodes.reason_valid  # AWPO: judge failures, r_reason only
+        data = (
+            (episodes.set_rewards, episodes.set_valid)
+            if spec.takes_sets
+            else (episodes.rewards, episodes.valid)
+        )
         out, metrics = spec.fn(*data, **kwargs), {}
         if spec.takes("state"):
             from mojax.rl.host_state import to_json_tree
@@ -164,7 +173,7 @@ def advantages(run: Run, host: HostState, eps: Episodes, key) -> tuple[HostState
     metrics["advantage/abs_mean"] = float(np.abs(adv).mean())
     if out.clip_eps is not None:
         metrics["awpo/clip_eps"] = float(out.clip_eps)
-    eps.advantages = adv
+    episodes.advantages = adv
     return host, out, metrics
 
 
@@ -180,21 +189,21 @@ def task_estimator_kwargs(spec, task: Task) -> dict[str, Any]:
     return kwargs
 
 
-def assemble(run: Run, eps: Episodes, out) -> dict[str, Any]:
+def assemble(run: Run, episodes: Episodes, out) -> dict[str, Any]:
     """The PPO batch: ``tokens``, ``attention_mask``, ``loss_mask``, ``old_logprobs`` [B, T],
-    ``advantages`` [B] (+ ``clip_eps``, ``ref_logprobs``). Rows outside ``eps.train_mask`` (invalid
+    ``advantages`` [B] (+ ``clip_eps``, ``ref_logprobs``). Rows outside ``episodes.train_mask`` (invalid
     rewards, dropped groups) get no gradient."""
-    r = eps.rollout
+    r = episodes.rollout
     batch = assemble_batch(
-        eps.prompt_ids,
-        eps.num_samples,
+        episodes.prompt_ids,
+        episodes.num_samples,
         np.asarray(r.tokens),
         np.asarray(r.logprobs),
         np.asarray(r.loss_mask),
         np.asarray(r.lengths),
         run.total_len,
     )
-    batch["loss_mask"] *= eps.train_mask.reshape(-1, 1)
+    batch["loss_mask"] *= episodes.train_mask.reshape(-1, 1)
     batch["advantages"] = np.asarray(out.advantages, np.float32).reshape(-1)
     if out.clip_eps is not None:
         batch["clip_eps"] = np.asarray(out.clip_eps, np.float32)

@@ -146,11 +146,11 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
             while host.step < spec.steps and not (signum := preemption.requested()):
                 t0 = time.time()
                 key = jax.random.fold_in(jax.random.PRNGKey(spec.seed), host.step)
-                host, state, last, eps = rl_step(run_, host, state, key)
+                host, state, last, episodes = rl_step(run_, host, state, key)
                 host, held_out = after_step(run_, host, state.params)
                 last.update(held_out)
                 if spec.transcripts_per_step:
-                    rows = transcript_rows(run_, eps)
+                    rows = transcript_rows(run_, episodes)
                     log_lib.write_transcripts(workdir, host.step, rows, objectives=names)
                 last["time/step_s"] = time.time() - t0
                 _log(writer, host.step, spec.steps, last)
@@ -231,27 +231,27 @@ def after_step(run_: Run, host: HostState, params) -> tuple[HostState, dict]:
     return host, metrics
 
 
-def transcript_rows(run_: Run, eps) -> list[dict]:
+def transcript_rows(run_: Run, episodes) -> list[dict]:
     """The first ``transcripts_per_step`` rows of a step: the rendered prompt, the response with its
     tool observations marked, the rewards per objective and the advantage."""
-    r, g = eps.rollout, eps.num_samples
-    rewards = eps.rewards.reshape(-1, eps.rewards.shape[-1])
+    r, g = episodes.rollout, episodes.num_samples
+    rewards = episodes.rewards.reshape(-1, episodes.rewards.shape[-1])
     rows = []
-    for i in range(min(run_.spec.transcripts_per_step, len(eps.texts))):
+    for i in range(min(run_.spec.transcripts_per_step, len(episodes.texts))):
         n = int(r.lengths[i])
         segments = log_lib.response_segments(
             np.asarray(r.tokens[i, :n]), np.asarray(r.loss_mask[i, :n]), run_.tokenizer.decode
         )
         rows.append(
             {
-                "prompt_id": eps.examples[i // g].id,
-                "prompt": run_.tokenizer.decode(eps.prompt_ids[i // g]),
+                "prompt_id": episodes.examples[i // g].id,
+                "prompt": run_.tokenizer.decode(episodes.prompt_ids[i // g]),
                 "sample": i % g,
-                "response": eps.texts[i],
+                "response": episodes.texts[i],
                 "segments": segments,
                 "rewards": rewards[i].tolist(),
-                "advantage": float(eps.advantages.reshape(-1)[i]),
-                "valid": bool(eps.valid.reshape(-1)[i]),
+                "advantage": float(episodes.advantages.reshape(-1)[i]),
+                "valid": bool(episodes.valid.reshape(-1)[i]),
                 "n_calls": int(r.n_calls[i]),
                 "finish_reason": str(r.finish_reason[i]),
             }

@@ -25,7 +25,7 @@ def evaluate(run, host: HostState, params, step: int, split: str = "test") -> di
     """
     es = run.spec.eval
     key = jax.random.fold_in(jax.random.PRNGKey(run.spec.seed + 1), step)
-    eps, _ = run.runner.run(
+    episodes, _ = run.runner.run(
         params,
         getattr(run.splits, split),
         key=key,
@@ -34,11 +34,11 @@ def evaluate(run, host: HostState, params, step: int, split: str = "test") -> di
         tracker=NOptimalTracker(),
         stats=host.reward_stats["eval"],
     )
-    rewards, valid, calls = eps.rewards, eps.valid, eps.n_calls
-    if eps.set_rewards is not None:
-        p, _, s, m = eps.set_rewards.shape
-        rewards = eps.set_rewards.reshape(p, -1, m)
-        valid = eps.set_valid.reshape(p, -1)
+    rewards, valid, calls = episodes.rewards, episodes.valid, episodes.n_calls
+    if episodes.set_rewards is not None:
+        p, _, s, m = episodes.set_rewards.shape
+        rewards = episodes.set_rewards.reshape(p, -1, m)
+        valid = episodes.set_valid.reshape(p, -1)
         calls = np.repeat(calls, s, axis=1)
     out = summarize(run.task, rewards, valid, calls, ks=tuple(es.ks))
     out.update(host.reward_stats["eval"].as_metrics("reward_invalid/eval"))
@@ -52,7 +52,7 @@ def validation_vector(
     (ParetoPO, arXiv:2606.16111, Algorithm 1). The validation ``N_optimal`` table is tracked across
     validations like the training one; returns the host state with it updated."""
     key = jax.random.fold_in(jax.random.PRNGKey(run.spec.seed + 2), step)
-    eps, val_tracker = run.runner.run(
+    episodes, val_tracker = run.runner.run(
         params,
         run.splits.validation,
         key=key,
@@ -61,7 +61,9 @@ def validation_vector(
         tracker=host.val_tracker,
         stats=host.reward_stats["validation"],
     )
-    r = np.where(eps.valid[..., None], eps.rewards, 0.0).reshape(-1, eps.rewards.shape[-1])
+    r = np.where(episodes.valid[..., None], episodes.rewards, 0.0).reshape(
+        -1, episodes.rewards.shape[-1]
+    )
     v = r.mean(0)
     metrics = {f"val/{n}": float(v[k]) for k, n in enumerate(run.task.objective_names)}
     metrics.update(host.reward_stats["validation"].as_metrics("reward_invalid/validation"))

@@ -4,7 +4,7 @@ These check and bucket the inputs on the host (clear errors naming the argument)
 compiled cores of ``mojax.sampling.decode``. See ``mojax.sampling`` for the multi-turn recipe.
 
 Shape legend: P prompts, G samples per prompt, B = P*G rows, Tp prompt width, To observation width,
-N stop ids per row, R response slots, S cache slots.
+J stop ids per row, R response slots, C cache slots.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def _per_row(value, name: str, p: int, g: int, dtype) -> np.ndarray:
 
 
 def stop_id_array(stop_token_ids, p: int, g: int) -> np.ndarray:
-    """``stop_token_ids`` (ids shared by all rows, or a [P, N] / [B, N] array padded with -1) ->
-    int32 [B, N] (N >= 1; -1 = unused)."""
+    """``stop_token_ids`` (ids shared by all rows, or a [P, J] / [B, J] array padded with -1) ->
+    int32 [B, J] (J >= 1; -1 = unused)."""
     if isinstance(stop_token_ids, Sequence) and all(
         isinstance(t, int | np.integer) for t in stop_token_ids
     ):
@@ -47,7 +47,7 @@ def stop_id_array(stop_token_ids, p: int, g: int) -> np.ndarray:
     if a.ndim == 2 and a.shape[0] == p:
         return np.repeat(a if a.shape[1] else np.full((p, 1), -1, np.int32), g, axis=0)
     raise ValueError(
-        f"stop_token_ids must be a sequence of ints or a [P, N] / [B, N] array, got shape {a.shape}"
+        f"stop_token_ids must be a sequence of ints or a [P, J] / [B, J] array, got shape {a.shape}"
     )
 
 
@@ -89,7 +89,7 @@ def generate(
       max_new_tokens: int, or [P] / [B] per-row budgets for this call.
       temperature: 0.0 = greedy. top_p / top_k / min_p: see ``mojax.sampling.processors``.
       num_samples: G; output rows are prompt-major (row ``p * G + g``).
-      stop_token_ids: ids shared by all rows, or a per-row [P, N] / [B, N] array padded with -1.
+      stop_token_ids: ids shared by all rows, or a per-row [P, J] / [B, J] array padded with -1.
         The stop token is kept as the row's last token.
       prompt_lengths: int [P] real tokens per prompt (None = all Tp). Must be >= 1.
       pad_id: written after each row's end.
@@ -97,12 +97,12 @@ def generate(
         old log-prob) or "sampling" (under the processed distribution).
       max_response_len: R, response slots (default ``max(max_new_tokens)``); make it larger to
         leave room for appended observations and later turns.
-      max_total_len: S, cache slots (default ``Tb + R``, Tb the prompt bucket). Fix it across calls
+      max_total_len: C, cache slots (default ``Tb + R``, Tb the prompt bucket). Fix it across calls
         to get one compiled program per (P, G, Tb). Each decode step of the batch uses one slot and
         each append uses ``To`` (its bucket) slots for every row.
       cache_dtype: k/v storage dtype (e.g. ``jnp.bfloat16``); default the model's compute dtype.
       min_prompt_bucket: prompts are padded to ``max(min_prompt_bucket, next_pow2(max length))``.
-      segmented: attend over doubling cache prefixes (faster); False attends over all S slots.
+      segmented: attend over doubling cache prefixes (faster); False attends over all C slots.
       mesh, rules: shard the batch / heads by the logical axis rules (batch on data, heads on
         tensor).
 

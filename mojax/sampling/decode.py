@@ -17,7 +17,7 @@ rows feed padding with an invalid slot) to get the next logits. The stop token i
 cache always holds every response token and a stopped row can be resumed.
 
 Shape legend: P prompts, G samples per prompt, B = P*G rows, Tb prompt bucket, To observation
-bucket, R response slots, S cache slots, V vocab, E embed.
+bucket, R response slots, C cache slots, V vocab, E embed.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def _generate_jit(
     model: QwenModel,
     prompt_tokens: jax.Array,  # int32 [P, Tb]
     prompt_lengths: jax.Array,  # int32 [P]
-    stop_ids: jax.Array,  # int32 [B, N]
+    stop_ids: jax.Array,  # int32 [B, J]
     max_new: jax.Array,  # int32 [B]
     key: jax.Array,
     pad_id: jax.Array,  # int32 []
@@ -234,7 +234,7 @@ def _continue_jit(
 def generate_from_arrays(*args, mesh=None, **kwargs) -> SamplingState:
     """The compiled core of ``generate``: validated, bucketed arrays in, the final state out.
 
-    Args: as ``_generate_jit`` (``model, prompt_tokens [P, Tb], prompt_lengths [P], stop_ids [B, N],
+    Args: as ``_generate_jit`` (``model, prompt_tokens [P, Tb], prompt_lengths [P], stop_ids [B, J],
     max_new [B], key, pad_id`` and the static keywords). Under ``mesh`` the call runs inside
     ``jax.set_mesh`` so the logical sharding constraints of the model and the cache apply.
     """

@@ -15,7 +15,7 @@ so a row can be resumed by appending more tokens (``append_and_continue``) or si
 again. All rows share the write position ``end`` (= ``cache.end``, equal across rows), which keeps
 the cache shape static and the appends one batched call.
 
-Shape legend: B rows, R response slots, S cache slots, V vocab, N stop ids per row.
+Shape legend: B rows, R response slots, C cache slots, V vocab, J stop ids per row.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class SamplingState:
     """Everything the decode loop carries; returned by ``generate`` for resumption.
 
     Attributes:
-      cache: the ``KVCache`` (k/v [L, B, S, K, D]); ``cache.end`` is equal across rows.
+      cache: the ``KVCache`` (k/v [L, B, C, K, D]); ``cache.end`` is equal across rows.
       logits: fp32 [B, V] next-token logits of each row (after its last token).
       tokens: int32 [B, R] response tokens (``pad_id`` after ``length``).
       logprobs: fp32 [B, R] log-prob of each sampled token (0 on observations and padding).
@@ -51,7 +51,7 @@ class SamplingState:
       max_new: int32 [B] per-row budget of the current call.
       done: bool [B].
       finish_reason: int32 [B] (``RUNNING``, ``STOP``, ``LENGTH``).
-      stop_ids: int32 [B, N] per-row stop token ids (-1 = unused).
+      stop_ids: int32 [B, J] per-row stop token ids (-1 = unused).
       prompt_lengths: int32 [B] real prompt tokens per row.
       key: the PRNG key; step ``i`` of the whole rollout draws with ``fold_in(key, i)``.
       step: int32 [] decode steps run so far (across calls).
@@ -138,7 +138,7 @@ def broadcast_cache(cache: KVCache, num_samples: int, max_len: int) -> KVCache:
     """Repeats each row ``num_samples`` times (prompt-major) and pads the slots to ``max_len``.
 
     The prefill runs on P rows and a cache of exactly the prompt bucket; this turns it into the B =
-    P*G rows x S slots decode cache (one copy, shared prefill).
+    P*G rows x C slots decode cache (one copy, shared prefill).
     """
 
     def grow(a, slot_axis):
