@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from mojax import log_backends
+from mojax.jsonl import METRICS_FILE, read_jsonl, read_metrics
 from mojax.log_backends import WandbOptions
 from mojax.plots import plot_comparison, plot_run
 
-METRICS_FILE = "metrics.jsonl"
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 CONFIG_FILE = "config.json"
 TOOL_OPEN, TOOL_CLOSE = "[[tool]]", "[[/tool]]"  # around observations in ``response_marked``
@@ -182,22 +182,6 @@ class MetricsWriter:
         self.close()
 
 
-def read_metrics(workdir: str | os.PathLike, filename: str = METRICS_FILE) -> list[dict[str, Any]]:
-    """All records of ``<workdir>/metrics.jsonl`` (skipping unreadable lines)."""
-    return _read_jsonl(pathlib.Path(workdir) / filename)
-
-
-def _read_jsonl(path: pathlib.Path) -> list[dict[str, Any]]:
-    records = []
-    if path.exists():
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue
-    return records
-
-
 # ------------------------------------------------------------------------------------ run config
 
 
@@ -327,7 +311,7 @@ def write_transcripts(
 
 def read_transcripts(workdir: str | os.PathLike) -> list[dict[str, Any]]:
     """All rows of ``<workdir>/transcripts.jsonl``."""
-    return _read_jsonl(pathlib.Path(workdir) / TRANSCRIPTS_FILE)
+    return read_jsonl(pathlib.Path(workdir) / TRANSCRIPTS_FILE)
 
 
 def format_progress(step: int, total: int, metrics: Mapping[str, Any], keys: Iterable[str]) -> str:

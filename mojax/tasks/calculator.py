@@ -8,7 +8,7 @@ rollout stops at ``</calc>``, runs the tool on :meth:`CalculatorTask.parse_tool_
 and appends :meth:`CalculatorTask.format_observation`'s ``<output>1776</output>``), then answers.
 
 Objectives ``(r_task, r_tool)``: ``r_task`` = 1 if the last ``<answer>`` equals the result;
-``r_tool`` (000 Eq. 4) is external, filled by the trainer from ``n_calls`` and ``N_opt``.
+``r_tool`` (ParetoPO, arXiv:2606.16111, Eq. 4) is external, filled by the trainer from ``n_calls`` and ``N_opt``.
 
 :func:`sft_demonstrations` writes full transcripts mixing four behaviours — always call, never call,
 call only when hard, with occasional mental-arithmetic errors on direct answers — with the
