@@ -72,7 +72,7 @@ def test_running_peak_carried_state_vs_per_batch_peak():
     v = np.ones((2, 4), bool)
     state, ref_peak = None, -np.inf
     carried_w, fresh_w = [], []
-    for t, r in enumerate(BATCHES):
+    for _t, r in enumerate(BATCHES):
         out = awpo(r, v, r_max=2.0, r_max_mode="running_peak", state=state)
         adv, w, clip, ref_peak = np_awpo_step(r, v, ref_peak, r_max=2.0)
         np.testing.assert_allclose(out.advantages, adv, **TOL)

@@ -2,7 +2,6 @@
 compiling, a kill -9 mid-run resumes to a bitwise-identical end, and the paper-scale dry run fits an
 8-device mesh."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -13,34 +12,11 @@ import time
 
 import numpy as np
 import pytest
+from mojax_test_utils import load_config, shrink
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py"))
 PUBLIC_KEYS = ("step", "reward/scalar/mean", "loss", "time/step_s")
-
-
-def load_config(name, arg=None):
-    spec = importlib.util.spec_from_file_location(f"cfg_{name}", REPO / "configs" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.get_config(arg)
-
-
-def shrink(c):
-    """The same run, smaller: 2 RL steps, a few prompts and samples, a short warm start."""
-    c.steps = min(c.steps, 2)
-    c.checkpoint_every = c.eval_every = 1
-    c.rollout.prompts_per_step = 2
-    c.rollout.num_samples = 2
-    c.task.num_eval = min(c.task.num_eval, 4)
-    c.sft.steps = min(c.sft.steps, 20)
-    c.sft.batch_size = 16
-    c.sft.num_examples = 64
-    c.task.num_train = min(c.task.num_train, 64)
-    c.eval.ks = (1,)
-    c.eval.num_samples = 1
-    c.ppo.num_minibatches = c.ppo.num_microbatches = 1
-    return c
 
 
 @pytest.fixture(scope="module", autouse=True)

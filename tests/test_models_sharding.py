@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_qwen_parity import build_hf, hf_config  # noqa: E402
+from mojax_test_utils import build_hf, hf_config  # noqa: E402
 
 import mojax.models as mm  # noqa: E402
 from mojax.models import hf as hf_io  # noqa: E402

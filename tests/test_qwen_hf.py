@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from test_qwen_parity import (  # noqa: E402
+from mojax_test_utils import (  # noqa: E402
     ATOL,
     build_hf,
     hf_config,

@@ -14,71 +14,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import jax.numpy as jnp  # noqa: E402
+from mojax_test_utils import (  # noqa: E402
+    ATOL,
+    build_hf,
+    hf_config,
+    hf_logits,
+    max_masked_diff,
+    padded_batch,
+)
 
 import mojax.models as mm  # noqa: E402
-
-ATOL = 1e-4
-VOCAB = 128
-
-
-def hf_config(model_type, heads, kv_heads, tie, head_dim=None, rope_scaling=None, hidden=64):
-    kw = dict(
-        vocab_size=VOCAB,
-        hidden_size=hidden,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
-        max_position_embeddings=256,
-        tie_word_embeddings=tie,
-        attn_implementation="eager",
-    )
-    if head_dim is not None:
-        kw["head_dim"] = head_dim
-    if rope_scaling is not None:
-        kw["rope_scaling"] = rope_scaling
-    cls = transformers.Qwen3Config if model_type == "qwen3" else transformers.Qwen2Config
-    return cls(**kw)
-
-
-def build_hf(config, seed=0):
-    """A transformers causal LM with every parameter (norms, biases too) random."""
-    torch.manual_seed(seed)
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn_like(p))
-            else:
-                p.copy_(0.1 * torch.randn_like(p))
-    return model.eval()
-
-
-def padded_batch(seed=0, t=12):
-    rng = np.random.RandomState(seed)
-    tokens = rng.randint(0, VOCAB, (3, t)).astype(np.int32)
-    mask = np.ones((3, t), np.int32)
-    mask[1, :4] = 0  # left padding
-    mask[2, t - 5 :] = 0  # right padding
-    return tokens, mask
-
-
-def hf_logits(model, tokens, mask):
-    positions = np.maximum(np.cumsum(mask, -1) - 1, 0)
-    with torch.no_grad():
-        out = model(
-            input_ids=torch.tensor(tokens, dtype=torch.long),
-            attention_mask=torch.tensor(mask, dtype=torch.long),
-            position_ids=torch.tensor(positions, dtype=torch.long),
-        )
-    return out.logits.float().numpy()
-
-
-def max_masked_diff(a, b, mask):
-    return float(np.abs(np.where(mask[..., None].astype(bool), a - b, 0.0)).max())
-
 
 CASES = {
     "qwen2-mha-untied": ("qwen2", dict(heads=4, kv_heads=4, tie=False)),

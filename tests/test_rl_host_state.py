@@ -54,7 +54,7 @@ def test_incompatible_host_state_names_what_is_missing():
 
 
 def _awpo_config(steps):
-    from test_e2e import load_config, shrink
+    from mojax_test_utils import load_config, shrink
 
     c = shrink(load_config("awpo"))
     with c.unlocked():

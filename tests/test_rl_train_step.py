@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_qwen_parity import build_hf, hf_config  # noqa: E402
+from mojax_test_utils import build_hf, hf_config  # noqa: E402
 
 import mojax.models as mm  # noqa: E402
 import mojax.rl as rl  # noqa: E402

@@ -16,8 +16,11 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from test_qwen_parity import build_hf, hf_config  # noqa: E402
-from test_sampling_processors import reference_probs  # noqa: E402
+from mojax_test_utils import (  # noqa: E402
+    build_hf,
+    hf_config,
+    reference_probs,  # noqa: E402
+)
 
 import mojax.models as mm  # noqa: E402
 import mojax.sampling as ms  # noqa: E402

@@ -12,39 +12,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mojax_test_utils import reference_probs
 from scipy import stats
 
 import mojax.models as mm
 import mojax.sampling as ms
 
 ALPHA = 1e-3
-
-
-def reference_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, logprobs=None):
-    """float64 [V] sampling distribution of one row of logits (``logprobs`` ignored)."""
-    z = np.asarray(logits, np.float64)
-    if temperature == 0.0:
-        out = np.zeros_like(z)
-        out[np.argmax(z)] = 1.0
-        return out
-    z = z / temperature
-    keep = np.ones(z.shape, bool)
-    if top_k:
-        kth = np.sort(z)[::-1][min(top_k, z.size) - 1]
-        keep &= z >= kth
-    if top_p < 1.0:
-        p = np.where(keep, np.exp(z - z.max()), 0.0)
-        p /= p.sum()
-        order = np.argsort(-p, kind="stable")
-        cum = np.cumsum(p[order])
-        n = int(np.sum(cum - p[order] < top_p))  # sorted prefix until the mass reaches top_p
-        keep &= z >= z[order[n - 1]]
-    if min_p > 0.0:
-        p = np.where(keep, np.exp(z - z.max()), 0.0)
-        p /= p.sum()
-        keep &= p >= min_p * p.max()
-    p = np.where(keep, np.exp(z - z.max()), 0.0)
-    return p / p.sum()
 
 
 def chi_square_pvalue(counts, probs):

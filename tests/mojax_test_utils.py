@@ -1,0 +1,133 @@
+"""Helpers shared by several test files (never imported from a ``test_*.py`` file).
+
+* ``hf_config`` / ``build_hf``: tiny transformers Qwen2 / Qwen3 models with every weight random (the
+  independent reference of the parity tests; torch is imported lazily);
+* ``reference_probs``: a float64 numpy sampling distribution written from the processors' definitions;
+* ``load_config`` / ``shrink``: a method config file by name, and the same run made tiny.
+"""
+
+import importlib.util
+import pathlib
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+VOCAB = 128
+ATOL = 1e-4  # logits parity with transformers (never loosened)
+
+
+def hf_config(model_type, heads, kv_heads, tie, head_dim=None, rope_scaling=None, hidden=64):
+    kw = dict(
+        vocab_size=VOCAB,
+        hidden_size=hidden,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        max_position_embeddings=256,
+        tie_word_embeddings=tie,
+        attn_implementation="eager",
+    )
+    if head_dim is not None:
+        kw["head_dim"] = head_dim
+    if rope_scaling is not None:
+        kw["rope_scaling"] = rope_scaling
+    import transformers
+
+    cls = transformers.Qwen3Config if model_type == "qwen3" else transformers.Qwen2Config
+    return cls(**kw)
+
+
+def build_hf(config, seed=0):
+    """A transformers causal LM with every parameter (norms, biases too) random."""
+    import torch
+    import transformers
+
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn_like(p))
+            else:
+                p.copy_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def reference_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, logprobs=None):
+    """float64 [V] sampling distribution of one row of logits (``logprobs`` ignored)."""
+    z = np.asarray(logits, np.float64)
+    if temperature == 0.0:
+        out = np.zeros_like(z)
+        out[np.argmax(z)] = 1.0
+        return out
+    z = z / temperature
+    keep = np.ones(z.shape, bool)
+    if top_k:
+        kth = np.sort(z)[::-1][min(top_k, z.size) - 1]
+        keep &= z >= kth
+    if top_p < 1.0:
+        p = np.where(keep, np.exp(z - z.max()), 0.0)
+        p /= p.sum()
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        n = int(np.sum(cum - p[order] < top_p))  # sorted prefix until the mass reaches top_p
+        keep &= z >= z[order[n - 1]]
+    if min_p > 0.0:
+        p = np.where(keep, np.exp(z - z.max()), 0.0)
+        p /= p.sum()
+        keep &= p >= min_p * p.max()
+    p = np.where(keep, np.exp(z - z.max()), 0.0)
+    return p / p.sum()
+
+
+def load_config(name, arg=None):
+    spec = importlib.util.spec_from_file_location(f"cfg_{name}", REPO / "configs" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config(arg)
+
+
+def shrink(c):
+    """The same run, smaller: 2 RL steps, a few prompts and samples, a short warm start."""
+    c.steps = min(c.steps, 2)
+    c.checkpoint_every = c.eval_every = 1
+    c.rollout.prompts_per_step = 2
+    c.rollout.num_samples = 2
+    c.task.num_eval = min(c.task.num_eval, 4)
+    c.sft.steps = min(c.sft.steps, 20)
+    c.sft.batch_size = 16
+    c.sft.num_examples = 64
+    c.task.num_train = min(c.task.num_train, 64)
+    c.eval.ks = (1,)
+    c.eval.num_samples = 1
+    c.ppo.num_minibatches = c.ppo.num_microbatches = 1
+    return c
+
+
+def padded_batch(seed=0, t=12):
+    rng = np.random.RandomState(seed)
+    tokens = rng.randint(0, VOCAB, (3, t)).astype(np.int32)
+    mask = np.ones((3, t), np.int32)
+    mask[1, :4] = 0  # left padding
+    mask[2, t - 5 :] = 0  # right padding
+    return tokens, mask
+
+
+def hf_logits(model, tokens, mask):
+    positions = np.maximum(np.cumsum(mask, -1) - 1, 0)
+    import torch
+
+    with torch.no_grad():
+        out = model(
+            input_ids=torch.tensor(tokens, dtype=torch.long),
+            attention_mask=torch.tensor(mask, dtype=torch.long),
+            position_ids=torch.tensor(positions, dtype=torch.long),
+        )
+    return out.logits.float().numpy()
+
+
+def max_masked_diff(a, b, mask):
+    return float(np.abs(np.where(mask[..., None].astype(bool), a - b, 0.0)).max())
