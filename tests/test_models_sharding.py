@@ -1,13 +1,8 @@
 """Sharded placement: logical axes -> mesh shardings, slice-wise checkpoint reads, equal logits.
 
-The 8-device part runs in a subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=8``
-(jax may already be initialised in this process). Reference: the same checkpoint loaded unsharded.
+The 8-device part runs in a child process with 8 forced CPU devices (``conftest.run_with_devices``;
+jax may already be initialised in this process) and returns its measurements as data. Reference: the same checkpoint loaded unsharded.
 """
-
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -18,8 +13,6 @@ from mojax_test_utils import build_hf, hf_config  # noqa: E402
 import mojax.models as mm  # noqa: E402
 from mojax.models import hf as hf_io  # noqa: E402
 from mojax.models import safetensors_io  # noqa: E402
-
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
@@ -49,27 +42,23 @@ def test_slice_reads_equal_full_reads(ckpt, scan_layers):
             np.testing.assert_array_equal(m.read_slice(f.get, tuple(idx)), full[tuple(idx)], key)
 
 
-_SCRIPT = textwrap.dedent(
-    """
-    import sys
+def sharded_load_and_forward(ckpt: str) -> dict:
+    """In the 8-device child: load sharded vs unsharded, forward/backward and a cached prefill."""
     import flax.linen as nn
-    import jax, jax.numpy as jnp, numpy as np
-    from jax.sharding import Mesh, PartitionSpec as P
-    import mojax.models as mm
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import Mesh
 
-    ckpt = sys.argv[1]
     assert jax.device_count() == 8
     mesh = Mesh(np.array(jax.devices()).reshape(2, 2, 2), ("data", "fsdp", "tensor"))
     ref = mm.from_pretrained(ckpt)
     model = mm.from_pretrained(ckpt, mesh=mesh)
-    cfg = model.config
+    cfg, rules = model.config, mm.DEFAULT_LOGICAL_AXIS_RULES
     q = model.params["layers"]["self_attn"]["q_proj"]["kernel"]  # [L, E, H, D]
-    assert q.sharding.spec == P(None, "fsdp", "tensor", None), q.sharding.spec
-    assert q.addressable_shards[0].data.shape == (2, 32, 2, 32)
-    assert model.params["embed_tokens"].sharding.spec == P("tensor", "fsdp")
-    jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
-                 ref.params, model.params)
-
+    out = {"q_spec": q.sharding.spec, "q_shard": q.addressable_shards[0].data.shape}
+    out["embed_spec"] = model.params["embed_tokens"].sharding.spec
+    same = jax.tree.map(lambda a, b: bool(np.array_equal(a, b)), ref.params, model.params)
+    out["params_equal"] = all(jax.tree.leaves(same))
     rng = np.random.RandomState(0)
     tokens = jnp.asarray(rng.randint(0, cfg.vocab_size, (4, 16)), jnp.int32)
     mask = jnp.asarray(np.arange(16)[None] >= np.array([0, 3, 0, 7])[:, None], jnp.int32)
@@ -79,48 +68,41 @@ _SCRIPT = textwrap.dedent(
         logits = model.apply_fn({"params": params}, tokens, attention_mask=mask)
         return jnp.mean(jax.nn.logsumexp(logits, -1) * mask), logits
 
-    with mesh, nn.logical_axis_rules(mm.DEFAULT_LOGICAL_AXIS_RULES):
-        (value, logits), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(
-            model.params, tokens, mask)
+    with mesh, nn.logical_axis_rules(rules):
+        grad_fn = jax.jit(jax.value_and_grad(loss, has_aux=True))
+        (_, logits), grads = grad_fn(model.params, tokens, mask)
         text = jax.jit(loss).lower(model.params, tokens, mask).compile().as_text()
-    assert np.abs(np.asarray(logits) - want).max() <= 1e-5
-    g = grads["layers"]["mlp"]["up_proj"]["kernel"]
-    assert g.sharding.spec == P(None, "fsdp", "tensor"), g.sharding.spec
-    assert "all-reduce" in text or "reduce-scatter" in text or "all-gather" in text
-
-    # the cache shards by its logical axes too; a prefill under the mesh equals the unsharded one
+    out["logits_diff"] = float(np.abs(np.asarray(logits) - want).max())
+    out["grad_spec"] = grads["layers"]["mlp"]["up_proj"]["kernel"].sharding.spec
+    out["collective"] = any(c in text for c in ("all-reduce", "reduce-scatter", "all-gather"))
     cache = mm.init_cache(cfg, 4, 24)
-    rules = mm.DEFAULT_LOGICAL_AXIS_RULES
-    cache_sh = nn.logical_to_mesh_sharding(cache.logical_axes(), mesh, rules)
-    cache = jax.device_put(cache, cache_sh)
-    assert cache.k.sharding.spec == P(None, ("data", "fsdp"), None, "tensor", None)
-    with mesh, nn.logical_axis_rules(mm.DEFAULT_LOGICAL_AXIS_RULES):
-        got, cache = jax.jit(lambda p, t, m, c: model.apply_fn({"params": p}, t,
-                             attention_mask=m, cache=c))(model.params, tokens, mask, cache)
+    cache = jax.device_put(cache, nn.logical_to_mesh_sharding(cache.logical_axes(), mesh, rules))
+    out["cache_spec"] = cache.k.sharding.spec
+    with mesh, nn.logical_axis_rules(rules):
+        prefill = jax.jit(
+            lambda p, t, m, c: model.apply_fn({"params": p}, t, attention_mask=m, cache=c)
+        )
+        got, cache = prefill(model.params, tokens, mask, cache)
     diff = np.where(np.asarray(mask)[..., None] > 0, np.asarray(got) - want, 0)
-    assert np.abs(diff).max() <= 1e-5
-    # random init of a variant is created already sharded too
-    tiny = mm.from_pretrained("tiny-qwen3", mesh=mesh)
-    spec = tiny.params["layers"]["mlp"]["down_proj"]["kernel"].sharding.spec
-    assert spec == P(None, "tensor", "fsdp"), spec
-    print("SHARDING-OK")
-    """
-)
+    out["prefill_diff"] = float(np.abs(diff).max())
+    tiny = mm.from_pretrained("tiny-qwen3", mesh=mesh)  # random init, created already sharded
+    out["tiny_spec"] = tiny.params["layers"]["mlp"]["down_proj"]["kernel"].sharding.spec
+    return out
 
 
-def test_sharded_load_and_forward_on_8_devices(ckpt, tmp_path):
-    script = tmp_path / "sharded.py"
-    script.write_text(_SCRIPT)
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
-    env["PYTHONPATH"] = _REPO + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(
-        [sys.executable, str(script), str(ckpt)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "SHARDING-OK" in proc.stdout
+def test_sharded_load_and_forward_on_8_devices(ckpt):
+    from jax.sharding import PartitionSpec as P
+
+    from conftest import run_with_devices
+
+    out = run_with_devices(sharded_load_and_forward, str(ckpt), devices=8, timeout=600)
+    assert out["q_spec"] == P(None, "fsdp", "tensor", None), out["q_spec"]
+    assert out["q_shard"] == (2, 32, 2, 32)
+    assert out["embed_spec"] == P("tensor", "fsdp")
+    assert out["params_equal"]
+    assert out["logits_diff"] <= 1e-5
+    assert out["grad_spec"] == P(None, "fsdp", "tensor"), out["grad_spec"]
+    assert out["collective"]
+    assert out["cache_spec"] == P(None, ("data", "fsdp"), None, "tensor", None)
+    assert out["prefill_diff"] <= 1e-5
+    assert out["tiny_spec"] == P(None, "tensor", "fsdp"), out["tiny_spec"]
