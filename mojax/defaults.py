@@ -107,6 +107,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout.top_k = 0
     c.rollout.tool_timeout_s = 10.0
     c.rollout.tool_workers = 4
+    c.rollout.sandbox = (
+        "bwrap"  # math's Python tool: "bwrap" (fails closed) | "unsafe_fallback" (weak)
+    )
     c.rollout.retrieval_url = ""  # Search-R1 retrieval server (qa); "" = BM25 over the data
 
     c.estimator = "pareto_rank"  # a name of mojax.advantages.ESTIMATORS

@@ -6,6 +6,7 @@ import importlib.util
 import pathlib
 import re
 
+import numpy as np
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -39,7 +40,9 @@ def test_config_loads_and_validates(path, arg):
     from mojax.rl.spec import validate
 
     config = load(path, arg)
-    spec = validate(config)
+    axes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor]
+    devices = int(np.prod(axes)) if min(axes) > 0 else "auto"  # the mesh the command is for
+    spec = validate(config, num_devices=devices)
     assert spec.steps >= 0
     if arg and "paper=true" in arg:
         assert spec.optimizer.learning_rate == pytest.approx(1e-6)

@@ -20,14 +20,20 @@ from collections.abc import Callable
 from typing import Any
 
 from mojax import advantages as adv_lib
-from mojax import models, pareto
+from mojax import models, pareto, sharding
 from mojax.config import Checker, ConfigError, dataclass_from_config, keyword_names, to_dict
-from mojax.rl.builders import TASKS
+from mojax.rl.builders import TASKS, build_model_config
 from mojax.rl.ppo import PPOConfig as PPOSpec
 from mojax.rl.state import OptimizerConfig as OptimizerSpec
 
 DTYPES = ("float32", "bfloat16", "float16")
 SET_ESTIMATORS = ("vpo", "multi_rlvr")  # estimators of multi-answer sets [P, G, S, M]
+SANDBOX_MODES = (
+    "bwrap",
+    "auto",
+    "unsafe_fallback",
+    "fallback",
+)  # mojax.rollout.tools.PythonSandbox
 STAGE1_ESTIMATORS = ("grpo", "dr_grpo")  # ParetoPO Stage 1: the estimators that take reward_scale
 _DATA_ARGS = ("rewards", "valid", "set_rewards", "set_valid", "key", "state", "reason_valid")
 
@@ -110,6 +116,7 @@ class RolloutSpec:
     tool_timeout_s: float
     tool_workers: int
     retrieval_url: str
+    sandbox: str  # the math task's Python tool: "bwrap" (fails closed) | "unsafe_fallback"
     dynamic_sampling: bool  # DAPO: drop groups where no objective varies, refill
     max_refill_rounds: int
 
@@ -125,6 +132,7 @@ class RolloutSpec:
         c.in_range("rollout.top_p", 0.0, 1.0, low_inclusive=False)
         c.in_range("rollout.top_k", 0)
         c.in_range("rollout.tool_timeout_s", 0.0, low_inclusive=False)
+        c.choice("rollout.sandbox", SANDBOX_MODES)
         c.require(
             self.max_response_len >= self.max_new_tokens,
             "rollout.max_response_len",
@@ -283,7 +291,8 @@ class EvalSpec:
 
 @dataclasses.dataclass(frozen=True)
 class MeshSpec:
-    """``config.mesh``: device mesh axes (``-1`` = the remaining devices)."""
+    """``config.mesh``: device mesh axes (``-1`` = the remaining devices); :meth:`errors` checks
+    them against the devices and the model once the other sections are valid."""
 
     data: int
     fsdp: int
@@ -296,6 +305,17 @@ class MeshSpec:
             if isinstance(v, int) and not isinstance(v, bool) and v < 1 and v != -1:
                 c.fail(f"mesh.{axis}", f"{v} must be a positive int or -1 (the remaining devices)")
         c.raise_if_any()
+
+    def errors(self, config: Any, num_devices: int | str | None) -> list[str]:
+        """``mojax.sharding.mesh_errors``: the mesh against ``num_devices`` and the model (variant +
+        overrides or the checkpoint's config.json; a self-built vocabulary is checked once built)."""
+        try:
+            model, rules = build_model_config(config, None), sharding.logical_axis_rules(config)
+        except Exception:  # noqa: BLE001 - a missing checkpoint is reported when the run builds it
+            model = rules = None
+        build = config.tokenizer.path == "build" and not config.model.checkpoint
+        skip = ("vocab",) if build and "vocab_size" not in config.model.overrides else ()
+        return sharding.mesh_errors(dataclasses.asdict(self), num_devices, model, rules, skip=skip)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -341,7 +361,7 @@ class RunSpec:
         c.raise_if_any()
 
     @classmethod
-    def from_config(cls, config: Any) -> RunSpec:
+    def from_config(cls, config: Any, num_devices: int | str | None = "auto") -> RunSpec:
         """Builds and validates every spec; raises one :class:`ConfigError` listing all problems."""
         errors: list[str] = []
         parts = {}
@@ -354,6 +374,7 @@ class RunSpec:
                 errors.append(f"config.{name}: {e}")
         if not errors:
             errors += combination_errors(config)
+            errors += parts["mesh"].errors(config, num_devices)
         if errors:
             raise ConfigError.of(errors)
         try:
@@ -474,10 +495,13 @@ _SECTIONS: tuple[tuple[str, Callable[[Any, dict], Any]], ...] = (
 )
 
 
-def validate(config: Any) -> RunSpec:
+def validate(config: Any, num_devices: int | str | None = "auto") -> RunSpec:
     """Validates a run config before anything is built; returns its :class:`RunSpec`.
+
+    ``num_devices``: the devices the run's mesh spans; ``"auto"`` = ``jax.device_count()`` (all
+    processes); None skips the checks that need it (a sweep validating its points on a login node).
 
     Raises:
       ConfigError: listing every problem, each naming its ``config.`` key and the allowed values.
     """
-    return RunSpec.from_config(config)
+    return RunSpec.from_config(config, num_devices)
