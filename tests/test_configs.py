@@ -51,3 +51,31 @@ def test_config_loads_and_validates(path, arg):
 def test_unknown_arg_is_rejected_naming_it():
     with pytest.raises(ValueError, match="'modle' is unknown"):
         load(REPO / "configs" / "grpo.py", "modle=tiny")
+
+
+BAD = [  # (config, arg, overrides, the key the error must name) — issue 14's list
+    ("grpo", None, {"rollout.num_samples": 1}, "config.rollout.num_samples"),
+    ("grpo", None, {"eval.ks": (1, 8)}, "config.eval.ks"),
+    ("grpo", None, {"advantage.weights": (0.2, 0.3, 0.5)}, "config.advantage.weights"),
+    ("awpo", None, {"sft.steps": 10}, "config.sft.steps"),
+    ("paretopo", None, {"mesh.tensor": 3}, "config.mesh"),
+]
+
+
+@pytest.mark.parametrize(("name", "arg", "overrides", "key"), BAD, ids=[b[3] for b in BAD])
+def test_impossible_combination_is_rejected_before_anything_is_built(name, arg, overrides, key):
+    import time
+
+    from mojax.config import ConfigError
+    from mojax.rl.spec import validate
+
+    config = load(REPO / "configs" / f"{name}.py", arg)
+    with config.unlocked():
+        for k, v in overrides.items():
+            section, field = k.split(".")
+            config[section][field] = v
+    t0 = time.perf_counter()
+    with pytest.raises(ConfigError) as e:
+        validate(config)
+    assert time.perf_counter() - t0 < 5.0  # pure host checks: nothing is built or compiled
+    assert key in str(e.value), str(e.value)
