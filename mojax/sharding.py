@@ -7,6 +7,7 @@ from one CPU to data / ZeRO-3 (fsdp) / tensor parallelism without touching the m
     mesh = mesh_from_config(config.mesh)        # config.mesh.{data, fsdp, tensor}; -1 = the rest
     rules = logical_axis_rules(config)          # config.logical_axis_rules or the model's default
     batch = shard_batch(batch, mesh, rules)     # rows over ("data", "fsdp"), scalars replicated
+    check_model_divides(model_config, mesh, rules)  # ConfigError naming config.mesh.* and the dim
 
 Nothing here runs at import time (no device query until a function is called).
 """
@@ -22,9 +23,22 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from mojax.config import ConfigError
 from mojax.models import DEFAULT_LOGICAL_AXIS_RULES
 
 MESH_AXES = ("data", "fsdp", "tensor")
+
+#: The ``QwenConfig`` field that sizes each logical axis of the parameters (for error messages).
+MODEL_DIMS = {
+    "vocab": "vocab_size",
+    "embed": "hidden_size",
+    "norm": "hidden_size",
+    "heads": "num_heads",
+    "kv_heads": "num_kv_heads",
+    "head_dim": "head_dim",
+    "mlp": "intermediate_size",
+    "layers": "num_layers",
+}
 
 
 def resolve_mesh_shape(
@@ -42,7 +56,7 @@ def resolve_mesh_shape(
             raise ValueError(f"mesh.{name} must be a positive int or -1 (the rest), got {v!r}")
     auto = [k for k, v in sizes.items() if v == -1]
     if len(auto) > 1:
-        raise ValueError(f"at most one mesh axis may be -1, got {auto} (mesh={sizes})")
+        raise ValueError(f"mesh: at most one axis may be -1, got {auto} (mesh={sizes})")
     fixed = math.prod(v for v in sizes.values() if v != -1)
     if auto:
         if num_devices % fixed:
@@ -53,7 +67,7 @@ def resolve_mesh_shape(
         sizes[auto[0]] = num_devices // fixed
     if math.prod(sizes.values()) != num_devices:
         raise ValueError(
-            f"mesh data*fsdp*tensor = {math.prod(sizes.values())} != {num_devices} devices; "
+            f"mesh: data*fsdp*tensor = {math.prod(sizes.values())} != {num_devices} devices; "
             f"mesh={sizes} (use -1 on one axis for 'the remaining devices')"
         )
     return sizes["data"], sizes["fsdp"], sizes["tensor"]
@@ -187,3 +201,100 @@ def offload(tree: Any, shardings: Any) -> Any:
         return jax.device_put(tree, shardings), False
     host = jax.tree.map(lambda s: s.with_memory_kind("pinned_host"), shardings)
     return jax.device_put(tree, host), True
+
+
+def _mesh_axes(axes) -> tuple[str, ...]:
+    return () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+
+
+def _split_dims(model_config: Any, rules: Sequence) -> dict[tuple, tuple[str, int, str]]:
+    """``(logical name, mesh axes) -> (first param path, its size)`` over every sharded param dim
+    (the mesh axes each dim really gets: a mesh axis is used once per array)."""
+    from mojax.models import param_logical_axes, param_shapes
+
+    is_spec = lambda x: isinstance(x, PartitionSpec)  # noqa: E731
+    specs = jax.tree_util.tree_leaves_with_path(param_logical_axes(model_config), is_leaf=is_spec)
+    shapes = jax.tree.leaves(param_shapes(model_config))
+    out = {}
+    for (path, spec), shape in zip(specs, shapes, strict=True):
+        for name, axes, size in zip(spec, nn.logical_to_mesh_axes(spec, rules), shape.shape):
+            axes = _mesh_axes(axes)
+            if name is not None and axes and (name, axes) not in out:
+                where = ".".join(str(getattr(k, "key", k)) for k in path)
+                out[(name, axes)] = (int(size), where, tuple(shape.shape))
+    return out
+
+
+def model_divisibility_errors(
+    model_config: Any,
+    mesh_shape: Mapping[str, int | None],
+    rules: Sequence = DEFAULT_LOGICAL_AXIS_RULES,
+    *,
+    skip: Sequence[str] = (),
+) -> list[str]:
+    """One line per model dimension that the mesh does not divide, naming ``config.mesh.*``.
+
+    Every parameter dim sharded by ``rules`` (heads, kv heads, vocab, MLP width, hidden size,
+    head_dim when a rule shards it, ...) must be a multiple of the product of its mesh axes, or the
+    params cannot be placed. ``mesh_shape`` maps mesh axis -> size; a size of None (a ``-1`` axis
+    whose device count is not known yet) skips the dims that use it, and so do the logical names in
+    ``skip`` (the vocabulary of a tokenizer not built yet).
+    """
+    errors = []
+    for (name, axes), (size, path, shape) in _split_dims(model_config, rules).items():
+        sizes = [mesh_shape.get(a) for a in axes]
+        if name in skip or any(n is None for n in sizes):
+            continue
+        n = math.prod(sizes)
+        if size % n == 0:
+            continue
+        keys = " * ".join(f"config.mesh.{a}={mesh_shape[a]}" for a in axes)
+        field = MODEL_DIMS.get(name, name)
+        hint = ""
+        if name == "vocab":
+            pad = -(-size // n) * n
+            hint = f"; or pad the vocabulary: config.model.overrides.vocab_size={pad}"
+        errors.append(
+            f"{keys}: the model's {field}={size} (logical axis {name!r}, param {path} "
+            f"{list(shape)}) is split {n} ways, and {n} does not divide {size}{hint}"
+        )
+    return errors
+
+
+def mesh_errors(
+    sizes: Mapping[str, int],
+    num_devices: int | str | None,
+    model_config: Any = None,
+    rules: Sequence | None = None,
+    *,
+    skip: Sequence[str] = (),
+) -> list[str]:
+    """Config-time checks of ``config.mesh`` (``sizes``: axis -> size or -1): the product against
+    ``num_devices`` (``"auto"``: ``jax.device_count()``, every process's devices; None: not known,
+    the -1 axis is left unresolved), then ``model_divisibility_errors`` of ``model_config`` (None:
+    not known). Lines start with the ``config.mesh`` key."""
+    if num_devices == "auto":
+        num_devices = jax.device_count()
+    resolved = {k: (None if v == -1 else v) for k, v in sizes.items()}
+    errors = []
+    if num_devices is not None:
+        try:
+            shape = resolve_mesh_shape(**sizes, num_devices=num_devices)
+            resolved = dict(zip(MESH_AXES, shape, strict=True))
+        except ValueError as e:
+            errors.append(f"config.{e}")
+    if model_config is not None:
+        rules = DEFAULT_LOGICAL_AXIS_RULES if rules is None else rules
+        errors += model_divisibility_errors(model_config, resolved, rules, skip=skip)
+    return errors
+
+
+def check_model_divides(model_config: Any, mesh: Mesh, rules: Sequence) -> None:
+    """Raises ``ConfigError`` (``model_divisibility_errors``) if ``mesh`` does not divide the model.
+
+    Called where the run's model config is first known (the jitted steps), before any array is
+    placed, so an indivisible mesh is one line naming the key instead of JAX's IndivisibleError.
+    """
+    errors = model_divisibility_errors(model_config, dict(mesh.shape), rules)
+    if errors:
+        raise ConfigError.of(errors)

@@ -79,6 +79,7 @@ def make_sft_step(
     """The jitted SFT ``step(state, batch) -> (state, metrics)``; batch keys ``tokens``,
     ``loss_mask`` and optional ``attention_mask`` (B divisible by ``num_microbatches``)."""
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
+    sharding_lib.check_model_divides(model_config, mesh, rules)
 
     def fn(state, batch):
         return sft_update(

@@ -175,6 +175,7 @@ def make_train_step(
     ``skipped_updates`` and ``tokens`` (summed), ``num_updates``.
     """
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
+    sharding_lib.check_model_divides(model_config, mesh, rules)
     fn = lambda state, batch: ppo_update(
         state,
         batch,
@@ -205,6 +206,7 @@ def make_grad_fn(model_config: QwenConfig, cfg: PPOConfig, mesh: Mesh, rules=Non
     """Jitted ``(params, batch) -> (grads, metrics)`` of the PPO loss on the whole batch, grads
     sharded like the params (for tests and analysis; the train step does the same internally)."""
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
+    sharding_lib.check_model_divides(model_config, mesh, rules)
     p_sh = param_shardings(model_config, mesh, rules)
 
     def fn(params, batch):
@@ -235,6 +237,7 @@ def make_logprob_fn(
     and for recomputing ``old_logprobs`` with the training numerics.
     """
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
+    sharding_lib.check_model_divides(model_config, mesh, rules)
     p_sh = param_shardings(model_config, mesh, rules)
     in_p = jax.tree.map(lambda s: s.with_memory_kind("pinned_host"), p_sh) if offloaded else p_sh
 
