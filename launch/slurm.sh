@@ -1,16 +1,28 @@
 #!/usr/bin/env bash
 # Multi-host GPU run under SLURM: one task per node, all GPUs of a node per task.
 #
-#   sbatch --nodes=4 --gpus-per-node=8 launch/slurm.sh configs/paretopo.py:model=qwen2.5-math-1.5b,task=math,checkpoint=/ckpt/Qwen2.5-Math-1.5B /runs/paretopo_math
+#   sbatch --nodes=4 --gpus-per-node=8 launch/slurm.sh configs/paretopo.py:model=qwen2.5-math-1.5b,task=math,checkpoint=/ckpt/Qwen2.5-Math-1.5B /runs/paretopo_math [--config.KEY=VALUE ...]
 #
+# Arguments: CONFIG[:ARG] WORKDIR, then flags passed on to `python -m mojax.main` unchanged. A sweep
+# submits its points the same way: launch/sweep.py --launcher="sbatch --nodes=4 launch/slurm.sh" ...
 # jax.distributed picks up the SLURM environment (coordinator = first node), so the same command line as a
 # single-machine run works; the mesh (config.mesh.*) spans every device of every host.
 #SBATCH --job-name=mojax
 #SBATCH --ntasks-per-node=1
 #SBATCH --exclusive
 set -euo pipefail
-config="${1:?usage: launch/slurm.sh CONFIG[:ARG] WORKDIR [extra flags]}"
-workdir="${2:?usage: launch/slurm.sh CONFIG[:ARG] WORKDIR [extra flags]}"
+usage="usage: launch/slurm.sh CONFIG[:ARG] WORKDIR [--config.KEY=VALUE ...]"
+config="${1:?$usage}"
+workdir="${2:?$usage}"
+case "$config" in
+  *.py | *.py:*) ;;
+  *) echo "launch/slurm.sh: CONFIG must be a config file (configs/*.py[:ARG]), got '$config'; $usage" >&2
+     exit 2 ;;
+esac
+case "$workdir" in
+  -*) echo "launch/slurm.sh: WORKDIR must be a directory, got '$workdir'; $usage" >&2
+      exit 2 ;;
+esac
 shift 2
 export MOJAX_DISTRIBUTED=1
 srun --kill-on-bad-exit=1 python -m mojax.main --config="$config" --workdir="$workdir" "$@"
