@@ -16,6 +16,8 @@ Paper scale (ToRL math with the sandboxed Python tool; Search-R1 QA with retriev
       --config.rollout.retrieval_url=http://127.0.0.1:8000
     python -m mojax.main --config=configs/paretopo.py:paper=true,model=qwen2.5-math-1.5b,task=math,data=2,fsdp=4 \
       --config.dry_run=true   # shapes, shardings and memory per device, nothing allocated
+    python -m mojax.main --config=configs/paretopo.py --config.paretopo.dynamic_weighting=false  # ablation
+    python -m mojax.main --config=configs/paretopo.py --config.paretopo.pareto_ranking=false     # ablation
 
 ``paper=true`` is the paper's recipe (ParetoPO, arXiv:2606.16111, Sec. 4.1): lr 1e-6, batch 1024 prompts
 x 8 samples, DAPO strategies (token-mean, clip-higher, dynamic sampling, 512-token overlong buffer),

@@ -124,6 +124,10 @@ def base_config() -> ml_collections.ConfigDict:
     c.paretopo.gamma = 0.5  # EMA of ΔHV
     c.paretopo.reference = "initial"  # HV reference: "initial" (v_0) | "zeros"
     c.paretopo.validate_every = 1  # Stage-1 validation (archive update) every N steps
+    c.paretopo.dynamic_weighting = True  # False: ablation "w/o dynamic weighting" (r_pareto = 1)
+    c.paretopo.pareto_ranking = (
+        True  # False: ablation "w/o Pareto ranking" (Stage 1 estimator only)
+    )
 
     c.tool_reward = ml_collections.ConfigDict()
     c.tool_reward.alpha = 0.7  # r_tool = exp(-alpha |N_call - N_opt|) (ParetoPO Eq. 4)

@@ -31,7 +31,10 @@ class ParetoPOController:
     Attributes:
       stage1_steps: RL steps of Stage 1; weights: ``w`` of ``r_w``; mode: ``"global"`` or
       ``"per_trajectory"``; gamma: EMA factor; reference: ``"initial"`` (v_0) or ``"zeros"``;
-      stage1_estimator: ``grpo`` or ``dr_grpo``; stage2_kwargs: ``pareto_rank`` keyword arguments.
+      stage1_estimator: ``grpo`` or ``dr_grpo``; stage2_kwargs: ``pareto_rank`` keyword arguments;
+      dynamic_weighting / pareto_ranking: the paper's two ablations (Table 3) when False — Stage 1
+      without the HV-guided scale (``r_pareto = 1``: a static ``w·r`` scalarization), and Stage 2
+      replaced by Stage 1's scalarized estimator.
     """
 
     stage1_steps: int
@@ -41,6 +44,10 @@ class ParetoPOController:
     reference: str = "initial"
     stage1_estimator: str = "grpo"
     stage2_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    dynamic_weighting: bool = True  # False: ablation "w/o dynamic weighting" (r_pareto = 1)
+    pareto_ranking: bool = (
+        True  # False: ablation "w/o Pareto ranking" (Stage 1's estimator throughout)
+    )
 
     def __post_init__(self):
         warning = pareto.stage1_cancellation_warning(self.mode, self.stage1_estimator)
@@ -61,6 +68,8 @@ class ParetoPOController:
             reference=p.reference,
             stage1_estimator=p.stage1_estimator,
             stage2_kwargs=dict(spec.kwargs),
+            dynamic_weighting=p.dynamic_weighting,
+            pareto_ranking=p.pareto_ranking,
         )
 
     def stage(self, step: int) -> int:
@@ -87,18 +96,22 @@ class ParetoPOController:
 
     def advantages(self, step: int, state, rewards, valid) -> tuple[adv_lib.AdvantageOutput, dict]:
         """The step's advantages ``[P, G]`` from ``rewards [P, G, M]`` and stage metrics."""
+        fn = adv_lib.ESTIMATORS[self.stage1_estimator]
         if self.stage(step) == 2:
+            if not self.pareto_ranking:  # ablation: the scalarized estimator in Stage 2 too
+                return fn(rewards, valid, weights=tuple(self.weights)), {"pareto/stage": 2}
             out = adv_lib.pareto_rank(rewards, valid, **self.stage2_kwargs)
             return out, {"pareto/stage": 2}
         if state is None:
             raise RuntimeError(
                 "ParetoPO Stage 1 needs start(v0) with the initial validation vector"
             )
-        if self.mode == "global":
+        if not self.dynamic_weighting:  # ablation: static w . r, no HV-guided scale
+            scale = 1.0
+        elif self.mode == "global":
             scale = float(state.r_pareto)
         else:
             scale = pareto.stage1_sample_scales(state, rewards, valid)
-        fn = adv_lib.ESTIMATORS[self.stage1_estimator]
         out = fn(rewards, valid, weights=tuple(self.weights), reward_scale=scale)
         metrics = {"pareto/stage": 1, "pareto/r_pareto": float(np.mean(scale))}
         return out, metrics
