@@ -1,8 +1,8 @@
 """The sharded PPO step on 8 simulated CPU devices equals the 1-device step; checkpoints restore
 across mesh shapes.
 
-Runs in a subprocess with ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` (jax may already be
-initialised with one device in this process). Model: tiny Qwen3 with 16 query / 8 kv heads (so
+Runs in a child process with 8 forced CPU devices (``conftest.run_with_devices``; jax may already be
+initialised with one device in this process), which returns its measurements as data. Model: tiny Qwen3 with 16 query / 8 kv heads (so
 ``tensor=8`` divides the heads), fp32.
 
 Each factorization (2,2,2), (8,1,1), (1,1,8), (2,4,1) runs one PPO update (KL term, AWPO
@@ -19,27 +19,26 @@ Checkpoints moved between meshes are bitwise equal.
 """
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-_SCRIPT = textwrap.dedent(
-    """
-    import json, sys, time
-    import jax, numpy as np, optax
+def sharded_step_run(workdir: str) -> dict:
+    """In the 8-device child: the PPO step on every factorization vs 1 device, checkpoints across
+    meshes and offloaded reference log-probs; returns the tolerances reached."""
+    import time
+
+    import jax
+    import numpy as np
+    import optax
     from jax.sharding import PartitionSpec as P
+
     import mojax.rl as rl
     from mojax import sharding as shl
     from mojax.checkpoint import Checkpointer
     from mojax.models import get_variant, init_params
 
     assert jax.device_count() == 8
-    workdir = sys.argv[1]
     cfg = get_variant("tiny-qwen3", num_heads=16, num_kv_heads=8, head_dim=8)
     B, T = 16, 16
     rng = np.random.RandomState(0)
@@ -47,16 +46,21 @@ _SCRIPT = textwrap.dedent(
     ends = rng.randint(8, T + 1, (B,))
     pos = np.arange(T)[None]
     loss_mask = ((pos >= 4) & (pos < ends[:, None])).astype(np.float32)
-    batch = dict(tokens=tokens * (pos < ends[:, None]), loss_mask=loss_mask,
-                 old_logprobs=(-5.5 + 0.3 * rng.randn(B, T)).astype(np.float32) * loss_mask,
-                 advantages=rng.randn(B).astype(np.float32),
-                 ref_logprobs=(-5.5 + 0.3 * rng.randn(B, T)).astype(np.float32),
-                 clip_eps=np.float32(0.15))
+    batch = dict(
+        tokens=tokens * (pos < ends[:, None]),
+        loss_mask=loss_mask,
+        old_logprobs=(-5.5 + 0.3 * rng.randn(B, T)).astype(np.float32) * loss_mask,
+        advantages=rng.randn(B).astype(np.float32),
+        ref_logprobs=(-5.5 + 0.3 * rng.randn(B, T)).astype(np.float32),
+        clip_eps=np.float32(0.15),
+    )
     # sharding exactness: one SGD(lr=1) update, so new params = params - grads (grads recovered)
     one = rl.PPOConfig(kl_coef=0.05, agg="seq-mean-token-mean", num_microbatches=2)
     sgd = optax.sgd(1.0)
     # the production path: AdamW + clipping, 2 shuffled mini-batches x 2 micro-batches
-    ppo = rl.PPOConfig(kl_coef=0.05, agg="seq-mean-token-mean", num_minibatches=2, num_microbatches=2)
+    ppo = rl.PPOConfig(
+        kl_coef=0.05, agg="seq-mean-token-mean", num_minibatches=2, num_microbatches=2
+    )
     tx = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-3, max_grad_norm=1.0))
     params0 = jax.device_get(init_params(cfg, jax.random.PRNGKey(1)))
 
@@ -74,23 +78,36 @@ _SCRIPT = textwrap.dedent(
             assert mu.sharding.spec == q.sharding.spec, mu.sharding.spec
             assert len(q.addressable_shards) == 8
         params = jax.device_get(state.params)
-        out = dict(m=jax.device_get(m), params=params, state=state,
-                   grads=jax.tree.map(lambda a, b: a - b, params0, params))
+        out = dict(
+            m=jax.device_get(m),
+            params=params,
+            state=state,
+            grads=jax.tree.map(lambda a, b: a - b, params0, params),
+        )
         print(shape, "adamw" if adamw else "sgd", "%.1fs" % (time.time() - t0), flush=True)
         return out
 
     def compare(ref, got, keys):
         r = {"loss": abs(float(got["m"]["loss"]) / float(ref["m"]["loss"]) - 1.0)}
-        r["metrics"] = max(abs(float(got["m"][k]) - float(ref["m"][k])) / max(abs(float(ref["m"][k])), 1e-6)
-                           for k in keys)
+        r["metrics"] = max(
+            abs(float(got["m"][k]) - float(ref["m"][k])) / max(abs(float(ref["m"][k])), 1e-6)
+            for k in keys
+        )
         # |Δ new params| against 1e-5 of the leaf's gradient scale + 2 ulp of its params (the
         # rounding of params - grads): <= 1 passes
         r["grads"] = max(
             float(np.abs(pa - pb).max() / (1e-5 * np.abs(g).max() + 2 * 2**-23 * np.abs(p0).max()))
-            for pa, pb, g, p0 in zip(jax.tree.leaves(ref["params"]), jax.tree.leaves(got["params"]),
-                                     jax.tree.leaves(ref["grads"]), jax.tree.leaves(params0)))
-        r["params"] = max(float(np.abs(a - b).max())
-                          for a, b in zip(jax.tree.leaves(ref["params"]), jax.tree.leaves(got["params"])))
+            for pa, pb, g, p0 in zip(
+                jax.tree.leaves(ref["params"]),
+                jax.tree.leaves(got["params"]),
+                jax.tree.leaves(ref["grads"]),
+                jax.tree.leaves(params0),
+            )
+        )
+        r["params"] = max(
+            float(np.abs(a - b).max())
+            for a, b in zip(jax.tree.leaves(ref["params"]), jax.tree.leaves(got["params"]))
+        )
         return r
 
     keys = ("pg_loss", "kl", "entropy", "ratio_mean", "clip_frac_low", "grad_norm", "param_norm")
@@ -100,7 +117,7 @@ _SCRIPT = textwrap.dedent(
         report[str(shape)] = compare(ref, run(shape, adamw=False), keys)
     ref_adam = run((1, 1, 1), adamw=True)
     report["adamw"] = compare(ref_adam, run((2, 2, 2), adamw=True), keys)
-    print("REPORT " + json.dumps(report), flush=True)
+    result = {"report": report}
     ref = ref_adam
 
     # checkpoints across meshes: 1-device layout -> 2x2x2, and 2x2x2 -> 1 device, bitwise
@@ -112,7 +129,9 @@ _SCRIPT = textwrap.dedent(
     with Checkpointer(workdir + "/from1") as ck:
         st, h, s = ck.restore(rl.abstract_train_state(cfg, tx, mesh8, shl.logical_axis_rules()))
     q = st.params["layers"]["self_attn"]["q_proj"]["kernel"]
-    assert q.sharding.spec == P(None, "fsdp", "tensor", None) and q.sharding.mesh.shape == mesh8.shape
+    assert (
+        q.sharding.spec == P(None, "fsdp", "tensor", None) and q.sharding.mesh.shape == mesh8.shape
+    )
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(st), jax.device_get(ref["state"]))
     assert h["data"]["position"] == 7 and s == 1
     with Checkpointer(workdir + "/from8") as ck:
@@ -121,7 +140,7 @@ _SCRIPT = textwrap.dedent(
         st1, _, _ = ck.restore(rl.abstract_train_state(cfg, tx, mesh1, shl.logical_axis_rules()))
     assert st1.params["embed_tokens"].sharding.mesh.devices.size == 1
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(st1), jax.device_get(ref["state"]))
-    print("CKPT-OK", flush=True)
+    result["ckpt_ok"] = True
 
     # reference log-probs with frozen params sharded like the policy (offloaded to host if possible)
     rules = shl.logical_axis_rules()
@@ -130,35 +149,21 @@ _SCRIPT = textwrap.dedent(
     got = rl.make_logprob_fn(cfg, mesh8, offloaded=off)(host_params, batch["tokens"])
     err = float(np.abs(np.asarray(got) - np.asarray(want)).max())
     assert err <= 1e-5, err
-    print("LOGPROBS-OK offloaded=%s max_err=%.2e" % (off, err), flush=True)
-    """
-)
+    result["logprobs"] = {"offloaded": bool(off), "max_err": err}
+    return result
 
 
 @pytest.fixture(scope="module")
 def sharded_run(tmp_path_factory):
+    from conftest import run_with_devices
+
     tmp = tmp_path_factory.mktemp("sharded_step")
-    script = tmp / "sharded_step.py"
-    script.write_text(_SCRIPT)
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
-    env["PYTHONPATH"] = _REPO + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    return proc
+    return run_with_devices(sharded_step_run, str(tmp), devices=8, timeout=900)
 
 
 @pytest.mark.slow
 def test_sharded_step_equals_one_device(sharded_run):
-    proc = sharded_run
-    assert "REPORT " in proc.stdout, proc.stdout[-2000:] + proc.stderr[-4000:]
-    report = json.loads(proc.stdout.split("REPORT ", 1)[1].splitlines()[0])
+    report = sharded_run["report"]
     print(json.dumps(report, indent=1))  # the tolerances reached (pytest -s)
     assert set(report) == {"(2, 2, 2)", "(8, 1, 1)", "(1, 1, 8)", "(2, 4, 1)", "adamw"}
     for shape, r in report.items():
@@ -171,14 +176,11 @@ def test_sharded_step_equals_one_device(sharded_run):
 
 @pytest.mark.slow
 def test_checkpoint_restores_across_mesh_shapes(sharded_run):
-    proc = sharded_run
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert "CKPT-OK" in proc.stdout
+    assert sharded_run["ckpt_ok"]
 
 
 @pytest.mark.slow
 def test_reference_logprobs_sharded_and_offloaded(sharded_run):
-    proc = sharded_run
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    assert "LOGPROBS-OK" in proc.stdout
-    print(proc.stdout.split("LOGPROBS-OK", 1)[1].splitlines()[0])
+    out = sharded_run["logprobs"]
+    assert out["max_err"] <= 1e-5, out
+    print(out)

@@ -182,6 +182,8 @@ class ParetoPOSpec:
     gamma: float
     reference: str
     validate_every: int
+    dynamic_weighting: bool = True
+    pareto_ranking: bool = True
 
     def __post_init__(self):
         c = _checker("paretopo", self)
