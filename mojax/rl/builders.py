@@ -7,6 +7,7 @@ so a resumed run rebuilds exactly the same pieces.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 from typing import Any
 
@@ -25,18 +26,55 @@ TASKS = tuple(_TASK_CLASSES)
 _TAGS = ("<calc>", "</calc>", "<output>", "</output>", "<answer>", "</answer>")
 
 
-def build_task(task_cfg) -> Task:
-    """The task object of ``config.task`` (constructor arguments from ``task.kwargs``)."""
+def task_class(name: str) -> type[Task]:
+    """The ``Task`` subclass of ``config.task.name``: a built-in name (``TASKS``) or an import
+    path ``"package.module:ClassName"`` (a custom task, see docs/custom_task.md).
+
+    Raises ``ValueError`` naming ``config.task.name`` when the name is unknown, the module does not
+    import, the attribute is missing or it is not a ``Task`` subclass.
+    """
     from mojax import tasks
 
-    kwargs = dict(task_cfg.kwargs)
-    cls = _TASK_CLASSES.get(task_cfg.name)
-    if cls is None:
-        raise ValueError(f"config.task.name={task_cfg.name!r} is not one of {list(TASKS)}")
+    if name in _TASK_CLASSES:
+        return getattr(tasks, _TASK_CLASSES[name])
+    if ":" not in name:
+        raise ValueError(
+            f"config.task.name={name!r} is not one of {list(TASKS)} nor an import path "
+            "'package.module:ClassName'"
+        )
+    module_name, _, attr = name.partition(":")
     try:
-        return getattr(tasks, cls)(**kwargs)
+        module = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - any import failure is a config error
+        raise ValueError(
+            f"config.task.name={name!r}: cannot import module {module_name!r}: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    cls = module
+    for part in attr.split("."):
+        cls = getattr(cls, part, None)
+        if cls is None:
+            raise ValueError(f"config.task.name={name!r}: module {module_name!r} has no {attr!r}")
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ValueError(
+            f"config.task.name={name!r}: {attr!r} is not a subclass of mojax.tasks.base.Task"
+        )
+    return cls
+
+
+def is_custom_task(name: str) -> bool:
+    """Whether ``config.task.name`` is an import path rather than a built-in task."""
+    return name not in _TASK_CLASSES
+
+
+def build_task(task_cfg) -> Task:
+    """The task object of ``config.task`` (constructor arguments from ``task.kwargs``)."""
+    kwargs = dict(task_cfg.kwargs)
+    cls = task_class(task_cfg.name)
+    try:
+        return cls(**kwargs)
     except TypeError as e:
-        raise ValueError(f"config.task.kwargs {kwargs} do not fit {cls}: {e}") from e
+        raise ValueError(f"config.task.kwargs {kwargs} do not fit {cls.__name__}: {e}") from e
 
 
 @dataclasses.dataclass
@@ -65,6 +103,8 @@ def load_splits(task: Task, task_cfg, seed: int) -> Splits:
         train = task.load("train", int(task_cfg.num_train))
         test = task.load("test", n_eval)
         return Splits(train, test, test)
+    if is_custom_task(task_cfg.name) and not task_cfg.train_path:
+        return _custom_splits(task, task_cfg, seed)
     if not task_cfg.train_path:
         raise ValueError(
             f"config.task.train_path: task {task_cfg.name!r} reads its data from a file"
@@ -78,6 +118,32 @@ def load_splits(task: Task, task_cfg, seed: int) -> Splits:
         n_eval = min(n_eval, len(train) // 2)
         train, held = train[:-n_eval], train[-n_eval:]
     return Splits(train, held, held)
+
+
+def _custom_splits(task: Task, task_cfg, seed: int) -> Splits:
+    """A file-less custom task's splits from its own ``load(split, num, seed=...)``."""
+    n_eval = int(task_cfg.num_eval)
+    out = {}
+    for split, num in (
+        ("train", int(task_cfg.num_train)),
+        ("validation", n_eval),
+        ("test", n_eval),
+    ):
+        try:
+            examples = list(task.load(split, num, seed=seed))
+        except Exception as e:  # noqa: BLE001 - report which protocol call failed
+            raise ValueError(
+                f"config.task.name={task_cfg.name!r}: load({split!r}, {num}, seed={seed}) failed "
+                f"({type(e).__name__}: {e}); a custom task without task.train_path implements "
+                "load(split, num, seed=...) -> list[Example] (docs/custom_task.md)"
+            ) from e
+        if not examples or not all(isinstance(x, Example) for x in examples):
+            raise ValueError(
+                f"config.task.name={task_cfg.name!r}: load({split!r}, ...) must return a non-empty "
+                "list of mojax.tasks.base.Example"
+            )
+        out[split] = examples
+    return Splits(out["train"], out["validation"], out["test"])
 
 
 def _load_file(task: Task, path: str, key: str) -> list[Example]:

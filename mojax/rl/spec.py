@@ -22,7 +22,7 @@ from typing import Any
 from mojax import advantages as adv_lib
 from mojax import models, pareto, sharding
 from mojax.config import Checker, ConfigError, dataclass_from_config, keyword_names, to_dict
-from mojax.rl.builders import TASKS, build_model_config
+from mojax.rl.builders import TASKS, build_model_config, task_class
 from mojax.rl.ppo import PPOConfig as PPOSpec
 from mojax.rl.state import OptimizerConfig as OptimizerSpec
 
@@ -84,7 +84,14 @@ class TaskSpec:
 
     def __post_init__(self):
         c = _checker("task", self)
-        c.choice("task.name", TASKS)
+        if ":" not in self.name:  # built-in tasks; "package.module:Class" imports a custom one
+            c.choice("task.name", TASKS)
+        else:
+            try:
+                task_class(self.name)
+            except ValueError as e:
+                detail = str(e).removeprefix(f"config.task.name={self.name!r}: ")
+                c.fail("task.name", f"{self.name!r}: {detail}")
         c.in_range("task.num_answers", 0)
         c.in_range("task.num_eval", 1)
         c.require(
