@@ -90,6 +90,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.task.num_eval = 128  # validation problems (ParetoPO's v_t) / evaluation problems
     c.task.num_answers = 0  # S answers per completion (VPO, Multi-RLVR); 0 = single answer
     c.task.kwargs = ml_collections.ConfigDict()  # task constructor arguments (e.g. toolrl mode)
+    # goal-conditioned GRPO (VPO App. E.5): w ~ Dir(1) per training prompt, written into the prompt,
+    # reward w . r (estimator grpo / dr_grpo); evaluation and validation condition on w*
+    c.task.goal_conditioned = False
     # calculator difficulty mix (easy: single-digit, medium: two-digit +/-, hard: products); the
     # default leans on easy and hard problems, where answering directly vs calling is clear-cut
     c.task.mix = ml_collections.ConfigDict({"easy": 0.5, "medium": 0.1, "hard": 0.4})

@@ -37,6 +37,7 @@ class Episodes:
     kept: np.ndarray | None = None  # bool [P]: DAPO dynamic sampling's keep decision (None = all)
     advantages: np.ndarray | None = None  # float32 [P, G], once computed (for transcripts)
     reason_valid: np.ndarray | None = None  # bool [P, G]: AWPO judge scored the sample
+    goal_weights: np.ndarray | None = None  # float32 [P, M]: goal-conditioned GRPO's w per prompt
 
     @property
     def train_mask(self) -> np.ndarray:
@@ -104,6 +105,41 @@ class EpisodeRunner:
             ids = self._prompt_cache[ex.id] = list(self.tokenizer.encode(text))
         return ids
 
+    # --- goal-conditioned GRPO (VPO, arXiv:2605.22817, App. E.5) -------------------------------
+    def goal_prompt_ids(self, ex: Example, w) -> list[int]:
+        """The prompt of ``ex`` with the goal weights ``w [M]`` appended (not cached: ``w`` is
+        redrawn per example every step)."""
+        from mojax.tasks.goal import goal_messages
+
+        s = self.spec.task.num_answers or None
+        msgs = goal_messages(self.task, ex, w, num_answers=s)
+        text = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer.encode(text))
+
+    def _prompts(self, examples: list[Example], goal_weights) -> tuple[list, np.ndarray | None]:
+        """Token ids of the prompts and the goal weights ``[P, M]`` they carry (None when the task
+        is not goal-conditioned). Goal-conditioned runs without explicit weights (evaluation,
+        validation) condition on the canonical ``w* = task.scalar_weights`` (cached)."""
+        if not getattr(self.spec.task, "goal_conditioned", False):
+            return [self.prompt_ids(ex) for ex in examples], None
+        if goal_weights is None:
+            w_star = np.asarray(self.task.scalar_weights, np.float32)
+            ids = []
+            for ex in examples:
+                key = ("goal*", ex.id)
+                if key not in self._prompt_cache:
+                    self._prompt_cache[key] = self.goal_prompt_ids(ex, w_star)
+                ids.append(self._prompt_cache[key])
+            return ids, np.tile(w_star, (len(examples), 1))
+        w = np.asarray(goal_weights, np.float32)
+        if w.shape != (len(examples), self.task.num_objectives):
+            raise ValueError(
+                f"goal_weights has shape {w.shape}; expected [P, M] = "
+                f"{(len(examples), self.task.num_objectives)}"
+            )
+        return [self.goal_prompt_ids(ex, wp) for ex, wp in zip(examples, w)], w
+
+    # -------------------------------------------------------------------------------------------
     def run(
         self,
         params,
@@ -114,12 +150,14 @@ class EpisodeRunner:
         temperature: float,
         tracker: NOptimalTracker | None,
         stats: RewardStats | None = None,
+        goal_weights: np.ndarray | None = None,
     ) -> tuple[Episodes, NOptimalTracker | None]:
-        """Rollouts of ``examples`` with ``params`` and their rewards (tracker returned updated)."""
+        """Rollouts of ``examples`` with ``params`` and their rewards (tracker returned updated).
+        ``goal_weights [P, M]``: goal-conditioned GRPO's per-example ``w`` (see :meth:`_prompts`)."""
         from mojax.rollout import run_rollout
 
         examples = list(examples)
-        prompt_ids = [self.prompt_ids(ex) for ex in examples]
+        prompt_ids, goal_w = self._prompts(examples, goal_weights)
         model = models.QwenModel(config=self.model_config, params=params)
         result = run_rollout(
             self.driver_spec().replace(temperature=float(temperature)),
@@ -155,6 +193,7 @@ class EpisodeRunner:
             eps = Episodes(
                 examples, prompt_ids, g, result, mean, valid, metrics, set_rewards, set_valid
             )
+            eps.goal_weights = goal_w
             return eps, tracker
         prompts_text = None
         if self.judge is not None:
@@ -174,6 +213,7 @@ class EpisodeRunner:
         )
         eps = Episodes(examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics)
         eps.reason_valid = rb.reason_valid
+        eps.goal_weights = goal_w
         return eps, rb.tracker
 
 
@@ -225,6 +265,7 @@ def select(eps: Episodes, groups: np.ndarray) -> Episodes:
         opt(eps.kept),
         opt(eps.advantages),
         opt(eps.reason_valid),
+        opt(eps.goal_weights),
     )
 
 
@@ -249,4 +290,5 @@ def concat(a: Episodes, b: Episodes) -> Episodes:
         None if a.kept is None or b.kept is None else np.concatenate([a.kept, b.kept]),
         None,
         None if a.reason_valid is None else np.concatenate([a.reason_valid, b.reason_valid]),
+        cat(a.goal_weights, b.goal_weights),
     )

@@ -81,6 +81,7 @@ class TaskSpec:
     num_eval: int
     tokenizer_path: str
     has_checkpoint: bool
+    goal_conditioned: bool = False  # goal-conditioned GRPO: w ~ Dir(1) in the prompt (goal.py)
 
     def __post_init__(self):
         c = _checker("task", self)
@@ -425,6 +426,9 @@ def combination_errors(config: Any) -> list[str]:
         if w is not None and len(tuple(w)) != m:
             names = list(task.objective_names)
             c.fail(key, f"{tuple(w)} has {len(tuple(w))} entries; task objectives are {names}")
+    from mojax.tasks.goal import goal_config_errors
+
+    c.errors += goal_config_errors(config, task)  # goal-conditioned GRPO (task.goal_conditioned)
     demos = config.task.name == "calculator" or bool(config.sft.data_path)
     c.require(
         config.sft.steps == 0 or demos,
@@ -482,6 +486,7 @@ _SECTIONS: tuple[tuple[str, Callable[[Any, dict], Any]], ...] = (
             num_eval=c.task.num_eval,
             tokenizer_path=c.tokenizer.path,
             has_checkpoint=bool(c.model.checkpoint),
+            goal_conditioned=bool(c.task.get("goal_conditioned", False)),
         ),
     ),
     ("rollout", _rollout),

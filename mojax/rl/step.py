@@ -94,7 +94,9 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
     rounds = 0
     while keep.sum() < rs.prompts_per_step and rounds < rs.max_refill_rounds:
         rounds += 1
-        host, more = _episodes_round(run, host, params, jax.random.fold_in(key, rounds))
+        host, more = _episodes_round(
+            run, host, params, jax.random.fold_in(key, rounds), round_=rounds
+        )
         episodes = concat(episodes, more)
         keep = groups_with_signal(episodes.rewards, episodes.valid)
     order = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])[: rs.prompts_per_step]
@@ -106,20 +108,32 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
     return host, episodes
 
 
-def _episodes_round(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes]:
-    """The next ``P`` training prompts, rolled out, scored and overlong-shaped."""
+def _episodes_round(
+    run: Run, host: HostState, params, key, round_: int = 0
+) -> tuple[HostState, Episodes]:
+    """The next ``P`` training prompts, rolled out, scored and overlong-shaped. Goal-conditioned
+    GRPO (``task.goal_conditioned``) draws each prompt's ``w ~ Dir(1)`` from ``(seed, step,
+    round_)`` and writes it into the prompt (VPO, arXiv:2605.22817, App. E.5)."""
     rs = run.spec.rollout
     data = PromptIterator(run.splits.train, rs.prompts_per_step, seed=run.spec.seed)
     if host.data:
         data.load_state_dict(host.data)
+    examples = data.next()
+    goal_w = None
+    if run.spec.task.goal_conditioned:  # --- goal-conditioned GRPO
+        from mojax.tasks.goal import draw_goal_weights
+
+        m = run.task.num_objectives
+        goal_w = draw_goal_weights(run.spec.seed, host.step, round_, len(examples), m)
     episodes, tracker = run.runner.run(
         params,
-        data.next(),
+        examples,
         key=key,
         num_samples=rs.num_samples,
         temperature=rs.temperature,
         tracker=host.tracker,
         stats=host.reward_stats["train"],
+        goal_weights=goal_w,
     )
     shape_overlong(run, episodes)
     return dataclasses.replace(host, data=data.state_dict(), tracker=tracker), episodes
@@ -156,6 +170,8 @@ def advantages(run: Run, host: HostState, episodes: Episodes, key) -> tuple[Host
             kwargs["key"] = key
         if spec.takes("state"):
             kwargs["state"] = host.estimator
+        if episodes.goal_weights is not None:  # goal-conditioned GRPO: per-prompt w [P, M]
+            kwargs["weights"] = episodes.goal_weights
         if spec.takes("reason_valid") and episodes.reason_valid is not None:
             kwargs["reason_valid"] = episodes.reason_valid  # AWPO: judge failures, r_reason only
         data = (
