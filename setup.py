@@ -40,6 +40,10 @@ setuptools.setup(
             "ruff>=0.6",
             "torch==2.13.0",
             "wandb>=0.17",
+            # tests/test_notebook.py executes notebooks/quickstart.ipynb
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6.29",
         ],
         "gpu": ["jax[cuda12]"],
         "wandb": ["wandb>=0.17"],
