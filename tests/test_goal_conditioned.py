@@ -156,13 +156,26 @@ def test_config_validates_and_bad_combinations_name_the_key():
 
 
 @pytest.mark.slow
-def test_two_tiny_steps_draw_fresh_weights_each_step(tmp_path):
+def test_two_tiny_steps_train_on_freshly_drawn_weights(tmp_path):
+    """Every transcript's prompt carries the weights drawn for its step from (seed, step, 0)."""
+    import json
+
     from mojax.rl import trainer
 
     c = shrink(load_config("goal_grpo"))
+    c.transcripts_per_step = c.rollout.prompts_per_step * c.rollout.num_samples
     trainer.run(c, str(tmp_path))
-    text = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert len(text) == c.steps + 1
+    rows = [json.loads(x) for x in (tmp_path / "transcripts.jsonl").read_text().splitlines()]
+    names = MazeTask.objectives
+    g, p = c.rollout.num_samples, c.rollout.prompts_per_step
+    assert sorted({r["step"] for r in rows}) == list(range(1, c.steps + 1))
+    prompts = {}
+    for r in rows:
+        w = draw_goal_weights(c.seed, r["step"] - 1, 0, p, len(names))  # drawn before the update
+        k = [x for x in rows if x["step"] == r["step"]].index(r) // g
+        assert goal_suffix([o.name for o in names], w[k]) in r["prompt"]
+        prompts.setdefault(r["step"], set()).add(r["prompt"])
+    assert prompts[1].isdisjoint(prompts[2])  # fresh weights (and prompts) every step
 
 
 def test_a_task_without_a_full_w_star_is_rejected():
