@@ -3,6 +3,7 @@ maze (App. A.1); best@k and reward-space diversity in evaluation::
 
     python -m mojax.main --config=configs/vpo.py                      # tiny maze run, S = 2 routes
     python -m mojax.main --config=configs/vpo.py:estimator=multi_rlvr # Multi-RLVR baseline (fixed w*)
+    python -m mojax.main --config=configs/vpo.py:estimator=max_at_k   # Max@k baseline (single answers)
     python -m mojax.main --config=configs/vpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B
 
 ``paper=true`` is the paper's recipe: m = 3 answers per completion, clip 0.2 with dual clip c = 3, a k3
@@ -16,13 +17,18 @@ from mojax import defaults
 def get_config(arg=None):
     args = dict(defaults.COMMON_ARGS, task="maze")
     a = defaults.parse_arg(arg, **args, answers=0, estimator="vpo")
-    if a.estimator not in ("vpo", "multi_rlvr"):
-        raise ValueError(f"configs/vpo.py: estimator={a.estimator!r} is not 'vpo' or 'multi_rlvr'")
+    if a.estimator not in ("vpo", "multi_rlvr", "max_at_k"):
+        raise ValueError(
+            f"configs/vpo.py: estimator={a.estimator!r} is not 'vpo', 'multi_rlvr' or 'max_at_k'"
+        )
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
-    c.task.num_answers = a.answers or (3 if a.paper else 2)
+    single = a.estimator == "max_at_k"  # Max@k (arXiv:2510.23393): single-answer rollouts
+    c.task.num_answers = 0 if single else a.answers or (3 if a.paper else 2)
     c.estimator = a.estimator
-    c.advantage = dict(num_weights=100, alpha=1.0) if a.estimator == "vpo" else {}
+    c.advantage = {"vpo": dict(num_weights=100, alpha=1.0), "max_at_k": dict(k=2)}.get(
+        a.estimator, {}
+    )
     if a.paper:
         defaults.paper_lengths(c)
         c.ppo.clip_low = c.ppo.clip_high = 0.2
@@ -31,8 +37,8 @@ def get_config(arg=None):
         c.rollout.prompts_per_step, c.rollout.num_samples = 128, 8  # App. B, Qwen <= 4B
         c.ppo.num_minibatches = 2  # mini-batch 64 of 128 prompts
         c.model.param_dtype = "float32"  # bf16 compute, fp32 params (App. B)
-        pool = 10 * c.task.num_answers
-        c.eval.num_samples, c.eval.temperature = 10, 0.7
+        pool = 10 * (a.answers or 3)  # 10 chains x m answers; single-answer methods: pool chains
+        c.eval.num_samples, c.eval.temperature = (pool if single else 10), 0.7
         c.eval.ks = tuple(k for k in (1, 3, 5, 10) if k < pool) + (pool,)
         c.steps = a.steps or 300
     else:
@@ -41,7 +47,9 @@ def get_config(arg=None):
         c.task.num_train, c.task.num_eval = 64, 4
         c.rollout.prompts_per_step, c.rollout.num_samples = 2, 4
         c.rollout.max_new_tokens = c.rollout.max_response_len = 32
-        c.eval.num_samples, c.eval.temperature, c.eval.ks = 2, 1.0, (1, 2, 3)
+        # the same answer pool for every method: 2 chains x S answers, or 2 x S single answers
+        pool_chains = 2 * (c.task.num_answers or 2) if single else 2
+        c.eval.num_samples, c.eval.temperature, c.eval.ks = pool_chains, 1.0, (1, 2, 3)
         c.tokenizer.vocab_size = 256
         defaults.tiny_schedule(c, a.steps, steps=4)
     return c.lock()

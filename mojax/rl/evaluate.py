@@ -37,7 +37,8 @@ def summarize(
     Returns:
       ``{prefix}accuracy`` (mean success over the N samples of every problem — EM for answer
       tasks, avg@N when sampling), ``{prefix}tool_calls`` (mean calls per problem and sample),
-      ``{prefix}<objective>`` means, ``{prefix}best@k`` / ``{prefix}pass@k``,
+      ``{prefix}<objective>`` means, ``{prefix}best@k`` / ``{prefix}pass@k``, ``{prefix}E_w[best@k]``
+      (the mean over 1000 seeded ``w ~ Dir(1)`` of the best ``w·r`` among the first k; M > 1),
       ``{prefix}diversity`` (reward space, valid answers), ``{prefix}collinearity``,
       ``{prefix}valid_fraction``.
     """
@@ -64,6 +65,9 @@ def summarize(
         if 1 <= k <= n:
             out[f"best@{k}"] = float(metrics_lib.best_at_k(r, k, weights=weights, valid=v).mean())
             out[f"pass@{k}"] = float(metrics_lib.pass_at_k(n, success.sum(1), k).mean())
+            if r.shape[-1] > 1:  # VPO Tables 5-6: best@k averaged over w ~ Dir(1)
+                ew = metrics_lib.expected_best_at_k(r, k, valid=v, num_weights=1000)
+                out[f"E_w[best@{k}]"] = float(ew.mean())
     out["diversity"] = float(metrics_lib.reward_diversity(r, v).mean())
     out["collinearity"] = float(metrics_lib.collinearity(r, v))
     return {prefix + k: v for k, v in out.items()}
