@@ -22,7 +22,11 @@ def get_config(arg=None):
         a.train_path = defaults.shared_data("toolrl", "test.parquet")
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
-    c.task.kwargs = dict(mode="awpo", matching="optimal")
+    # ToolRLTask switches (docs/methods.md): matching, tool-name Jaccard, Eq. 19 on direct replies,
+    # SWiRL single-step decomposition of multi-turn dialogues
+    c.task.kwargs = dict(
+        mode="awpo", matching="optimal", name_jaccard="multiset", direct_reply="eq19", swirl=False
+    )
     c.estimator = "awpo"
     # R_max = the theoretical maximum of R_out (format 1 + execution 1)
     c.advantage = dict(
