@@ -3,6 +3,10 @@
 Both roll out a split with the current policy and a key drawn from ``(seed + 1, step)`` (evaluation)
 or ``(seed + 2, step)`` (validation), so they never consume the training stream and a resumed run
 repeats them exactly. Invalid rewards are counted per split in ``HostState.reward_stats``.
+
+Goal-conditioned GRPO (``task.goal_conditioned``; VPO, arXiv:2605.22817, App. E.5): both condition
+every prompt on the task's canonical scalarization ``w* = task.scalar_weights`` (the runner's
+default when no per-example weights are given), the paper's Table 6 "G.C. w = w*" setting.
 """
 
 from __future__ import annotations
