@@ -57,7 +57,9 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0
     c.steps = 40  # RL steps (rollout batch -> advantages -> PPO update(s))
-    c.mode = "train"  # "train" | "eval" (evaluate eval.checkpoint or the latest checkpoint)
+    c.mode = (
+        "train"  # "train" | "eval" (eval.checkpoint or the latest checkpoint) | "show" (config)
+    )
     c.dry_run = False  # build with jax.eval_shape, check shardings, print memory per device; no run
     c.checkpoint_every = 10
     c.keep_checkpoints = 2

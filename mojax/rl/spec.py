@@ -24,10 +24,12 @@ from mojax import models, pareto, sharding
 from mojax.config import Checker, ConfigError, dataclass_from_config, keyword_names, to_dict
 from mojax.rl.builders import TASKS, build_model_config, task_class
 from mojax.rl.ppo import PPOConfig as PPOSpec
+from mojax.rl.spec_rules import combination_errors
 from mojax.rl.state import OptimizerConfig as OptimizerSpec
 
 DTYPES = ("float32", "bfloat16", "float16")
 SET_ESTIMATORS = ("vpo", "multi_rlvr")  # estimators of multi-answer sets [P, G, S, M]
+MODES = ("train", "eval", "show")  # show: print the resolved config with its help and exit
 SANDBOX_MODES = (
     "bwrap",
     "auto",
@@ -353,8 +355,8 @@ class RunSpec:
 
     def __post_init__(self):
         c = Checker({})
-        if self.mode not in ("train", "eval"):
-            c.fail("mode", f"{self.mode!r} is not allowed; allowed values: ['train', 'eval']")
+        if self.mode not in MODES:
+            c.fail("mode", f"{self.mode!r} is not allowed; allowed values: {list(MODES)}")
         if self.steps < 0:
             c.fail("steps", f"{self.steps} is out of range [0, inf)")
         for key in ("checkpoint_every", "eval_every", "keep_checkpoints"):
@@ -391,52 +393,6 @@ class RunSpec:
             return cls(**_run_keys(config), **parts)
         except ConfigError as e:
             raise ConfigError.of(e.errors) from None
-
-
-def combination_errors(config: Any) -> list[str]:
-    """Rules that need the task's declared objectives (the task object is built, no data loaded):
-    groups of at least 2 samples, ``eval.ks`` within the eval pool, weight vectors of length M, and
-    SFT demonstrations for a warm start."""
-    from mojax.rl.builders import build_task
-
-    c = Checker(config)
-    try:
-        task = build_task(config.task)
-    except ValueError as e:
-        return [f"config.task.kwargs: {e}"]
-    c.require(
-        config.rollout.num_samples >= 2,
-        "rollout.num_samples",
-        f"{config.rollout.num_samples}: every estimator normalises within a group of G samples "
-        "(G >= 2 needed; G = 1 trains nothing)",
-    )
-    pool = config.eval.num_samples * max(1, config.task.num_answers)
-    too_big = [k for k in config.eval.ks if k > pool]
-    c.require(
-        not too_big,
-        "eval.ks",
-        f"{tuple(config.eval.ks)}: k={too_big} exceed the eval pool of eval.num_samples x "
-        f"answers = {pool}; raise eval.num_samples or drop those k",
-    )
-    m = task.num_objectives
-    weights = {"advantage.weights": dict(config.advantage).get("weights")}
-    if config.paretopo.enabled:
-        weights["paretopo.weights"] = config.paretopo.weights
-    for key, w in weights.items():
-        if w is not None and len(tuple(w)) != m:
-            names = list(task.objective_names)
-            c.fail(key, f"{tuple(w)} has {len(tuple(w))} entries; task objectives are {names}")
-    from mojax.tasks.goal import goal_config_errors
-
-    c.errors += goal_config_errors(config, task)  # goal-conditioned GRPO (task.goal_conditioned)
-    demos = config.task.name == "calculator" or bool(config.sft.data_path)
-    c.require(
-        config.sft.steps == 0 or demos,
-        "sft.steps",
-        f"{config.sft.steps} > 0 needs demonstrations: task {config.task.name!r} generates none, "
-        "set sft.data_path (or sft.steps=0)",
-    )
-    return c.errors
 
 
 def _run_keys(config) -> dict[str, Any]:

@@ -44,6 +44,11 @@ def run(config, workdir: str) -> dict[str, float]:
     Training applies the workdir contract first (``mojax.workdir.prepare``): a workdir holding a
     different config is refused and a finished one is reported, before anything is built.
     """
+    if config.mode == "show":  # every resolved key, its value and its help; nothing is built
+        from mojax.config_show import show
+
+        print(show(config), flush=True)
+        return {}
     spec = spec_lib.validate(config)
     if spec.dry_run:
         from mojax.rl.dry_run import dry_run
