@@ -79,3 +79,17 @@ def test_impossible_combination_is_rejected_before_anything_is_built(name, arg, 
         validate(config)
     assert time.perf_counter() - t0 < 5.0  # pure host checks: nothing is built or compiled
     assert key in str(e.value), str(e.value)
+
+
+def test_mode_show_prints_every_key_with_help_and_builds_nothing(tmp_path, capsys):
+    from mojax.rl import trainer
+
+    config = load(REPO / "configs" / "saw.py", "mode=gdpo")
+    with config.unlocked():
+        config.mode = "show"
+    assert trainer.run(config, str(tmp_path / "w")) == {}
+    out = capsys.readouterr().out
+    assert "estimator = 'saw_gdpo'" in out
+    assert "rollout.num_samples = 8" in out and "# G" in out  # the help from defaults.py
+    assert "optimizer.learning_rate = 0.0001" in out
+    assert not (tmp_path / "w").exists()  # nothing built, no workdir
