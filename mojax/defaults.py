@@ -64,7 +64,6 @@ def base_config() -> ml_collections.ConfigDict:
     c.checkpoint_every = 10
     c.keep_checkpoints = 2
     c.eval_every = 10  # validation every N RL steps (ParetoPO Stage 1 overrides with its own)
-    c.log_every = 1
     c.transcripts_per_step = 4  # sampled transcripts written to transcripts.jsonl per logged step
     # rerunning a workdir (mojax.workdir): "" resumes only if its config.json matches (up to
     # steps / eval / checkpoint cadence), "force" resumes under this config anyway, "new" moves the

@@ -46,7 +46,7 @@ RESUMABLE = (
     "resume",
 )
 #: Keys (and sections, ending in ``.``) that only change what is logged.
-LOGGING_ONLY = ("log_every", "wandb.")
+LOGGING_ONLY = ("wandb.",)
 RESUME_MODES = ("", "force", "new")
 DONE_FILE = "done"
 _CHECKPOINT_DIRS = ("checkpoints", "checkpoints_sft")

@@ -73,8 +73,8 @@ def test_config_diff_ignores_only_the_resumable_and_logging_keys():
         checkpoint_every=7,
         keep_checkpoints=9,
         transcripts_per_step=0,
-        log_every=5,
         resume="force",
+        **{"wandb.project": "another", "wandb.mode": "offline"},
     )
     assert wd.config_diff(old, new) == {}
     changed = with_keys(new, **{"optimizer.learning_rate": 3e-4, "advantage.weights": (0.5, 0.5)})
