@@ -288,10 +288,13 @@ def test_signal_checkpoints_exits_128_plus_n_and_resumes_identical(
 
 
 @pytest.mark.slow
-def test_paper_scale_dry_run_on_8_devices(tmp_path):
+def test_paper_scale_dry_run_on_8_devices(tmp_path, qwen2_tokenizer_dir):
+    # the paper-scale run uses the Qwen tokenizer (its checkpoint's); with a self-built one the dry
+    # run sizes the resized vocabulary, as the run would (builders.build_model_config)
     p = _cli(
         tmp_path,
         "--config=configs/paretopo.py:paper=true,model=qwen2.5-math-1.5b,task=math,data=2,fsdp=4",
+        f"--config.tokenizer.path={qwen2_tokenizer_dir}",
         "--config.dry_run=true",
         env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
     )
