@@ -24,6 +24,7 @@ and ``state.step`` unchanged) and counted in ``metrics["skipped_updates"]``.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -69,6 +70,15 @@ class ShardedStep:
     ``in_shardings=(state_shardings, batch_shardings)``, ``out_shardings=(state_shardings,
     replicated)`` and ``donate_argnums=0`` (the old state's buffers are reused).
 
+    Bounded dispatch: before a call is dispatched, the call ``max_in_flight`` calls back is waited
+    for (its metrics), so a loop that never reads its results (the SFT warm start) keeps at most
+    ``max_in_flight`` steps queued per device. Unbounded, the queue grows until PjRt's per-device
+    in-flight semaphore is reached; on the CPU backend that semaphore is acquired inside the launch
+    task on the client's thread pool (one thread per device), so blocked launches and devices
+    waiting in a collective for a device whose queued step cannot get a thread fill the pool: a
+    deadlock that XLA aborts after 40 s ("Expected 8 threads to join the rendezvous, but only 7
+    arrived"; issue 12).
+
     Attributes:
       trace_count: how many times the step function was traced (1 across steps of equal shapes).
     """
@@ -84,12 +94,17 @@ class ShardedStep:
         optional: tuple[str, ...],
         ignored: tuple[str, ...] = (),
         row_divisor: int = 1,
+        max_in_flight: int = 2,
     ):
         self._fn, self.shardings, self.mesh, self.rules = fn, shardings, mesh, rules
         self.required, self.optional, self.ignored = required, optional, ignored
         self.row_divisor = row_divisor
         self.trace_count = 0
         self._jitted: dict[tuple, Callable] = {}
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be >= 1, got {max_in_flight}")
+        self.max_in_flight = max_in_flight
+        self._in_flight: collections.deque = collections.deque()
 
     def _traced(self, state, batch):
         self.trace_count += 1
@@ -154,7 +169,11 @@ class ShardedStep:
     def __call__(self, state: TrainState, batch: Mapping[str, Any]) -> tuple[TrainState, dict]:
         batch = self.check_batch(batch)
         batch = sharding_lib.shard_batch(batch, self.mesh, self.rules)
-        return self.jitted(batch)(state, batch)
+        while len(self._in_flight) >= self.max_in_flight:
+            jax.block_until_ready(self._in_flight.popleft())
+        state, metrics = self.jitted(batch)(state, batch)
+        self._in_flight.append(metrics)
+        return state, metrics
 
 
 def make_train_step(
