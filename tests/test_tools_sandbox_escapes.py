@@ -231,12 +231,17 @@ for pid in ({HOST_PID}, os.getppid(), 1):
 
 _SNOOP = """
 import glob, time
-hits = []
+hits, seen = [], 0
 deadline = time.monotonic() + 2.0
 patterns = ('/tmp/**', '/proc/*/cwd/**', '/proc/*/root/tmp/**', '/proc/*/cmdline', '/proc/*/environ')
 while time.monotonic() < deadline:
     for pattern in patterns:
-        for path in glob.glob(pattern, recursive=True):
+        # lazily, and the deadline is checked per path: a recursive glob of a process whose cwd
+        # is / walks the whole filesystem, which outlasted the victim's cell on a slow CI machine
+        for path in glob.iglob(pattern, recursive=True):
+            if time.monotonic() > deadline:
+                break
+            seen += 1
             try:
                 with open(path, 'rb') as f:
                     if {secret!r}.encode() in f.read(1 << 16):
@@ -244,18 +249,18 @@ while time.monotonic() < deadline:
             except OSError:
                 pass
     time.sleep(0.1)
-print('FOUND', hits if hits else 'nothing')
+print('FOUND', hits if hits else 'nothing', 'seen', seen)
 """
 
 
 def test_concurrent_sandboxes_cannot_read_each_other(mode):
     secret = f"s3cr3t-{uuid.uuid4().hex}"
-    victim = make_sandbox(mode, timeout_s=10.0).session()
+    victim = make_sandbox(mode, timeout_s=20.0).session()
     snoop = make_sandbox(mode, timeout_s=10.0).session()
     assert victim.run(f"SECRET = {secret!r}").exit_reason == "ok"  # kept in the session history
     snoop.run("x = 1")
     cell = (
-        "open('notes.txt', 'w').write(SECRET)\nimport time\ntime.sleep(5)\nopen('notes.txt').read()"
+        "open('notes.txt', 'w').write(SECRET)\nimport time\ntime.sleep(8)\nopen('notes.txt').read()"
     )
     times, results = {}, {}
 
@@ -273,6 +278,7 @@ def test_concurrent_sandboxes_cannot_read_each_other(mode):
     assert times["victim"][0] < times["snoop"][0] and times["snoop"][1] < times["victim"][1]
     assert results["snoop"].exit_reason == "ok", results["snoop"]
     assert "FOUND nothing" in results["snoop"].output and secret not in results["snoop"].output
+    assert int(results["snoop"].output.split("seen")[1]) > 0, results["snoop"]  # it did look
 
 
 _DESCENDANT = """
