@@ -3,8 +3,9 @@
     python -m mojax.main --config=configs/paretopo.py [--workdir=DIR] [--config.steps=8 ...]
     python -m mojax.main --config=configs/paretopo.py:model=qwen2.5-math-1.5b,task=math,checkpoint=/ckpt
 
-Parses flags, sets up logging (and ``jax.distributed`` when ``MOJAX_DISTRIBUTED=1``, as the launch
-scripts set), then hands over to ``mojax.rl.trainer.run(config, workdir)``. The default workdir is
+Parses flags, sets up logging (and ``jax.distributed``: auto-detected when ``MOJAX_DISTRIBUTED=1``,
+as the launch scripts set, or given by ``--coordinator_address/--num_processes/--process_id``, as
+``launch/local_cluster.py`` passes; see ``mojax.distributed`` for what each process does), then hands over to ``mojax.rl.trainer.run(config, workdir)``. The default workdir is
 ``./workdir/<config name>[_<config arg>]`` (``mojax.workdir``): running the same command again
 resumes from its latest checkpoint, and a workdir that holds a different config is refused.
 
@@ -28,6 +29,14 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Run config file (conf
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Run directory (default ./workdir/<config name>[_<config arg>])."
 )
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address",
+    None,
+    "Multi-process: host:port of process 0's coordinator (with --num_processes and --process_id; "
+    "without them, MOJAX_DISTRIBUTED=1 auto-detects SLURM / TPU VMs).",
+)
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-process: number of processes.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-process: this process's index.")
 flags.mark_flags_as_required(["config"])
 EXIT_CONFIG = 2
 
@@ -98,15 +107,24 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not flags.FLAGS["verbosity"].present:  # orbax logs every save at INFO; keep stdout readable
         logging.set_verbosity(logging.WARNING)
-    if os.environ.get("MOJAX_DISTRIBUTED") == "1":
-        import jax
+    explicit = (_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    if any(v is not None for v in explicit) or os.environ.get("MOJAX_DISTRIBUTED") == "1":
+        from mojax import distributed
 
-        jax.distributed.initialize()
+        try:
+            distributed.initialize(*explicit)
+        except ValueError as e:
+            print(_error_block("invalid command line", [str(e)]), file=sys.stderr)
+            sys.exit(EXIT_CONFIG)
     from mojax.preemption import Preempted
     from mojax.rl import trainer
 
     workdir = _WORKDIR.value or default_workdir(flags.FLAGS["config"].config_filename)
-    print(f"mojax: workdir {os.path.abspath(workdir)}", flush=True)
+    from mojax.distributed import is_leader
+
+    leader = is_leader()
+    if leader:
+        print(f"mojax: workdir {os.path.abspath(workdir)}", flush=True)
     verbose = flags.FLAGS.verbosity >= 1
     try:
         summary = trainer.run(_CONFIG.value, workdir)
@@ -125,7 +143,8 @@ def main(argv):
         sys.exit(e.exit_code)
     keys = ("eval/accuracy", "eval/tool_calls", "reward/scalar/mean")
     shown = {k: round(float(summary[k]), 4) for k in keys if k in summary}
-    print(f"mojax: done; workdir={os.path.abspath(workdir)} {shown}")
+    if leader:
+        print(f"mojax: done; workdir={os.path.abspath(workdir)} {shown}")
 
 
 if __name__ == "__main__":

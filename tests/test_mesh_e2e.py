@@ -23,6 +23,7 @@ import os
 import pathlib
 
 import jax
+import jax.extend.core as jax_core
 import numpy as np
 import pytest
 
@@ -73,6 +74,45 @@ def test_dispatch_is_bounded():
         assert all(x.is_ready() for x in out[: i + 1 - step.max_in_flight]), i
     with pytest.raises(ValueError, match="max_in_flight"):
         ShardedStep(None, None, mesh, rules, required=(), optional=(), max_in_flight=0)
+
+
+def _constraint_specs(jaxpr) -> list[str]:
+    """The partition specs of every ``sharding_constraint`` in ``jaxpr`` and its sub-jaxprs."""
+    out = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "sharding_constraint":
+            out.append(str(eqn.params["sharding"].spec))
+        for sub in jax_core.jaxprs_in_params(eqn.params):
+            out += _constraint_specs(sub)
+    return out
+
+
+def traced_constraints(mesh_shape) -> list[list[str]]:
+    """The partition specs of the sharding constraints in the traced SFT and PPO steps."""
+    from mojax import models, rl
+    from mojax import sharding as shl
+
+    cfg = models.get_variant("tiny-qwen3", vocab_size=160)
+    mesh, rules = shl.make_mesh(*mesh_shape), shl.logical_axis_rules()
+    tx = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-3))
+    state = rl.abstract_train_state(cfg, tx, mesh, rules)
+    rows = jax.ShapeDtypeStruct((8, 16), np.float32)
+    batch = {"tokens": jax.ShapeDtypeStruct((8, 16), np.int32), "loss_mask": rows}
+    ppo = {**batch, "old_logprobs": rows, "advantages": jax.ShapeDtypeStruct((8,), np.float32)}
+    steps = [
+        (rl.make_sft_step(cfg, tx, mesh, rules), batch),
+        (rl.make_train_step(cfg, tx, rl.PPOConfig(), mesh, rules), ppo),
+    ]
+    return [_constraint_specs(jax.make_jaxpr(st._traced)(state, b).jaxpr) for st, b in steps]
+
+
+def test_activation_constraints_reach_the_step():
+    """The model's logical activation constraints (heads, MLP width, vocab over "tensor") are in the
+    traced steps; under ``with mesh:`` they were silently dropped, leaving only the row
+    constraints."""
+    for specs in run_with_devices(traced_constraints, (2, 2, 2), devices=8, timeout=600):
+        tensor = [s for s in specs if "'tensor'" in s]
+        assert len(tensor) >= 4, specs  # q, k/v, attention out, MLP hidden, logits
 
 
 @pytest.mark.slow

@@ -155,16 +155,20 @@ def _load_file(task: Task, path: str, key: str) -> list[Example]:
 
 def build_tokenizer(config, task: Task, splits: Splits, workdir: str):
     """``tokenizer.path``: ``"build"`` trains the task's own sentencepiece vocabulary into
-    ``<workdir>/tokenizer.model`` (deterministic); ``""`` uses the model checkpoint's tokenizer;
+    ``<workdir>/tokenizer.model`` (deterministic; written by process 0, read by every process); ``""`` uses the model checkpoint's tokenizer;
     anything else is loaded with ``mojax.models.load_tokenizer`` (a missing path in the shared
     folder names ``$MOJAX_SHARED_DIR``)."""
     path = config.tokenizer.path
     if path == "build":
+        from mojax import distributed
         from mojax.tasks.vocab import build_sentencepiece
 
-        texts = corpus_texts(config, task, splits)
         out = os.path.join(workdir, "tokenizer.model")
-        build_sentencepiece(texts, out, vocab_size=config.tokenizer.vocab_size, user_symbols=_TAGS)
+        if distributed.is_leader():  # process 0 writes it; the others read the same file
+            texts = corpus_texts(config, task, splits)
+            vocab = config.tokenizer.vocab_size
+            build_sentencepiece(texts, out, vocab_size=vocab, user_symbols=_TAGS)
+        distributed.barrier("mojax_tokenizer_built")
         return models.load_tokenizer(out)
     if path == "":
         if not config.model.checkpoint:

@@ -25,6 +25,7 @@ and ``state.step`` unchanged) and counted in ``metrics["skipped_updates"]``.
 from __future__ import annotations
 
 import collections
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -54,6 +55,19 @@ from mojax.rl.state import TrainState, state_shardings
 
 
 _DTYPES = {"tokens": np.int32, "attention_mask": np.int32}
+
+
+@contextlib.contextmanager
+def logical_context(mesh: Mesh, rules):
+    """Inside a traced function: the model's logical sharding constraints apply on ``mesh``.
+
+    flax's ``with_logical_constraint`` reads the context mesh; ``with mesh:`` no longer sets it
+    inside ``jax.jit`` (the constraints were silently dropped), ``jax.set_mesh`` is refused there,
+    and ``jax.sharding.use_abstract_mesh`` works from the traced function, so lowering the step
+    from anywhere (the dry run) sees the same constraints as a call.
+    """
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nn.logical_axis_rules(rules):
+        yield
 
 
 def _as_dtype(x, dtype):
@@ -108,7 +122,7 @@ class ShardedStep:
 
     def _traced(self, state, batch):
         self.trace_count += 1
-        with self.mesh, nn.logical_axis_rules(self.rules):
+        with logical_context(self.mesh, self.rules):
             return self._fn(state, batch)
 
     def check_batch(self, batch: Mapping[str, Any]) -> dict[str, Any]:
@@ -229,7 +243,7 @@ def make_grad_fn(model_config: QwenConfig, cfg: PPOConfig, mesh: Mesh, rules=Non
     p_sh = param_shardings(model_config, mesh, rules)
 
     def fn(params, batch):
-        with mesh, nn.logical_axis_rules(rules):
+        with logical_context(mesh, rules):
             return ppo_grads(model_config, cfg, params, batch, mesh=mesh, rules=rules)
 
     jitted = jax.jit(fn, out_shardings=(p_sh, sharding_lib.replicated(mesh)))
@@ -263,7 +277,7 @@ def make_logprob_fn(
     def fn(params, tokens, mask):
         if offloaded:
             params = jax.device_put(params, p_sh)
-        with mesh, nn.logical_axis_rules(rules):
+        with logical_context(mesh, rules):
             lp, _ = token_logprobs(
                 model_config,
                 params,

@@ -23,6 +23,7 @@ from mojax import logging as log_lib
 from mojax import rl
 from mojax import sharding as sharding_lib
 from mojax import workdir as workdir_lib
+from mojax.distributed import is_leader
 from mojax.preemption import Preempted, Preemption
 from mojax.rl import builders
 from mojax.rl import spec as spec_lib
@@ -169,8 +170,9 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
                 raise Preempted(signum, host.step, ckpt.step_path(host.step))
         ckpt.wait()
         log_lib.plot_run(workdir, run_.task.objective_names)
-        with open(os.path.join(workdir, workdir_lib.DONE_FILE), "w") as f:
-            f.write(f"{spec.steps}\n")
+        if is_leader():
+            with open(os.path.join(workdir, workdir_lib.DONE_FILE), "w") as f:
+                f.write(f"{spec.steps}\n")
         return last
     finally:
         ckpt.close()
@@ -286,12 +288,14 @@ def evaluate_only(config, workdir: str) -> dict[str, float]:
         summary = evaluate(run_, HostState(), params, 0, split=spec.eval.split)
         path = os.path.join(workdir, "eval", f"{spec.eval.split}.json")
         header = f"task={config.task.name} split={spec.eval.split}"
-        print(write_report(path, summary, header=header))
+        if is_leader():
+            print(write_report(path, summary, header=header))
         return summary
     finally:
         pool.close()
 
 
 def _log(writer, step: int, steps: int, metrics: dict) -> None:
-    writer.write(step, metrics)
-    print(log_lib.format_progress(step, steps, metrics, PROGRESS_KEYS), flush=True)
+    writer.write(step, metrics)  # a no-op except on process 0
+    if is_leader():
+        print(log_lib.format_progress(step, steps, metrics, PROGRESS_KEYS), flush=True)

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from mojax.distributed import host_value, owner_of_groups, process_index
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES
 from mojax.rollout import stops as stops_lib
 from mojax.rollout.calls import ToolRunner, observations, parse_calls
@@ -219,7 +220,8 @@ def run_rollout(
     g = int(num_samples)
     b = prompts.shape[0] * g
     name = getattr(task, "name", task)
-    runner = ToolRunner(spec, tool, pool, b, name)
+    owned = np.repeat(owner_of_groups(prompts.shape[0]), g) == process_index()
+    runner = ToolRunner(spec, tool, pool, owned, name)
     rows = [Row(call_budget=spec.first_budget()) for _ in range(b)]
     counters: collections.Counter = collections.Counter(decode_calls=1)
     prompt_bucket = buckets.bucket_length(int(prompt_lengths.max()), spec.min_prompt_bucket)
@@ -291,8 +293,8 @@ def _result(spec, rows, view, out, tokenizer, counters, num_samples) -> RolloutR
     lengths = view.lengths.astype(np.int32)
     return RolloutResult(
         tokens=view.tokens,
-        logprobs=np.asarray(out.logprobs, np.float32),
-        loss_mask=np.asarray(out.loss_mask, bool),
+        logprobs=host_value(out.logprobs).astype(np.float32),
+        loss_mask=host_value(out.loss_mask).astype(bool),
         lengths=lengths,
         n_calls=np.asarray([row.n_calls for row in rows], np.int32),
         finish_reason=[str(row.finish) for row in rows],

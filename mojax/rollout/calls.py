@@ -7,6 +7,10 @@ tokens that are appended (``task.format_observation``, truncated to ``max_obs_to
 
 Results are collected per row and handled in row order, so the observations, the counters and the
 ``Turn`` records do not depend on when each call finished.
+
+Multi-process: a process runs the calls of the rows it owns (its prompt groups,
+``mojax.distributed.owner_of_groups``) on its own host, and ``ToolRunner.results`` all-gathers every
+process's results, so each process sees every row's result and appends the same observations.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ import concurrent.futures
 import math
 from collections.abc import Callable
 
+import numpy as np
+
+from mojax import distributed
 from mojax.rollout.observations import decode_ids, encode_observation, malformed_message
 from mojax.rollout.rows import WAIT_TOOL, Row
 from mojax.rollout.spec import RolloutSpec
@@ -70,7 +77,7 @@ class ToolRunner:
         an object with ``.session()`` (one session per row).
       pool: the pool to run calls in (default: a private pool of ``min(8, B)`` threads, closed by
         ``close``).
-      num_rows: B.
+      owned: bool [B], the rows whose calls this process runs (all rows in one process).
       task_name: for the error when a tool is needed but missing.
 
     Raises:
@@ -78,16 +85,22 @@ class ToolRunner:
         ``.session()``.
     """
 
-    def __init__(self, spec: RolloutSpec, tool, pool: ToolPool | None, num_rows: int, task_name):
+    def __init__(self, spec: RolloutSpec, tool, pool: ToolPool | None, owned, task_name):
+        owned = np.asarray(owned, bool)
+        self.owned = owned
         self.fn = tool_fn(tool)
         if spec.multi_turn and self.fn is None:
             raise ValueError(f"tool: task {task_name!r} stops at {spec.stop.text!r}")
         if spec.stateful and not callable(getattr(tool, "session", None)):
             raise ValueError("stateful=True needs a tool with .session() (e.g. PythonSandbox)")
-        self.sessions = [tool.session() for _ in range(num_rows)] if spec.stateful else None
+        self.sessions = (
+            {i: tool.session() for i in np.flatnonzero(owned)} if spec.stateful else None
+        )
         self.own_pool = pool is None and spec.multi_turn
         if self.own_pool:
-            pool = ToolPool(max_workers=min(8, num_rows), timeout_s=spec.tool_timeout_s)
+            pool = ToolPool(
+                max_workers=max(1, min(8, int(owned.sum()))), timeout_s=spec.tool_timeout_s
+            )
         self.pool = pool
         self._executor = None
         if spec.overlap_tools and spec.decode_segment > 0 and spec.multi_turn:
@@ -106,7 +119,7 @@ class ToolRunner:
     def submit(self, rows: list[Row], answered: list[int]) -> None:
         """Hands over the rows whose (well-formed) calls must run; starts them in the
         background when overlapping, else queues them for ``results``."""
-        ids = [i for i in answered if rows[i].call is not None]
+        ids = [i for i in answered if rows[i].call is not None and self.owned[i]]
         if not ids:
             return
         if self._executor is None:
@@ -116,7 +129,9 @@ class ToolRunner:
             self._running.append((ids, future))
 
     def results(self, rows: list[Row]) -> dict[int, ToolResult]:
-        """Every submitted call's result by row (waits for the ones still running)."""
+        """Every submitted call's result by row (waits for the ones still running); with several
+        processes, every process's results (all-gathered: a collective, called at the same point of
+        the replicated schedule on every process)."""
         out = {}
         if self._queued:  # the serial schedule: one batch of the round's calls, in row order
             ids, self._queued = sorted(self._queued), []
@@ -124,6 +139,8 @@ class ToolRunner:
         for ids, future in self._running:
             out.update(zip(ids, future.result(), strict=True))
         self._running = []
+        if distributed.process_count() > 1:
+            out = distributed.merge_owned(distributed.allgather_objects(out))
         return out
 
     def close(self) -> None:

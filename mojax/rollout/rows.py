@@ -21,6 +21,7 @@ import dataclasses
 
 import numpy as np
 
+from mojax.distributed import host_value
 from mojax.rollout.observations import decode_ids
 from mojax.rollout.spec import RolloutSpec
 from mojax.sampling.state import LENGTH, STOP
@@ -150,11 +151,13 @@ class DecodeView:
 
     @classmethod
     def of(cls, out) -> DecodeView:
+        # every process reads every row (all-gathered on a multi-process mesh): the host loop
+        # is replicated, only the tools are partitioned (``mojax.distributed``)
         return cls(
-            tokens=np.asarray(out.tokens),
-            lengths=np.asarray(out.lengths).astype(np.int64),
-            reasons=np.asarray(out.finish_reason),
-            cache_end=int(np.asarray(out.state.cache.end)[0]),
+            tokens=host_value(out.tokens),
+            lengths=host_value(out.lengths).astype(np.int64),
+            reasons=host_value(out.finish_reason),
+            cache_end=int(host_value(out.state.cache.end)[0]),
         )
 
 

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mojax.distributed import host_value
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import buckets, decode
 from mojax.sampling.processors import SamplingParams
@@ -218,13 +219,13 @@ def append_and_continue(
     padded = np.zeros((b, to), np.int32)
     width = min(obs.shape[1], to)
     padded[:, :width] = np.where(np.arange(width)[None] < obs_len[:, None], obs[:, :width], 0)
-    end = int(np.asarray(state.cache.end)[0])  # one host fetch per turn
+    end = int(host_value(state.cache.end)[0])  # one host fetch per turn (all-gathered)
     if end + to + 1 > s:
         raise ValueError(
             f"max_total_len={s} too small: the cache holds {end} slots and appending a {to}-slot "
             "observation bucket leaves no room to decode; pass a larger max_total_len to generate"
         )
-    length = np.asarray(state.length)
+    length = host_value(state.length)
     if (res & (length + obs_len + 1 > r)).any():
         raise ValueError(
             f"max_response_len={r} too small for the observations of rows "
