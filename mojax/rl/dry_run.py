@@ -91,8 +91,16 @@ def dry_run(config) -> dict[str, float]:
         "activations_gib_per_device_estimate": activations / GIB,
         "kv_cache_gib_per_device_estimate": kv_cache / GIB,
     }
+    if jax.process_index() == 0:  # every process lowers; process 0 reports
+        _report(config, mesh, mc, out, b, t, rows)
+    return out
+
+
+def _report(config, mesh, mc, out, b, t, rows) -> None:
+    n_dev, n_proc = int(out["devices"]), jax.process_count()
+    procs = f", {n_proc} processes" if n_proc > 1 else ""
     print(
-        f"mojax dry run: mesh {dict(mesh.shape)} ({n_dev} devices), model "
+        f"mojax dry run: mesh {dict(mesh.shape)} ({n_dev} devices{procs}), model "
         f"{config.model.checkpoint or config.model.variant} ({out['params_total'] / 1e9:.3f}B "
         f"params, {mc.dtype} compute / {mc.param_dtype} params, remat={mc.remat})"
     )
@@ -101,4 +109,3 @@ def dry_run(config) -> dict[str, float]:
         if k.endswith(("per_device", "estimate")):
             print(f"  {k:<40} {v:9.3f}")
     print("  train step lowered with explicit shardings: OK")
-    return out

@@ -18,6 +18,7 @@ import numpy as np
 from mojax import models
 from mojax.pareto import NOptimalTracker
 from mojax.rl import rewards as rewards_lib
+from mojax.rl.scoring import score_owned
 from mojax.tasks.base import Example, RewardStats, Task
 
 
@@ -175,9 +176,8 @@ class EpisodeRunner:
         n_calls = np.asarray(result.n_calls)
         s = self.spec.task.num_answers
         if s:
-            sb = self.task.score_set_batch(
-                result.texts, [ex for ex in examples for _ in range(g)], s, stats=stats
-            )
+            rows = [ex for ex in examples for _ in range(g)]
+            sb = score_owned(self.task, result.texts, rows, g, stats=stats, num_answers=s)
             set_rewards = sb.set_rewards.reshape(len(examples), g, s, -1)
             set_valid = sb.set_valid.reshape(len(examples), g, s)
             w = set_valid[..., None].astype(np.float32)

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from mojax.pareto import NOptimalTracker
+from mojax.rl.scoring import score_owned
 from mojax.tasks.base import RewardStats, Task
 from mojax.tasks.judge import judge_batch, reason_column
 
@@ -96,7 +97,7 @@ def score_rollouts(
         raise ValueError(f"responses: expected P*G = {p}*{g} rows, got {len(responses)}")
     n_calls = np.asarray(n_calls, np.int64).reshape(p, g)
     rows = [ex for ex in examples for _ in range(g)]
-    sb = task.score_batch(responses, rows, stats=stats)
+    sb = score_owned(task, responses, rows, g, stats=stats)  # each process its own groups
     rewards, valid = sb.rewards.copy(), sb.valid.copy()
     metrics: dict[str, float] = {}
     reason_valid = None

@@ -10,13 +10,16 @@ The algorithm every method shares (design.md "The loop"), in the order it runs::
     assemble    tokens / masks / old log-probs [B, T] and advantages [B] (B = P * G)
     update      the sharded PPO-clip train step
 
-Host-side state is threaded explicitly: ``HostState`` in, ``HostState`` out. Nothing here writes
-files; the loop (``mojax.rl.trainer.train_and_evaluate``) logs, validates, evaluates and checkpoints.
+Host-side state is threaded explicitly: ``HostState`` in, ``HostState`` out. With several processes
+every process runs this same code on the same all-gathered values (``mojax.distributed``), so the
+host state stays identical everywhere (checked after every step with ``MOJAX_DEBUG_HOST_STATE=1``).
+Nothing here writes files; the loop (``mojax.rl.trainer.train_and_evaluate``) logs, validates, evaluates and checkpoints.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +27,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from mojax import distributed
 from mojax.rl.batch import assemble_batch
 from mojax.rl.data import PromptIterator
 from mojax.rl.episodes import EpisodeRunner, Episodes, concat, rollout_metrics, select
@@ -79,7 +83,10 @@ def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict
     metrics = {**episodes.metrics, **rollout_metrics(episodes), **metrics, **train_metrics}
     metrics.update(host.reward_stats["train"].as_metrics("reward_invalid/train"))
     metrics.update({"time/rollout_s": t_roll, "time/train_s": time.time() - t1})
-    return dataclasses.replace(host, step=host.step + 1), state, metrics, episodes
+    host = dataclasses.replace(host, step=host.step + 1)
+    if os.environ.get("MOJAX_DEBUG_HOST_STATE") == "1":  # multi-process: a divergence is a bug
+        distributed.assert_same(f"host state after step {host.step}", host.to_dict())
+    return host, state, metrics, episodes
 
 
 def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes]:

@@ -1,0 +1,106 @@
+"""One process of ``test_multiprocess.py``'s helper test (started by ``launch/local_cluster.py``).
+
+Checks, on a real ``jax.distributed`` cluster of CPU processes, what ``mojax.distributed`` promises:
+the all-gathers, reading a global array, and that the tools of a row run on the process owning its
+prompt group while every process sees every row's result. Prints one JSON line (``RESULT {...}``).
+"""
+
+import json
+import sys
+import types
+
+from absl import flags
+
+_COORD = flags.DEFINE_string("coordinator_address", None, "")
+_NUM = flags.DEFINE_integer("num_processes", None, "")
+_ID = flags.DEFINE_integer("process_id", None, "")
+
+
+def main():
+    flags.FLAGS(sys.argv)
+    from mojax import distributed
+
+    distributed.initialize(_COORD.value, _NUM.value, _ID.value)
+    import jax
+    import numpy as np
+
+    from mojax import sharding as shl
+    from mojax.rollout.calls import ToolRunner
+    from mojax.rollout.rows import Row
+    from mojax.rollout.tools import ToolPool
+    from mojax.rollout.tools.result import ToolResult
+
+    me = jax.process_index()
+    gathered = distributed.allgather_objects({"me": me, "text": "x" * (10 + 1000 * me)})
+    mesh = shl.make_mesh(jax.device_count(), 1, 1)
+    rows = np.arange(8 * 3, dtype=np.float32).reshape(8, 3)
+    global_rows = jax.device_put(rows, shl.batch_sharding(mesh, shl.logical_axis_rules(), 2))
+    read = distributed.host_value(global_rows)
+
+    # 4 prompt groups x 2 samples: every row calls the tool; the owner of its group answers
+    owners = distributed.owner_of_groups(4)
+    owned = np.repeat(owners, 2) == me
+    spec = types.SimpleNamespace(
+        multi_turn=True, stateful=False, overlap_tools=False, decode_segment=0, tool_timeout_s=5.0
+    )
+
+    def tool(text):
+        return ToolResult(output=f"process {me} ran {text}")
+
+    with ToolPool(max_workers=2, timeout_s=5.0) as pool:
+        runner = ToolRunner(spec, tool, pool, owned, "test")
+        calls = [Row(call_budget=1) for _ in range(8)]
+        for i, row in enumerate(calls):
+            row.call = f"call {i}"
+        runner.submit(calls, list(range(8)))
+        results = runner.results(calls)
+        runner.close()
+    out_scores = _score_split(me)
+    out = {
+        "scores": out_scores,
+        "process": me,
+        "count": jax.process_count(),
+        "gathered": [(g["me"], len(g["text"])) for g in gathered],
+        "read_equal": bool(np.array_equal(read, rows)),
+        "owners": owners.tolist(),
+        "results": {str(i): r.output for i, r in sorted(results.items())},
+    }
+    try:
+        distributed.assert_same("process index", me)
+        out["assert_same"] = "passed"
+    except RuntimeError as e:
+        out["assert_same"] = str(e)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def _score_split(me):
+    """``score_owned`` on 4 groups x 2 rows: each process scores its own rows (it records them),
+    and every process gets every row's reward, validity and invalid count."""
+    from mojax.rl.scoring import score_owned
+    from mojax.tasks.base import Example, Objective, RewardStats, Task
+
+    class Count(Task):
+        name, objectives, scalar_weights = "count", (Objective("x", 0.0, 100.0),), (1.0,)
+        scored_here: list = []
+
+        def score(self, response, example):
+            self.scored_here.append(response)
+            if response == "r5":
+                raise ValueError("unparseable")  # invalid, counted
+            return [float(response[1:])]
+
+    task = Count()
+    examples = [Example(id=f"e{p}", messages=[], target=None) for p in range(4) for _ in range(2)]
+    stats = RewardStats()
+    sb = score_owned(task, [f"r{i}" for i in range(8)], examples, 2, stats=stats)
+    return {
+        "scored_here": task.scored_here,
+        "rewards": sb.rewards[:, 0].tolist(),
+        "valid": sb.valid.tolist(),
+        "invalid": stats.invalid,
+        "scored": stats.scored,
+    }
+
+
+if __name__ == "__main__":
+    main()
