@@ -1,5 +1,6 @@
 """Custom tasks by import path (issue 16 item 3): a Task subclass defined outside mojax/ is loaded
-from ``config.task.name="module:Class"``, validated at config time, and trains 2 RL steps with a
+from ``config.task.name="module:Class"``, validated at config time, brings its own tool
+(``Task.make_tool``, called on a multi-turn tool stop) and trains 2 RL steps with a
 multi-objective estimator (GDPO) through the public in-process API ``mojax.rl.trainer.run``."""
 
 import json
@@ -19,11 +20,28 @@ TASK_SOURCE = textwrap.dedent(
 
     import numpy as np
 
+    from mojax.rollout.tools import ToolResult
     from mojax.tasks.base import Example, Objective, Task
 
 
+    class SpellTool:
+        """Spells a text out letter by letter; appends each call to ``log_path`` when set."""
+
+        def __init__(self, log_path=""):
+            self.log_path = log_path
+
+        def __call__(self, text):
+            if self.log_path:
+                with open(self.log_path, "a") as f:
+                    f.write(repr(text) + "\\n")
+            return ToolResult(output=" ".join(text.strip()[:20]))
+
+
     class EchoWordTask(Task):
-        """Repeat a word: r_correct (1 if the word appears) and r_brief (shorter is better)."""
+        """Repeat a word: r_correct (1 if the word appears) and r_brief (shorter is better).
+
+        Tool: ``<spell>text</spell>`` is answered with ``<out>t e x t</out>``.
+        """
 
         name = "echo_word"
         objectives = (
@@ -31,17 +49,20 @@ TASK_SOURCE = textwrap.dedent(
             Objective("r_brief", 0.0, 1.0),
         )
         scalar_weights = (0.8, 0.2)
+        tool_stop = "</spell>"
 
-        def __init__(self, words=("apple", "river", "stone"), max_chars=40):
+        def __init__(self, words=("apple", "river", "stone"), max_chars=40, log_path=""):
             self.words = tuple(words)
             self.max_chars = int(max_chars)
+            self.log_path = log_path
 
         def load(self, split, num, seed=0):
             rng = random.Random(f"{seed}/{split}")
             out = []
             for i in range(num):
                 w = rng.choice(self.words)
-                msg = ({"role": "user", "content": f"Say the word {w}."},)
+                text = f"Say the word {w}. <spell>{w}</spell> spells it."
+                msg = ({"role": "user", "content": text},)
                 out.append(Example(id=f"echo/{split}/{i}", messages=msg, target=w))
             return out
 
@@ -49,6 +70,16 @@ TASK_SOURCE = textwrap.dedent(
             correct = float(example.target in response)
             brief = max(0.0, 1.0 - len(response) / self.max_chars)
             return np.array([correct, brief], np.float32)
+
+        # ---- the tool: a turn that ends on tool_stop is a call
+        def make_tool(self, rollout_cfg, splits):
+            return SpellTool(self.log_path)
+
+        def parse_tool_call(self, text):
+            return text.rsplit("<spell>", 1)[-1].removesuffix("</spell>")
+
+        def format_observation(self, result_text):
+            return f"<out>{result_text}</out>"
     '''
 )
 
@@ -87,6 +118,32 @@ def test_custom_task_loads_by_import_path(custom_module):
     np.testing.assert_allclose(r, [1.0, 1.0 - 4 / 10])
 
 
+def test_custom_task_brings_its_own_tool(custom_module, tmp_path):
+    from mojax.rl import builders
+    from mojax.rollout.tools import Calculator, ToolResult
+
+    log = tmp_path / "calls.txt"
+    c = _config(custom_module, log_path=str(log))
+    task = builders.build_task(c.task)
+    splits = builders.load_splits(task, c.task, seed=0)
+    assert splits.task is task
+    for tool in (
+        builders.build_tool(task, c.rollout, splits),
+        builders.build_tool(c.task.name, c.rollout, splits),  # the name: splits.task's tool
+    ):
+        assert type(tool).__name__ == "SpellTool"
+        assert tool("moon") == ToolResult(output="m o o n")
+    assert log.read_text().splitlines() == ["'moon'", "'moon'"]
+    # built-in tasks keep their tools; a task without make_tool has none
+    assert isinstance(builders.build_tool("calculator", c.rollout), Calculator)
+    calc = builders.build_task(load_config("grpo").task)
+    assert isinstance(builders.build_tool(calc, c.rollout), Calculator)
+    assert builders.build_tool("musique", c.rollout) is None
+    # the self-built vocabulary holds the custom tool stop as one piece (an exact stop)
+    tok = builders.build_tokenizer(c, task, splits, str(tmp_path))
+    assert len(tok.encode("</spell>")) == 1
+
+
 @pytest.mark.parametrize(
     "name, needle",
     [
@@ -119,8 +176,13 @@ def test_custom_task_bad_kwargs_name_the_key(custom_module):
 def test_custom_task_trains_two_gdpo_steps(custom_module, tmp_path):
     from mojax.rl import trainer
 
-    c = _config(custom_module)
-    assert c.estimator == "gdpo" and c.steps == 2
+    log = tmp_path / "calls.txt"
+    c = _config(custom_module, log_path=str(log))
+    # 16 rollouts a step of 48-token turns, sampled near-uniformly (temperature 2): the random
+    # policy ends several turns on the one-piece tool stop
+    c.rollout.prompts_per_step = c.rollout.num_samples = 4
+    c.rollout.max_new_tokens, c.rollout.max_response_len, c.rollout.temperature = 48, 96, 2.0
+    assert c.estimator == "gdpo" and c.steps == 2 and c.rollout.max_turns >= 2
     trainer.run(c, str(tmp_path / "work"))
     lines = (tmp_path / "work" / "metrics.jsonl").read_text().splitlines()
     records = [json.loads(x) for x in lines]
@@ -131,3 +193,7 @@ def test_custom_task_trains_two_gdpo_steps(custom_module, tmp_path):
             assert 0.0 <= r[f"reward/{obj}/mean"] <= 1.0
         assert np.isfinite(r["loss"])
     assert (tmp_path / "work" / "done").exists()
+    # the task's own tool ran on the multi-turn tool stops of the training rollouts
+    train_calls = sum(r["rollout/tool_calls_mean"] * 16 for r in records[1:])
+    assert train_calls >= 1
+    assert len(log.read_text().splitlines()) >= round(train_calls)

@@ -79,18 +79,26 @@ def build_task(task_cfg) -> Task:
 
 @dataclasses.dataclass
 class Splits:
+    """A run's examples; ``task``: the task object they were loaded for (``load_splits`` sets it,
+    so ``build_tool`` can ask that object for its tool)."""
+
     train: list[Example]
     validation: list[Example]
     test: list[Example]
+    task: Task | None = None
 
 
 def load_splits(task: Task, task_cfg, seed: int) -> Splits:
-    """Train / validation / test examples.
+    """Train / validation / test examples (``Splits.task`` is ``task``).
 
     Generated tasks draw their splits from their own disjoint streams; file-backed tasks read
     ``task.train_path`` (and ``task.eval_path`` for validation and test; without it the last
     ``num_eval`` training examples are held out).
     """
+    return dataclasses.replace(_load_splits(task, task_cfg, seed), task=task)
+
+
+def _load_splits(task: Task, task_cfg, seed: int) -> Splits:
     n_eval = int(task_cfg.num_eval)
     if task_cfg.name == "calculator":
         mix = dict(task_cfg.mix)
@@ -167,7 +175,8 @@ def build_tokenizer(config, task: Task, splits: Splits, workdir: str):
         if distributed.is_leader():  # process 0 writes it; the others read the same file
             texts = corpus_texts(config, task, splits)
             vocab = config.tokenizer.vocab_size
-            build_sentencepiece(texts, out, vocab_size=vocab, user_symbols=_TAGS)
+            symbols = _TAGS + _custom_tool_stop(config, task)
+            build_sentencepiece(texts, out, vocab_size=vocab, user_symbols=symbols)
         distributed.barrier("mojax_tokenizer_built")
         return models.load_tokenizer(out)
     if path == "":
@@ -182,6 +191,15 @@ def build_tokenizer(config, task: Task, splits: Splits, workdir: str):
 
         raise FileNotFoundError(missing_file_message(path, "config.tokenizer.path: tokenizer"))
     return models.load_tokenizer(path)
+
+
+def _custom_tool_stop(config, task: Task) -> tuple[str, ...]:
+    """A custom task's ``tool_stop`` as one symbol of the self-built vocabulary (an exact,
+    single-token stop, like the built-in tags); built-in tasks keep their vocabularies."""
+    stop = getattr(task, "tool_stop", None)
+    if not stop or not is_custom_task(config.task.name) or stop in _TAGS:
+        return ()
+    return (stop,)
 
 
 def corpus_texts(config, task: Task, splits: Splits) -> list[str]:
@@ -275,14 +293,42 @@ def _eval_checkpoint_config(config, tokenizer) -> models.QwenConfig:
     return cfg
 
 
-def build_tool(task_name: str, rollout_cfg, splits: Splits | None = None) -> Any:
+def build_tool(task: Task | str, rollout_cfg, splits: Splits | None = None) -> Any:
     """The tool a task's rollouts call (None for tasks without tool execution).
 
-    calculator: the safe AST calculator; math: the sandboxed Python interpreter (isolation
-    ``rollout.sandbox``: "bwrap", or "unsafe_fallback" by name only); qa: a Search-R1
-    retrieval server (``rollout.retrieval_url``) or, without one, BM25 over the titled paragraphs
-    carried by the loaded examples (HotpotQA's ``context``).
+    Args:
+      task: the task object, or ``config.task.name`` (then the task object is ``splits.task``
+        when the splits came from ``load_splits``).
+      rollout_cfg: ``config.rollout``.
+      splits: the run's examples.
+
+    A task whose ``make_tool(rollout_cfg, splits)`` returns a tool gets that tool (a custom task's
+    own tool, docs/custom_task.md). Otherwise the built-ins: calculator: the safe AST calculator;
+    math: the sandboxed Python interpreter (isolation ``rollout.sandbox``: "bwrap", or
+    "unsafe_fallback" by name only); qa: a Search-R1 retrieval server (``rollout.retrieval_url``)
+    or, without one, BM25 over the titled paragraphs carried by the loaded examples (HotpotQA's
+    ``context``).
     """
+    obj = task if isinstance(task, Task) else getattr(splits, "task", None)
+    if obj is not None:
+        tool = obj.make_tool(rollout_cfg, splits)
+        if tool is not None:
+            return tool
+    name = task if isinstance(task, str) else _builtin_name(task)
+    return _builtin_tool(name, rollout_cfg, splits)
+
+
+def _builtin_name(task: Task) -> str | None:
+    """The built-in ``config.task.name`` of a task object (None for a custom task)."""
+    from mojax import tasks
+
+    for name, cls_name in _TASK_CLASSES.items():
+        if isinstance(task, getattr(tasks, cls_name)):
+            return name
+    return None
+
+
+def _builtin_tool(task_name: str | None, rollout_cfg, splits: Splits | None) -> Any:
     from mojax.rollout import tools
 
     if task_name == "calculator":
@@ -293,24 +339,30 @@ def build_tool(task_name: str, rollout_cfg, splits: Splits | None = None) -> Any
             mode=rollout_cfg.get("sandbox", "bwrap"),
         )
     if task_name == "qa":
-        if rollout_cfg.retrieval_url:
-            return tools.RetrievalClient(
-                rollout_cfg.retrieval_url, timeout_s=rollout_cfg.tool_timeout_s
-            )
-        corpus = {}
-        for ex in (splits.train + splits.validation) if splits is not None else []:
-            for para in (ex.meta or {}).get("context") or ():
-                if isinstance(para, (list, tuple)) and len(para) == 2:
-                    title, sents = para
-                    text = " ".join(sents) if isinstance(sents, (list, tuple)) else str(sents)
-                    corpus[(str(title), text)] = None
-        if not corpus:
-            raise ValueError(
-                "config.rollout.retrieval_url: the qa task needs a retrieval server or examples "
-                "that carry a 'context' corpus"
-            )
-        return tools.BM25Retriever([f"{t}\n{x}" for t, x in corpus])
+        return _qa_tool(rollout_cfg, splits)
     return None
+
+
+def _qa_tool(rollout_cfg, splits: Splits | None) -> Any:
+    from mojax.rollout import tools
+
+    if rollout_cfg.retrieval_url:
+        return tools.RetrievalClient(
+            rollout_cfg.retrieval_url, timeout_s=rollout_cfg.tool_timeout_s
+        )
+    corpus = {}
+    for ex in (splits.train + splits.validation) if splits is not None else []:
+        for para in (ex.meta or {}).get("context") or ():
+            if isinstance(para, (list, tuple)) and len(para) == 2:
+                title, sents = para
+                text = " ".join(sents) if isinstance(sents, (list, tuple)) else str(sents)
+                corpus[(str(title), text)] = None
+    if not corpus:
+        raise ValueError(
+            "config.rollout.retrieval_url: the qa task needs a retrieval server or examples "
+            "that carry a 'context' corpus"
+        )
+    return tools.BM25Retriever([f"{t}\n{x}" for t, x in corpus])
 
 
 def build_judge(config, task: Task):

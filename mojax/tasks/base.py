@@ -226,6 +226,21 @@ class Task(abc.ABC):
             tokenize=False,
         )
 
+    # ---------------------------------------------------------------- tool
+    def make_tool(self, rollout_cfg: Any, splits: Any) -> Any:
+        """The tool this task's rollouts call, or None (the default: the built-in tool of a
+        built-in task, no tool otherwise).
+
+        Called once per run by ``mojax.rl.builders.build_tool`` with ``config.rollout``
+        (``tool_timeout_s``, ...) and the run's ``Splits``. Return a callable ``text ->
+        mojax.rollout.tools.ToolResult`` or an object with ``.run`` of that type; ``text`` is
+        what :meth:`parse_tool_call` returned for the turn that ended on ``tool_stop``. The tool
+        is called from worker threads (``rollout.tool_workers``) and must never raise on bad
+        model input: report it in ``ToolResult.error``.
+        """
+        del rollout_cfg, splits
+        return None
+
     # ---------------------------------------------------------------- scoring
     @abc.abstractmethod
     def score(self, response: str, example: Example) -> np.ndarray:
