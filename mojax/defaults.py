@@ -91,6 +91,9 @@ def base_config() -> ml_collections.ConfigDict:
     c.task.num_eval = 128  # validation problems (ParetoPO's v_t) / evaluation problems
     c.task.num_answers = 0  # S answers per completion (VPO, Multi-RLVR); 0 = single answer
     c.task.kwargs = ml_collections.ConfigDict()  # task constructor arguments (e.g. toolrl mode)
+    # objectives added to the task by import path, {name: {fn: "pkg.mod:attr", min, max, weight,
+    # kwargs}}, appended in name order (mojax.tasks.extra_rewards, docs/custom_task.md)
+    c.task.extra_rewards = ml_collections.ConfigDict()  # {name: {fn, min, max, weight, kwargs}}
     # goal-conditioned GRPO (VPO App. E.5): w ~ Dir(1) per training prompt, written into the prompt,
     # reward w . r (estimator grpo / dr_grpo); evaluation and validation condition on w*
     c.task.goal_conditioned = False

@@ -68,13 +68,19 @@ def is_custom_task(name: str) -> bool:
 
 
 def build_task(task_cfg) -> Task:
-    """The task object of ``config.task`` (constructor arguments from ``task.kwargs``)."""
+    """The task object of ``config.task`` (constructor arguments from ``task.kwargs``), with the
+    objectives of ``task.extra_rewards`` appended (``mojax.tasks.extra_rewards``)."""
+    from mojax.tasks import extra_rewards
+
     kwargs = dict(task_cfg.kwargs)
     cls = task_class(task_cfg.name)
+    added = extra_rewards.from_config(task_cfg.get("extra_rewards"))
     try:
-        return cls(**kwargs)
+        task = extra_rewards.with_extra_rewards(cls, added)(**kwargs)
     except TypeError as e:
         raise ValueError(f"config.task.kwargs {kwargs} do not fit {cls.__name__}: {e}") from e
+    extra_rewards.check_names(task)
+    return task
 
 
 @dataclasses.dataclass

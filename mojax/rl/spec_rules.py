@@ -18,12 +18,17 @@ def combination_errors(config: Any) -> list[str]:
     groups of at least 2 samples, ``eval.ks`` within the eval pool, weight vectors of length M, and
     SFT demonstrations for a warm start."""
     from mojax.rl.builders import build_task
+    from mojax.tasks import extra_rewards
 
     c = Checker(config)
+    errors = extra_rewards.config_errors(config.task)  # import paths of added rewards
+    if errors:
+        return errors
     try:
         task = build_task(config.task)
     except ValueError as e:
-        return [f"config.task.kwargs: {e}"]
+        added = str(e).startswith(extra_rewards.KEY)
+        return [str(e) if added else f"config.task.kwargs: {e}"]
     c.require(
         config.rollout.num_samples >= 2,
         "rollout.num_samples",
