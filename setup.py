@@ -44,6 +44,7 @@ setuptools.setup(
             "nbclient>=0.10",
             "nbformat>=5.10",
             "ipykernel>=6.29",
+            "pandas>=2.1",  # the notebook reads metrics.jsonl into a DataFrame
         ],
         "gpu": ["jax[cuda12]"],
         "wandb": ["wandb>=0.17"],

@@ -1,5 +1,6 @@
-"""notebooks/quickstart.ipynb (issue 16 item 1) executes top to bottom through nbclient, and is
-stored with its outputs stripped."""
+"""notebooks/quickstart.ipynb (issue 16 item 1) executes top to bottom through nbclient (a rollout
+with a tool turn and its loss masks, a 2-step in-process run whose metrics it reads with pandas), and
+is stored with its outputs stripped."""
 
 import json
 import pathlib
@@ -37,4 +38,5 @@ def test_quickstart_notebook_executes(tmp_path):
         o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
     )
     assert "hypervolume of the front" in text
-    assert "reward/" in text  # the metrics read back from the 2-step run
+    assert "observation tokens" in text and "<output>84</output>" in text  # the rollout's masks
+    assert "reward/r_task/mean" in text  # the metrics read back from the 2-step run (pandas)
