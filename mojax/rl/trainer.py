@@ -78,7 +78,7 @@ def build_run(config, spec: spec_lib.RunSpec, workdir: str, pool) -> Run:
         task,
         tokenizer,
         model_config,
-        tool=builders.build_tool(config.task.name, config.rollout, splits),
+        tool=builders.build_tool(task, config.rollout, splits),
         pool=pool,
         judge=builders.build_judge(config, task),
         mesh=mesh,
