@@ -60,7 +60,8 @@ def run(config, workdir: str) -> dict[str, float]:
         return evaluate_only(config, workdir)
     finished = workdir_lib.prepare(config, workdir)
     if finished is not None:
-        print(finished.message, flush=True)
+        if is_leader():
+            print(finished.message, flush=True)
         return finished.summary
     return train_and_evaluate(config, workdir)
 

@@ -67,7 +67,8 @@ def sft(run, config, workdir: str, params=None):
                     m = jax.device_get(m)
                     w.write(i + 1, {f"sft/{k}": v for k, v in m.items()})
                     loss, took = float(m["loss"]), time.time() - t0
-                    print(f"SFT {i + 1}/{steps} loss {loss:.4f} ({took:.0f}s)", flush=True)
+                    if w.active:  # process 0 reports
+                        print(f"SFT {i + 1}/{steps} loss {loss:.4f} ({took:.0f}s)", flush=True)
         ckpt.save(steps, state, {"phase": "sft"}, force=True)
         ckpt.wait()
         return state.params
