@@ -82,7 +82,7 @@ def run(command: list[str], num_processes: int, devices: int = 1, port: int = 0,
         t.start()
     code = 0
     try:
-        while any(p.poll() is None for p in procs):
+        while [p.poll() for p in procs].count(None):  # poll every process, every time
             failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
             if failed and not code:
                 code = failed[0]

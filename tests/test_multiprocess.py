@@ -254,3 +254,19 @@ def test_paper_scale_dry_run_on_two_processes(tmp_path, qwen2_tokenizer_dir):
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     assert "(8 devices, 2 processes)" in p.stdout and "1.544B params" in p.stdout
     assert p.stdout.count("lowered with explicit shardings: OK") == 1  # process 0 reports
+
+
+def test_local_cluster_stops_the_others_when_one_fails(tmp_path):
+    """Like ``srun --kill-on-bad-exit``: process 1 fails at once, process 0 (sleeping) is stopped,
+    and the launcher exits with process 1's code."""
+    child = "import sys, time\nif '--process_id=1' in sys.argv: sys.exit(3)\ntime.sleep(120)\n"
+    t0 = time.time()
+    p = subprocess.run(
+        [*LAUNCHER, "--num_processes=2", "--", sys.executable, "-c", child],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert time.time() - t0 < 30
