@@ -7,7 +7,6 @@ so a resumed run rebuilds exactly the same pieces.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 from typing import Any
 
@@ -42,19 +41,10 @@ def task_class(name: str) -> type[Task]:
             f"config.task.name={name!r} is not one of {list(TASKS)} nor an import path "
             "'package.module:ClassName'"
         )
-    module_name, _, attr = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as e:  # noqa: BLE001 - any import failure is a config error
-        raise ValueError(
-            f"config.task.name={name!r}: cannot import module {module_name!r}: "
-            f"{type(e).__name__}: {e}"
-        ) from e
-    cls = module
-    for part in attr.split("."):
-        cls = getattr(cls, part, None)
-        if cls is None:
-            raise ValueError(f"config.task.name={name!r}: module {module_name!r} has no {attr!r}")
+    from mojax.tasks.extra_rewards import resolve
+
+    cls = resolve(name, "config.task.name")
+    attr = name.partition(":")[2]
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise ValueError(
             f"config.task.name={name!r}: {attr!r} is not a subclass of mojax.tasks.base.Task"
