@@ -12,7 +12,7 @@ torch / mojax (> 1: mojax faster; issue 17 target for fwd+bwd: >= 1.0x).
 
 Run: ``python benchmarks/model.py [--batch 8 --seq 256 --rounds 3 --iters 3] [--threads N]``;
 smoke test: ``python benchmarks/model.py --variant tiny-qwen3 --batch 2 --seq 16 --force``.
-``--threads N`` gives both frameworks N threads (OMP/MKL for torch, XLA's intra-op pool for jax);
+``--threads N`` pins each worker to its first N cores (both frameworks; torch also gets N OMP/MKL threads);
 0 keeps each framework's default.
 """
 
@@ -89,6 +89,9 @@ def mojax_steps(ckpt, tokens_np, scan_layers):
 
 def worker(impl: str, args) -> None:
     """Times one implementation in this (fresh) process and prints its result line."""
+    cpus = int(os.environ.get("MOJAX_BENCH_CPUS", "0"))
+    if cpus:  # like for like: both frameworks pinned to the same first N cores
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cpus]))
     import numpy as np
 
     import mojax.models as mm
@@ -110,11 +113,11 @@ def worker(impl: str, args) -> None:
 def _thread_env(threads: int) -> dict:
     env = {"JAX_PLATFORMS": "cpu"}
     if threads:
+        # XLA CPU has no thread-count flag that bounds its dots (the former
+        # --xla_cpu_multi_thread_eigen=false left mojax on both cores), so each worker is pinned to
+        # its first ``threads`` cores; torch also gets matching OMP / MKL pools
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-        env["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={threads > 1}"
-            f" intra_op_parallelism_threads={threads}"
-        )
+        env["MOJAX_BENCH_CPUS"] = str(threads)
     return env
 
 
