@@ -17,8 +17,7 @@ def test_notebook_is_stored_without_outputs():
             assert cell["outputs"] == [] and cell["execution_count"] is None
 
 
-@pytest.mark.slow
-def test_quickstart_notebook_executes(tmp_path):
+def test_quickstart_notebook_executes(tmp_path):  # in the README test command (~1 min)
     nbclient = pytest.importorskip(
         "nbclient", reason="nbclient not installed (pip install .[test])"
     )
