@@ -60,11 +60,15 @@ def test_unicode_files_stdin_and_libraries(sandbox):
 
 
 def test_timeout_observation_names_the_reason(sandbox):
-    result = _same_kind(sandbox, timeout_s=1.0).run(
-        "print('started', flush=True)\nwhile True:\n    pass"
-    )
+    # a busy loop: with cpu_s = ceil(timeout_s) (the default) the wall clock and RLIMIT_CPU race on
+    # a quiet machine, so each limit is tested with the other one out of reach
+    loop = "print('started', flush=True)\nwhile True:\n    pass"
+    result = _same_kind(sandbox, timeout_s=1.0, cpu_s=30).run(loop)
     assert result.timed_out and result.output == "started\n"
     assert result.observation == "started\ntimeout: exceeded 1 s wall clock"
+    result = _same_kind(sandbox, timeout_s=30.0, cpu_s=1).run(loop)
+    assert result.timed_out and result.exit_reason == "cpu_limit", result
+    assert result.observation == "started\ntimeout: exceeded 1 s CPU time"
 
 
 def test_session_replays_earlier_cells(sandbox):
