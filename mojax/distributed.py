@@ -94,6 +94,12 @@ def owner_of_groups(num_groups: int, count: int | None = None) -> np.ndarray:
     )
 
 
+def row_owners(num_rows: int, num_samples: int) -> np.ndarray:
+    """int [B]: the process owning each row of a prompt-major batch (whole groups of
+    ``num_samples`` rows, ``owner_of_groups``)."""
+    return np.repeat(owner_of_groups(num_rows // num_samples), num_samples)
+
+
 def host_value(x: Any) -> np.ndarray:
     """The whole value of ``x`` as numpy on every process: a global ``jax.Array`` is all-gathered
     (``process_allgather``); an addressable or host value is read directly."""

@@ -19,11 +19,6 @@ from mojax import distributed
 from mojax.tasks.base import RewardStats, ScoreBatch, SetScoreBatch, Task
 
 
-def row_owners(num_rows: int, num_samples: int) -> np.ndarray:
-    """int [B]: the process owning each row (whole prompt groups of ``num_samples`` rows)."""
-    return np.repeat(distributed.owner_of_groups(num_rows // num_samples), num_samples)
-
-
 def score_owned(
     task: Task,
     responses: Sequence[Any],
@@ -38,7 +33,9 @@ def score_owned(
     stats = RewardStats() if stats is None else stats
     if distributed.process_count() == 1:
         return _score(task, responses, rows, num_answers, stats)
-    mine = np.flatnonzero(row_owners(len(rows), num_samples) == distributed.process_index())
+    mine = np.flatnonzero(
+        distributed.row_owners(len(rows), num_samples) == distributed.process_index()
+    )
     local = RewardStats()
     part = _score(task, [responses[i] for i in mine], [rows[i] for i in mine], num_answers, local)
     arrays = (part.set_rewards, part.set_valid) if num_answers else (part.rewards, part.valid)

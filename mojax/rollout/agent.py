@@ -39,7 +39,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from mojax.distributed import host_value, owner_of_groups, process_index
+from mojax.distributed import host_value, process_index, row_owners
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES
 from mojax.rollout import stops as stops_lib
 from mojax.rollout.calls import ToolRunner, observations, parse_calls
@@ -220,7 +220,7 @@ def run_rollout(
     g = int(num_samples)
     b = prompts.shape[0] * g
     name = getattr(task, "name", task)
-    owned = np.repeat(owner_of_groups(prompts.shape[0]), g) == process_index()
+    owned = row_owners(b, g) == process_index()
     runner = ToolRunner(spec, tool, pool, owned, name)
     rows = [Row(call_budget=spec.first_budget()) for _ in range(b)]
     counters: collections.Counter = collections.Counter(decode_calls=1)
