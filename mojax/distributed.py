@@ -8,24 +8,32 @@ mojax runs the same command on every process (MaxText / big_vision style). What 
   ``launch/local_cluster.py`` does to run N processes on one machine. On the CPU the cross-process
   collectives are gloo's.
 - **Device work.** Every jitted program (SFT, sampler, PPO step, log-probs) runs on the one global
-  mesh, with identical host inputs on every process (``jax.device_put`` of the same numpy value).
+  mesh. Row inputs are built from each process's own rows (``put_rows``,
+  ``jax.make_array_from_process_local_data``); replicated inputs are the same numpy value on every
+  process.
+- **Rows.** A rollout's rows are sharded over the mesh's batch axes; ``row_layout`` says which rows
+  are addressable here (``local``) and which process runs each row's host work and tools
+  (``owner``). With the batch split across processes (data parallelism over hosts), a process reads
+  only its own rows of the sampler's output (``read_local``, no all-gather), runs its own rows'
+  tools, and builds its own rows of the next append; per round only two small values are agreed on
+  (``global_max``: does any row resume, and the widest observation). Rows replicated over several
+  processes (e.g. tensor parallelism across hosts) are split among those processes, whose tool
+  results are then all-gathered. The finished rollout is all-gathered once (``gather_rows``).
 - **Host state.** The data position, trackers, ParetoPO's archive and the estimator state are
-  computed from all-gathered values by the same code on every process, so they are identical
-  everywhere (``assert_same`` checks this in tests and with ``MOJAX_DEBUG_HOST_STATE=1``).
-- **Rows.** Row ``b`` of a rollout is owned by the process that owns its prompt group
-  (``owner_of_groups``: contiguous blocks of whole groups). A process runs the tools of its own rows
-  only; the observations are all-gathered (``allgather_objects``), so every process appends the
-  same tokens.
-- **Reading device values.** ``host_value`` reads a global array on every process
-  (``process_allgather``; never ``np.asarray`` on a global array).
+  computed from all-gathered values (rewards ``[P, G, M]``, ``valid``) by the same code on every
+  process, so they are identical everywhere (``assert_same`` checks this in tests and with
+  ``MOJAX_DEBUG_HOST_STATE=1``).
+- **Reading device values.** ``read_local`` reads the addressable part of a global array,
+  ``host_value`` the whole of it (``process_allgather``); never ``np.asarray`` on a global array.
 - **Files.** Only ``is_leader()`` (process 0) writes metrics, TensorBoard, transcripts, plots, the
   tokenizer copy and the host-state JSON; orbax checkpoints are written by all processes together.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -151,3 +159,139 @@ def assert_same(name: str, value: Any) -> None:
     bad = [i for i, b in enumerate(blobs) if b != blobs[0]]
     if bad:
         raise RuntimeError(f"{name} differs between processes: process(es) {bad} != process 0")
+
+
+def global_max(values: Sequence[int]) -> np.ndarray:
+    """The elementwise max over processes of a few ints (one collective; no-op in one process)."""
+    local = np.asarray(values, np.int64).reshape(-1)
+    if process_count() == 1:
+        return local
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(local)).reshape(-1, local.size).max(0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RowLayout:
+    """Which rows of a row-sharded batch this process holds and works on.
+
+    Attributes:
+      local: bool [B], rows addressable on this process (its devices hold them).
+      owner: int [B], the process that runs each row's host work (tools, transcripts' text).
+      shared: some row is addressable on more than one process (their tool results are then
+        all-gathered, so every holder appends the same observation).
+      gathers: this process sends its rows in ``gather_rows`` (the lowest process of each set of
+        processes that hold the same rows).
+    """
+
+    local: np.ndarray
+    owner: np.ndarray
+    shared: bool
+    gathers: bool
+
+    @classmethod
+    def single(cls, num_rows: int) -> RowLayout:
+        return cls(np.ones(num_rows, bool), np.zeros(num_rows, np.int32), False, True)
+
+
+def row_layout(sharding: Any, num_rows: int) -> RowLayout:
+    """The ``RowLayout`` of ``num_rows`` rows placed with ``sharding`` (a 1-d batch sharding; None:
+    an unsharded value, every process holds every row).
+
+    Raises:
+      ValueError: two processes hold overlapping but different sets of rows (a device order in
+        which one process's devices interleave another's along the batch axes).
+    """
+    count, me = process_count(), process_index()
+    holds = np.zeros((count, num_rows), bool)
+    if sharding is None:
+        holds[:] = True
+    else:
+        for device, index in sharding.devices_indices_map((num_rows,)).items():
+            holds[device.process_index, index[0]] = True
+    if count == 1:
+        return RowLayout.single(num_rows)
+    owner = np.zeros(num_rows, np.int32)
+    gathers = False
+    for p in range(count):
+        same = [q for q in range(count) if np.array_equal(holds[q], holds[p])]
+        if any(np.any(holds[q] & holds[p]) for q in range(count) if q not in same):
+            raise ValueError(
+                f"processes {p} and others hold overlapping but different rows of the batch "
+                f"({sharding}); order the mesh devices by process along the batch axes"
+            )
+        if p == same[0]:  # split this set's rows among its processes, contiguous blocks
+            rows = np.flatnonzero(holds[p])
+            owner[rows] = np.asarray(same)[owner_of_groups(len(rows), len(same))]
+            gathers = gathers or p == me
+    return RowLayout(holds[me], owner, bool(holds.sum(0).max() > 1), gathers)
+
+
+def read_local(x: Any) -> np.ndarray:
+    """numpy of ``x`` with only the parts addressable on this process filled in (zeros
+    elsewhere): reads no other process's rows. A fully addressable value is read whole."""
+    import jax
+
+    if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
+        return np.asarray(x)
+    out = np.zeros(x.shape, x.dtype)
+    for shard in x.addressable_shards:
+        out[shard.index] = np.asarray(shard.data)
+    return out
+
+
+def put_rows(value: np.ndarray, sharding: Any) -> Any:
+    """A global array with ``sharding`` from a host value of the global shape of which only this
+    process's addressable parts are read (``jax.make_array_from_process_local_data``; the value is
+    used as is in one process)."""
+    import jax
+
+    value = np.asarray(value)
+    if sharding is None or process_count() == 1:
+        return jax.numpy.asarray(value)
+    index = sharding.addressable_devices_indices_map(value.shape)
+    starts = sorted({(idx[0].start or 0) for idx in index.values()})
+    stops = sorted({(idx[0].stop or value.shape[0]) for idx in index.values()})
+    lo, hi = starts[0], stops[-1]
+    rows = np.zeros(value.shape[0], bool)
+    for idx in index.values():
+        rows[idx[0]] = True
+    if not rows[lo:hi].all():  # this process's rows are not one block: per-device callback
+        return jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])
+    return jax.make_array_from_process_local_data(sharding, value[lo:hi], value.shape)
+
+
+def gather_rows(layout: RowLayout, arrays: Mapping[str, np.ndarray], objects: Mapping[str, list]):
+    """Every row of per-row values of which each process filled in its ``layout.local`` rows.
+
+    Args:
+      arrays: name -> [B, ...] numpy, valid on the local rows.
+      objects: name -> list of B picklable values, valid on the local rows.
+
+    Returns:
+      ``(arrays, objects)`` with every row filled in, on every process (one all-gather of the
+      senders' rows; in one process the inputs are returned).
+    """
+    if process_count() == 1:
+        return dict(arrays), {k: list(v) for k, v in objects.items()}
+    ids = np.flatnonzero(layout.local) if layout.gathers else np.zeros((0,), np.int64)
+    part = (
+        ids,
+        {k: np.asarray(v)[ids] for k, v in arrays.items()},
+        {k: [v[i] for i in ids] for k, v in objects.items()},
+    )
+    out_a = {k: np.zeros_like(np.asarray(v)) for k, v in arrays.items()}
+    out_o = {k: [None] * len(v) for k, v in objects.items()}
+    seen = np.zeros(len(layout.local), bool)
+    for rows, arr, obj in allgather_objects(part):
+        if seen[rows].any():
+            raise RuntimeError(f"rows {rows[seen[rows]].tolist()} were sent by two processes")
+        seen[rows] = True
+        for k, v in arr.items():
+            out_a[k][rows] = v
+        for k, v in obj.items():
+            for i, x in zip(rows, v, strict=True):
+                out_o[k][i] = x
+    if not seen.all():
+        raise RuntimeError(f"rows {np.flatnonzero(~seen).tolist()} were sent by no process")
+    return out_a, out_o

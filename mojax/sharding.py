@@ -23,6 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from mojax import distributed
 from mojax.config import ConfigError
 from mojax.models import DEFAULT_LOGICAL_AXIS_RULES
 
@@ -162,7 +163,11 @@ def batch_divisor(mesh: Mesh, rules: Sequence) -> int:
 
 
 def shard_batch(batch: Mapping[str, Any], mesh: Mesh, rules: Sequence) -> dict[str, jax.Array]:
-    """``device_put`` every value of a host batch: rows over "batch"'s mesh axes, scalars replicated.
+    """Every value of a host batch on the mesh: rows over "batch"'s mesh axes, scalars replicated.
+
+    A host (numpy) value is placed with ``mojax.distributed.put_rows``: each process hands over only
+    the rows its devices hold (``jax.make_array_from_process_local_data``); in one process that is
+    a ``device_put``. A ``jax.Array`` is moved with ``device_put``.
 
     Raises:
       ValueError naming the key whose row count is not a multiple of the number of batch shards.
@@ -176,7 +181,11 @@ def shard_batch(batch: Mapping[str, Any], mesh: Mesh, rules: Sequence) -> dict[s
                 f"batch[{k!r}] has {v.shape[0]} rows, not a multiple of the {div} batch shards "
                 f"of mesh {dict(mesh.shape)}"
             )
-        out[k] = jax.device_put(v, batch_sharding(mesh, rules, v.ndim))
+        sh = batch_sharding(mesh, rules, v.ndim)
+        if isinstance(v, jax.Array) or distributed.process_count() == 1:
+            out[k] = jax.device_put(v, sh)
+        else:
+            out[k] = distributed.put_rows(v, sh)
     return out
 
 

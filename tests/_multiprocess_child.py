@@ -48,7 +48,7 @@ def main():
         return ToolResult(output=f"process {me} ran {text}")
 
     with ToolPool(max_workers=2, timeout_s=5.0) as pool:
-        runner = ToolRunner(spec, tool, pool, owned, "test")
+        runner = ToolRunner(spec, tool, pool, owned, "test", gather=True)
         calls = [Row(call_budget=1) for _ in range(8)]
         for i, row in enumerate(calls):
             row.call = f"call {i}"
@@ -57,6 +57,7 @@ def main():
         runner.close()
     out_scores = _score_split(me)
     out = {
+        "layout": _layouts(mesh, rows),
         "scores": out_scores,
         "process": me,
         "count": jax.process_count(),
@@ -71,6 +72,37 @@ def main():
     except RuntimeError as e:
         out["assert_same"] = str(e)
     print("RESULT " + json.dumps(out), flush=True)
+
+
+def _layouts(mesh, rows):
+    """``row_layout`` of 8 rows sharded over the processes and of 8 rows every process holds;
+    ``read_local``, ``put_rows`` and ``gather_rows`` of the sharded rows."""
+    import jax
+    import numpy as np
+
+    from mojax import distributed
+    from mojax import sharding as shl
+
+    me = jax.process_index()
+    sharding = shl.batch_sharding(mesh, shl.logical_axis_rules(), 2)
+    split = distributed.row_layout(shl.batch_sharding(mesh, shl.logical_axis_rules(), 1), 8)
+    every = distributed.row_layout(None, 8)
+    mine = np.where(split.local[:, None], rows, -1.0)  # the other process's rows: garbage
+    put = distributed.host_value(distributed.put_rows(mine, sharding))
+    global_rows = jax.device_put(rows, sharding)
+    read = distributed.read_local(global_rows)
+    gathered, objects = distributed.gather_rows(
+        split, {"x": mine}, {"name": [f"row {i}" if split.local[i] else None for i in range(8)]}
+    )
+    return {
+        "split": [split.local.tolist(), split.owner.tolist(), split.shared, split.gathers],
+        "every": [every.local.tolist(), every.owner.tolist(), every.shared, every.gathers],
+        "read_local": bool(np.array_equal(read, np.where(split.local[:, None], rows, 0))),
+        "put_rows": bool(np.array_equal(put, rows)),
+        "gather_rows": bool(np.array_equal(gathered["x"], rows)),
+        "gather_objects": objects["name"] == [f"row {i}" for i in range(8)],
+        "global_max": distributed.global_max([me, 10 - me]).tolist(),
+    }
 
 
 def _score_split(me):

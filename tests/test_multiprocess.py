@@ -124,11 +124,48 @@ def test_distributed_helpers_on_two_processes(tmp_path):
         # rows 0-3 are groups 0-1 (process 0), rows 4-7 groups 2-3 (process 1); everyone sees all
         assert r["results"] == {str(i): f"process {i // 4} ran call {i}" for i in range(8)}
         assert "differs between processes: process(es) [1]" in r["assert_same"]
+        # rows sharded over the processes: each holds and owns its half, nothing is shared;
+        # rows held by both: split between them by blocks, results all-gathered, 0 sends them
+        me, lay = r["process"], r["layout"]
+        half = [i // 4 == me for i in range(8)]
+        assert lay["split"] == [half, [0] * 4 + [1] * 4, False, True]
+        assert lay["every"] == [[True] * 8, [0] * 4 + [1] * 4, True, me == 0]
+        assert lay["read_local"] and lay["put_rows"] and lay["gather_rows"]
+        assert lay["gather_objects"] and lay["global_max"] == [1, 10]
         sc = r["scores"]  # each process scored its own 4 rows; everyone has all 8
         assert sc["scored_here"] == [f"r{i}" for i in range(4 * r["process"], 4 * r["process"] + 4)]
         assert sc["rewards"] == [0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 6.0, 7.0]
         assert sc["valid"] == [True] * 5 + [False] + [True] * 2
         assert (sc["invalid"], sc["scored"]) == (1, 8)
+
+
+def test_rollout_on_two_processes_reads_only_its_rows(tmp_path):
+    """A calculator rollout on a 2-process mesh (data = 2) equals the unsharded rollout; each
+    process ran exactly its own rows' tool calls; per round only a few ints crossed processes (the
+    rows cross once, at the end), and no whole global array was all-gathered."""
+    child = [sys.executable, "tests/_multiprocess_rollout_child.py", f"--tmp={tmp_path}"]
+    cmd = [*LAUNCHER, "--num_processes=2", "--", *child]
+    p = subprocess.run(
+        cmd, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=600
+    )
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    results = [
+        json.loads(x.split("RESULT ", 1)[1]) for x in p.stdout.splitlines() if "RESULT " in x
+    ]
+    assert sorted(r["process"] for r in results) == [0, 1], p.stdout[-3000:]
+    for r in results:
+        me = r["process"]
+        for name, run in r["runs"].items():
+            assert run["equal"] and run["logprob_diff"] <= 1e-5, (name, run["logprob_diff"])
+            assert run["tool_calls"] >= 4 and run["host_values"] == 0, (name, run)
+            if name == "serial":  # the same schedule, so every counter is the same
+                assert run["counters"] == run["ref_counters"]
+            half = run["rows"] // 2
+            mine = [c for row in run["calls_by_row"][half * me : half * (me + 1)] for c in row]
+            assert sorted(t for _, t in run["ran"]) == sorted(mine) and mine, (name, run["ran"])
+            # the pickled rows (uint8) once at the end, around them only small int vectors
+            big = [n for n in run["gathers"] if n > 2]
+            assert len(big) <= 2 and len(run["gathers"]) - len(big) >= 4, run["gathers"]
 
 
 def test_partial_distributed_flags_are_refused(tmp_path):

@@ -26,6 +26,11 @@ and, with ``overlap_tools``, a row's call starts at the end of the segment it st
 other rows decode on; the observations are appended at the same point of the schedule, so the
 tokens and log-probs do not depend on when the tools finish.
 
+Multi-process (``mojax.distributed``): each process does the host work of the rows its devices hold
+(``RowLayout``): it reads only those rows after a decode call, runs their tools and builds their part
+of the next append; the processes agree per round on whether any row resumes and on the widest
+observation (one small collective each), and the finished rollout is all-gathered once.
+
 Shapes: B = P*G rows, prompt-major (row ``p * G + g``); response arrays are [B, max_response_len]
 (response slots); the KV cache has ``max_total_len`` cache slots.
 """
@@ -39,7 +44,8 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
-from mojax.distributed import host_value, process_index, row_owners
+from mojax import distributed
+from mojax import sharding as sharding_lib
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES
 from mojax.rollout import stops as stops_lib
 from mojax.rollout.calls import ToolRunner, observations, parse_calls
@@ -155,9 +161,11 @@ def _round_plan(
     ``budget``) when the cache cannot take the append and one more step."""
     false_stops = [i for i, row in enumerate(rows) if row.waiting == WAIT_FALSE_STOP]
     resume_rows = sorted(list(obs) + false_stops)
-    if not resume_rows:
-        return None
     width = max([len(obs[i][0]) for i in obs] + [0])
+    # every process takes the same decision: any row of any process resumes; the widest append
+    any_resume, width = (int(x) for x in distributed.global_max([bool(resume_rows), width]))
+    if not any_resume:
+        return None
     min_bucket = spec.min_obs_bucket if width else spec.false_stop_bucket
     if not _fits(spec, view, cache_slots, width, min_bucket):  # these rows end here
         for i in resume_rows:
@@ -220,9 +228,12 @@ def run_rollout(
     g = int(num_samples)
     b = prompts.shape[0] * g
     name = getattr(task, "name", task)
-    owned = row_owners(b, g) == process_index()
-    runner = ToolRunner(spec, tool, pool, owned, name)
-    rows = [Row(call_budget=spec.first_budget()) for _ in range(b)]
+    layout = distributed.row_layout(
+        None if mesh is None else sharding_lib.batch_sharding(mesh, rules, 1), b
+    )
+    owned = layout.owner == distributed.process_index()
+    runner = ToolRunner(spec, tool, pool, owned, name, gather=layout.shared)
+    rows = [Row(call_budget=spec.first_budget(), local=bool(x)) for x in layout.local]
     counters: collections.Counter = collections.Counter(decode_calls=1)
     prompt_bucket = buckets.bucket_length(int(prompt_lengths.max()), spec.min_prompt_bucket)
     cache_slots = spec.cache_slots(prompt_bucket)
@@ -230,7 +241,7 @@ def run_rollout(
     try:
         out = _decode_first(spec, model, prompts, prompt_lengths, key, g, cache_slots, decode)
         while True:
-            view = DecodeView.of(out)
+            view = DecodeView.of(out, layout.local)
             plan = _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters)
             if plan is None:
                 break
@@ -238,7 +249,8 @@ def run_rollout(
             counters["decode_calls"] += 1
     finally:
         runner.close()
-    return _result(spec, rows, DecodeView.of(out), out, tokenizer, counters, g)
+    view = DecodeView.of(out, layout.local)
+    return _result(spec, rows, view, out, tokenizer, _counters(counters, layout), g, layout)
 
 
 def _decode_first(spec, model, prompts, prompt_lengths, key, g, cache_slots, decode):
@@ -280,7 +292,7 @@ def _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters):
     done."""
     tool_rows, paused = settle(spec, rows, view, tokenizer, counters)
     runner.submit(rows, parse_calls(spec, rows, tool_rows, task, counters))
-    if paused:
+    if distributed.global_max([len(paused)])[0]:  # any process's rows paused
         plan = _pause_plan(spec, rows, paused, view, cache_slots, counters)
         if plan is not None:
             return plan
@@ -289,18 +301,49 @@ def _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters):
     return _round_plan(spec, rows, obs, view, cache_slots, counters)
 
 
-def _result(spec, rows, view, out, tokenizer, counters, num_samples) -> RolloutResult:
+# counters of the schedule (the same on every process); the others count rows' events
+_SCHEDULE_COUNTERS = ("decode_calls", "segment_resumes", "cache_exhausted")
+
+
+def _counters(counters: collections.Counter, layout) -> dict[str, int]:
+    """The rollout's counters: the schedule's, and the rows' events summed over the processes that
+    send rows (``RowLayout.gathers``; one all-gather with several processes)."""
+    mine = {k: int(v) for k, v in counters.items()}
+    if distributed.process_count() == 1:
+        return mine
+    out = {k: v for k, v in mine.items() if k in _SCHEDULE_COUNTERS}
+    for sends, theirs in distributed.allgather_objects((layout.gathers, mine)):
+        for k, v in theirs.items():
+            if sends and k not in _SCHEDULE_COUNTERS:
+                out[k] = out.get(k, 0) + v
+    return out
+
+
+def _result(spec, rows, view, out, tokenizer, counters, num_samples, layout) -> RolloutResult:
+    """The whole rollout on every process: this process's rows, then every row (all-gathered)."""
     lengths = view.lengths.astype(np.int32)
-    return RolloutResult(
+    arrays = dict(
         tokens=view.tokens,
-        logprobs=host_value(out.logprobs).astype(np.float32),
-        loss_mask=host_value(out.loss_mask).astype(bool),
+        logprobs=distributed.read_local(out.logprobs).astype(np.float32),
+        loss_mask=distributed.read_local(out.loss_mask).astype(bool),
         lengths=lengths,
         n_calls=np.asarray([row.n_calls for row in rows], np.int32),
-        finish_reason=[str(row.finish) for row in rows],
-        texts=[decode_ids(tokenizer, view.tokens[i, : lengths[i]]) for i in range(len(rows))],
+    )
+    objects = dict(
+        finish=[str(row.finish) for row in rows],
+        texts=[
+            decode_ids(tokenizer, view.tokens[i, : lengths[i]]) if row.local else ""
+            for i, row in enumerate(rows)
+        ],
         turns=[row.turns for row in rows],
-        counters={k: int(v) for k, v in counters.items()},
+    )
+    arrays, objects = distributed.gather_rows(layout, arrays, objects)
+    return RolloutResult(
+        **arrays,
+        finish_reason=objects["finish"],
+        texts=objects["texts"],
+        turns=objects["turns"],
+        counters=counters,
         num_samples=num_samples,
         stop=spec.stop,
     )

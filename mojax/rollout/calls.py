@@ -8,9 +8,10 @@ tokens that are appended (``task.format_observation``, truncated to ``max_obs_to
 Results are collected per row and handled in row order, so the observations, the counters and the
 ``Turn`` records do not depend on when each call finished.
 
-Multi-process: a process runs the calls of the rows it owns (its prompt groups,
-``mojax.distributed.owner_of_groups``) on its own host, and ``ToolRunner.results`` all-gathers every
-process's results, so each process sees every row's result and appends the same observations.
+Multi-process: a process runs the calls of the rows it owns (``mojax.distributed.RowLayout.owner``:
+the rows its devices hold) on its own host. Where several processes hold the same rows
+(``RowLayout.shared``), they split those rows' calls and ``ToolRunner.results`` all-gathers their
+results, so each holder appends the same observations.
 """
 
 from __future__ import annotations
@@ -79,15 +80,18 @@ class ToolRunner:
         ``close``).
       owned: bool [B], the rows whose calls this process runs (all rows in one process).
       task_name: for the error when a tool is needed but missing.
+      gather: all-gather the results of every process (rows held by several processes).
 
     Raises:
       ValueError: no usable ``tool`` while calls can be answered; ``stateful`` without
         ``.session()``.
     """
 
-    def __init__(self, spec: RolloutSpec, tool, pool: ToolPool | None, owned, task_name):
+    def __init__(
+        self, spec: RolloutSpec, tool, pool: ToolPool | None, owned, task_name, gather=False
+    ):
         owned = np.asarray(owned, bool)
-        self.owned = owned
+        self.owned, self.gather = owned, bool(gather)
         self.fn = tool_fn(tool)
         if spec.multi_turn and self.fn is None:
             raise ValueError(f"tool: task {task_name!r} stops at {spec.stop.text!r}")
@@ -129,9 +133,9 @@ class ToolRunner:
             self._running.append((ids, future))
 
     def results(self, rows: list[Row]) -> dict[int, ToolResult]:
-        """Every submitted call's result by row (waits for the ones still running); with several
-        processes, every process's results (all-gathered: a collective, called at the same point of
-        the replicated schedule on every process)."""
+        """Every submitted call's result by row (waits for the ones still running); with
+        ``gather``, every process's results (all-gathered: a collective, called at the same point
+        of the schedule on every process)."""
         out = {}
         if self._queued:  # the serial schedule: one batch of the round's calls, in row order
             ids, self._queued = sorted(self._queued), []
@@ -139,7 +143,7 @@ class ToolRunner:
         for ids, future in self._running:
             out.update(zip(ids, future.result(), strict=True))
         self._running = []
-        if distributed.process_count() > 1:
+        if self.gather and distributed.process_count() > 1:
             out = distributed.merge_owned(distributed.allgather_objects(out))
         return out
 

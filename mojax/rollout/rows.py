@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from mojax.distributed import host_value
+from mojax.distributed import read_local
 from mojax.rollout.observations import decode_ids
 from mojax.rollout.spec import RolloutSpec
 from mojax.sampling.state import LENGTH, STOP
@@ -91,6 +91,8 @@ class Row:
       false_stops: rejected stop candidates in the current turn.
       text: the decoded text of the turn that ended on a tool stop (while waiting on the tool).
       call: its parsed tool input (None: malformed).
+      local: the row is held by this process (``mojax.distributed.RowLayout.local``); the host
+        work of other rows is done by the processes holding them.
     """
 
     turns: list[Turn] = dataclasses.field(default_factory=list)
@@ -105,10 +107,11 @@ class Row:
     false_stops: int = 0
     text: str = ""
     call: str | None = None
+    local: bool = True
 
     @property
     def decoding(self) -> bool:
-        return self.finish is None and self.waiting is None
+        return self.local and self.finish is None and self.waiting is None
 
     def close_turn(self, end: int, ended_by: str, **fields) -> None:
         """Records the current turn ``[turn_start, end)``."""
@@ -135,13 +138,15 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeView:
-    """Host copies of one sampler output (one fetch per decode call).
+    """Host copies of one sampler output (one fetch per decode call) of this process's rows.
 
     Attributes:
       tokens: int32 [B, max_response_len] response tokens.
       lengths: int64 [B] used response slots.
       reasons: int32 [B] the sampler's finish codes (``STOP``, ``LENGTH``).
       cache_end: the shared write position of the KV cache (used cache slots).
+
+    Only the rows held by this process (``RowLayout.local``) are read; the others are 0.
     """
 
     tokens: np.ndarray
@@ -150,14 +155,14 @@ class DecodeView:
     cache_end: int
 
     @classmethod
-    def of(cls, out) -> DecodeView:
-        # every process reads every row (all-gathered on a multi-process mesh): the host loop
-        # is replicated, only the tools are partitioned (``mojax.distributed``)
+    def of(cls, out, local: np.ndarray | None = None) -> DecodeView:
+        """Reads ``out``'s rows held here (``local``: bool [B]; None: every row is)."""
+        first = 0 if local is None else int(np.argmax(local))
         return cls(
-            tokens=host_value(out.tokens),
-            lengths=host_value(out.lengths).astype(np.int64),
-            reasons=host_value(out.finish_reason),
-            cache_end=int(host_value(out.state.cache.end)[0]),
+            tokens=read_local(out.tokens),
+            lengths=read_local(out.lengths).astype(np.int64),
+            reasons=read_local(out.finish_reason),
+            cache_end=int(read_local(out.state.cache.end)[first]),  # the same in every row
         )
 
 

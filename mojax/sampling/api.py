@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mojax.distributed import host_value
+from mojax import distributed
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import buckets, decode
 from mojax.sampling.processors import SamplingParams
@@ -157,6 +157,13 @@ def generate(
     return SamplingOutput.from_state(state)
 
 
+def _row_sharding(mesh, rules):
+    """Rows over the mesh's batch axes (None without a mesh)."""
+    from mojax import sharding as sharding_lib
+
+    return None if mesh is None else sharding_lib.batch_sharding(mesh, rules, 1)
+
+
 def append_and_continue(
     model: QwenModel,
     state: SamplingState,
@@ -193,6 +200,10 @@ def append_and_continue(
       temperature, top_p, top_k, min_p, logprobs: as in ``generate`` (may differ per call).
       min_obs_bucket: ``To`` is padded to ``max(min_obs_bucket, next_pow2(max obs length))``.
 
+    Multi-process: each process reads only the rows its devices hold from ``obs_tokens``,
+    ``obs_lengths``, ``resume`` and ``max_new_tokens`` (``mojax.distributed.put_rows``; the other
+    rows may be anything) and checks only those; the longest observation is agreed on by all.
+
     Raises:
       ValueError: bad shapes / ids, or when the cache (``max_total_len``) or the response buffer
         (``max_response_len``) cannot hold the observations plus one more token.
@@ -215,17 +226,20 @@ def append_and_continue(
     max_new = _per_row(max_new_tokens, "max_new_tokens", b, 1, np.int32)
     if max_new[res].min(initial=1) < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    to = buckets.bucket_length(int(obs_len.max(initial=0)), min_obs_bucket)
+    # the same bucket on every process (each may fill in only its own rows)
+    longest = int(distributed.global_max([obs_len.max(initial=0)])[0])
+    to = buckets.bucket_length(longest, min_obs_bucket)
     padded = np.zeros((b, to), np.int32)
     width = min(obs.shape[1], to)
     padded[:, :width] = np.where(np.arange(width)[None] < obs_len[:, None], obs[:, :width], 0)
-    end = int(host_value(state.cache.end)[0])  # one host fetch per turn (all-gathered)
+    length = distributed.read_local(state.length)  # this process's rows only (0 elsewhere)
+    rows = distributed.row_layout(_row_sharding(mesh, rules), b).local
+    end = int(distributed.read_local(state.cache.end)[int(np.argmax(rows))])  # same in every row
     if end + to + 1 > s:
         raise ValueError(
             f"max_total_len={s} too small: the cache holds {end} slots and appending a {to}-slot "
             "observation bucket leaves no room to decode; pass a larger max_total_len to generate"
         )
-    length = host_value(state.length)
     if (res & (length + obs_len + 1 > r)).any():
         raise ValueError(
             f"max_response_len={r} too small for the observations of rows "
@@ -236,10 +250,10 @@ def append_and_continue(
         model,
         state.replace(cache=None),
         state.cache,
-        jnp.asarray(padded),
-        jnp.asarray(obs_len),
-        jnp.asarray(res),
-        jnp.asarray(max_new),
+        *(
+            distributed.put_rows(x, _row_sharding(mesh, rules))
+            for x in (padded, obs_len, res, max_new)
+        ),
         params=params,
         caps=caps,
         mesh=mesh,
