@@ -57,16 +57,19 @@ def sft(run, config, workdir: str, params=None):
         tokens, mask = sft_data.sft_arrays(config, run.task, run.tokenizer, run.splits.train)
         step_fn = rl.make_sft_step(run.model_config, tx, run.mesh, run.rules)
         t0 = time.time()
+        pending = []  # every step's metrics, fetched together every 100 steps (no sync per step)
         with log_lib.MetricsWriter(workdir, tensorboard=False, filename="sft_metrics.jsonl") as w:
             for i in range(steps):
                 batch = sft_data.sft_batches(
                     tokens, mask, run.spec.sft.batch_size, i, run.spec.seed
                 )
                 state, m = step_fn(state, batch)
+                pending.append(m)
                 if (i + 1) % 100 == 0 or i + 1 == steps:
-                    m = jax.device_get(m)
-                    w.write(i + 1, {f"sft/{k}": v for k, v in m.items()})
-                    loss, took = float(m["loss"]), time.time() - t0
+                    fetched = jax.device_get(pending)
+                    for j, mj in enumerate(fetched, start=i + 2 - len(pending)):
+                        w.write(j, {f"sft/{k}": v for k, v in mj.items()})
+                    loss, took, pending = float(fetched[-1]["loss"]), time.time() - t0, []
                     if w.active:  # process 0 reports
                         print(f"SFT {i + 1}/{steps} loss {loss:.4f} ({took:.0f}s)", flush=True)
         ckpt.save(steps, state, {"phase": "sft"}, force=True)
