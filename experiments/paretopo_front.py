@@ -1,0 +1,191 @@
+"""ParetoPO (arXiv:2606.16111, Table 1 / Fig. 3) on the calculator: does its (accuracy, r_tool) front
+beat the baselines' beyond seed noise?
+
+    python experiments/paretopo_front.py                    # full grid -> docs/results/paretopo_front.md
+    python experiments/paretopo_front.py --quick            # 2 methods, 1 seed, 2 RL steps, tmp root
+    python experiments/paretopo_front.py --seeds=0,1,2 --methods=paretopo,grpo --steps=40
+
+Per run: final held-out accuracy, tool calls per problem and r_tool, and the hypervolume of the
+(accuracy, r_tool) points of its evaluated RL checkpoints (steps > 0) against the fixed reference
+``REF`` (``mojax.pareto.hypervolume``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+from absl import app  # noqa: E402
+
+from experiments import _calculator, _cli, _grid, _report  # noqa: E402
+from mojax.pareto.hypervolume import hypervolume  # noqa: E402
+
+CLAIM = "paretopo_front"
+REF = (0.5, 0.5)  # fixed (accuracy, r_tool) reference, chosen before any run
+OBJ = ("eval/accuracy", "eval/r_tool")
+BASELINES = ("grpo", "dr_grpo", "gdpo", "mo_grpo", "saw_grpo")
+NAMES = [
+    "paretopo",
+    *BASELINES,
+    "paretopo_wo_dyn",
+    "paretopo_wo_rank",
+    "paretopo_norm_none",
+    "paretopo_norm_center",
+]
+
+
+def rl_points(rows: list[dict]) -> np.ndarray:
+    """``[N, 2]`` (accuracy, r_tool) of every evaluated RL checkpoint (step > 0)."""
+    pts = [[r[k] for k in OBJ] for r in rows if r.get("step", 0) > 0 and all(k in r for k in OBJ)]
+    return np.asarray(pts, float).reshape(-1, 2)
+
+
+def hv(rows: list[dict]) -> float:
+    return hypervolume(rl_points(rows), REF)
+
+
+METRICS = {
+    "accuracy after SFT (step 0)": _report.first("eval/accuracy"),
+    "final accuracy": _report.last("eval/accuracy"),
+    "final tool calls / problem": _report.last("eval/tool_calls"),
+    "final r_tool": _report.last("eval/r_tool"),
+    f"HV of RL checkpoints, ref {REF}": hv,
+}
+
+
+def plot_fronts(results, path: str) -> str:
+    """Left: every evaluated RL checkpoint of every seed, and each method's pooled non-dominated
+    front; right: final points, mean ± std over seeds."""
+    from mojax.plots import nondominated_mask
+
+    plt = _report._pyplot()
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5.2), layout="constrained")
+    for i, m in enumerate(results):
+        c, mk = f"C{i % 10}", "os^Dv<>P"[i % 8]
+        pts = np.concatenate([rl_points(rows) for rows in results[m].values()])
+        ax.scatter(pts[:, 0], pts[:, 1], color=c, marker=mk, s=14, alpha=0.35)
+        front = pts[nondominated_mask(pts)]
+        front = front[np.argsort(front[:, 0])]
+        ax.plot(front[:, 0], front[:, 1], color=c, marker=mk, drawstyle="steps-post", label=m)
+        fin = np.asarray([rl_points(rows)[-1] for rows in results[m].values()])
+        err = fin.std(0, ddof=1) if len(fin) > 1 else np.zeros(2)
+        bx.errorbar(*fin.mean(0), xerr=err[0], yerr=err[1], color=c, marker=mk, capsize=3, label=m)
+        bx.scatter(fin[:, 0], fin[:, 1], color=c, marker=mk, s=10, alpha=0.4)
+    ax.set_title("evaluated RL checkpoints (all seeds) and each method's front")
+    bx.set_title("final checkpoint: mean ± std over seeds (small: each seed)")
+    for a in (ax, bx):
+        a.set_xlabel("held-out accuracy")
+        a.set_ylabel("held-out r_tool")
+        a.grid(alpha=0.3)
+    ax.legend(fontsize="x-small")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def verdict(results) -> tuple[str, str]:
+    """The word and its reason: ParetoPO's HV against each baseline's (2 SE rule, _report)."""
+    if "paretopo" not in results:
+        return "inconclusive", "ParetoPO was not in this grid."
+    base = [b for b in BASELINES if b in results]
+    diffs, lines = [], []
+    mine = _report.values(results, "paretopo", hv)
+    acc = _report.values(results, "paretopo", _report.last("eval/accuracy"))
+    for b in base:
+        d, se = _report.difference(mine, _report.values(results, b, hv))
+        da, sea = _report.difference(acc, _report.values(results, b, _report.last("eval/accuracy")))
+        diffs.append((d, se))
+        lines.append(
+            f"- vs `{b}`: ΔHV = {d:+.4f} (2 SE = {2 * se:.4f}), Δ final accuracy = {da:+.3f} "
+            f"(2 SE = {2 * sea:.3f})"
+        )
+    word = _report.verdict_word(diffs) if base else "inconclusive"
+    reason = {
+        "reproduced": "ParetoPO's hypervolume exceeds every baseline's by more than 2 SE.",
+        "not reproduced": "a baseline's hypervolume exceeds ParetoPO's by more than 2 SE.",
+        "inconclusive": "no hypervolume gap to a baseline exceeds 2 SE (seed noise).",
+    }[word]
+    return word, reason + "\n\n" + "\n".join(lines)
+
+
+def page(s: _cli.Settings, grid: _grid.Grid, methods, results, plots: dict[str, str]) -> str:
+    word, reason = verdict(results)
+    cmds = [_grid.shell(_grid.sft_command(grid, seed)) for seed in grid.seeds]
+    cmds += [_grid.shell(_grid.cell_command(grid, m, seed)) for seed in grid.seeds for m in methods]
+    rel = {k: os.path.relpath(v, s.out) for k, v in plots.items()}
+    return f"""# ParetoPO: hypervolume of the (accuracy, r_tool) front on the calculator
+
+Claim (ParetoPO, arXiv:2606.16111, Table 1 / Fig. 3): ParetoPO's front dominates static
+scalarisation and the multi-objective baselines, and both its parts (dynamic weighting, Pareto
+ranking) matter.
+
+Setting: the embedded default (tiny Qwen3, calculator tool task, `(r_task, r_tool)`), one shared SFT
+warm start per seed ({"20" if s.quick else "500"} steps, `configs/sft.py`), then
+**{s.steps} RL steps** per cell. Grid: {len(methods)} methods × {len(grid.seeds)} seeds
+{list(grid.seeds)}. Held-out evaluation: {"16" if s.quick else "128"} problems × 4 samples at
+temperature 1 every {"1" if s.quick else "10"} steps. Hypervolume: `mojax.pareto.hypervolume` of
+the (accuracy, r_tool) points of each run's evaluated RL checkpoints (steps > 0) against the fixed
+reference {REF}. ± is the sample std over seeds (ddof = 1).
+{"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
+
+## Verdict: {word}
+
+{reason}
+
+## Mean ± std over seeds
+
+{_report.summary_table(results, METRICS, digits=4)}
+
+## Every seed
+
+{_report.per_seed_table(results, METRICS, digits=4)}
+
+## Plots
+
+![fronts]({rel["front"]})
+
+![curves]({rel["curves"]})
+
+## Commands
+
+Each cell's own command (run from the repository root; `--config.resume=force` only lets the
+copied SFT checkpoint sit in a workdir without a `config.json`; in an empty workdir the cell trains
+the same warm start itself). The grid: `python experiments/{CLAIM}.py
+--seeds={",".join(map(str, grid.seeds))} --steps={s.steps}`.
+
+{_report.commands_block(cmds)}
+"""
+
+
+def main(argv):
+    del argv
+    s = _cli.settings("calculator", steps=40, quick_steps=2, quick_methods=["paretopo", "grpo"])
+    methods = _grid.select([m for m in _calculator.METHODS if m.name in NAMES], s.methods or NAMES)
+    grid = _calculator.grid(s)
+    print(
+        f"{CLAIM}: {len(methods)} methods x {len(grid.seeds)} seeds under {grid.root}", flush=True
+    )
+    results = _grid.run_grid(grid, methods)
+    fig_dir = os.path.join(s.out, CLAIM)
+    os.makedirs(fig_dir, exist_ok=True)
+    plots = {
+        "front": plot_fronts(results, os.path.join(fig_dir, "fronts.png")),
+        "curves": _report.plot_curves(
+            results,
+            ["eval/accuracy", "eval/tool_calls", "eval/r_tool", "reward/r_task/mean"],
+            os.path.join(fig_dir, "curves.png"),
+            "ParetoPO claim, calculator",
+            ncols=2,
+        ),
+    }
+    path = _report.write_page(
+        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots)
+    )
+    print(f"wrote {path}", flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
