@@ -17,8 +17,10 @@ mojax runs the same command on every process (MaxText / big_vision style). What 
   only its own rows of the sampler's output (``read_local``, no all-gather), runs its own rows'
   tools, and builds its own rows of the next append; per round only two small values are agreed on
   (``global_max``: does any row resume, and the widest observation). Rows replicated over several
-  processes (e.g. tensor parallelism across hosts) are split among those processes, whose tool
-  results are then all-gathered. The finished rollout is all-gathered once (``gather_rows``).
+  processes (e.g. tensor parallelism across hosts), or rows that do not divide into the batch
+  shards (``RowLayout.whole``: read whole with ``host_value``), are split among those processes for
+  the tools, whose results are then all-gathered. The finished rollout is all-gathered once
+  (``gather_rows``).
 - **Host state.** The data position, trackers, ParetoPO's archive and the estimator state are
   computed from all-gathered values (rewards ``[P, G, M]``, ``valid``) by the same code on every
   process, so they are identical everywhere (``assert_same`` checks this in tests and with
@@ -182,16 +184,29 @@ class RowLayout:
         all-gathered, so every holder appends the same observation).
       gathers: this process sends its rows in ``gather_rows`` (the lowest process of each set of
         processes that hold the same rows).
+      whole: the rows do not divide into the batch shards (e.g. an evaluation batch of 3 rows on
+        2 shards): every process works on every row, reads whole arrays (``host_value``) and
+        passes whole host inputs.
     """
 
     local: np.ndarray
     owner: np.ndarray
     shared: bool
     gathers: bool
+    whole: bool = False
 
     @classmethod
     def single(cls, num_rows: int) -> RowLayout:
         return cls(np.ones(num_rows, bool), np.zeros(num_rows, np.int32), False, True)
+
+    def read(self, x: Any) -> np.ndarray:
+        """The rows of ``x`` this process works on (``read_local``; whole: ``host_value``)."""
+        return host_value(x) if self.whole else read_local(x)
+
+    def put(self, value: np.ndarray, sharding: Any) -> Any:
+        """A device input from a host value of which this process filled in its rows
+        (``put_rows``; whole: the whole value, the same on every process)."""
+        return put_rows(value, None if self.whole else sharding)
 
 
 def row_layout(sharding: Any, num_rows: int) -> RowLayout:
@@ -203,14 +218,17 @@ def row_layout(sharding: Any, num_rows: int) -> RowLayout:
         which one process's devices interleave another's along the batch axes).
     """
     count, me = process_count(), process_index()
-    holds = np.zeros((count, num_rows), bool)
-    if sharding is None:
-        holds[:] = True
-    else:
-        for device, index in sharding.devices_indices_map((num_rows,)).items():
-            holds[device.process_index, index[0]] = True
     if count == 1:
         return RowLayout.single(num_rows)
+    holds = np.zeros((count, num_rows), bool)
+    try:
+        indices = {} if sharding is None else sharding.devices_indices_map((num_rows,))
+    except ValueError:  # jax's IndivisibleError: uneven rows, worked on whole
+        indices, sharding = {}, None
+    if sharding is None:
+        holds[:] = True
+    for device, index in indices.items():
+        holds[device.process_index, index[0]] = True
     owner = np.zeros(num_rows, np.int32)
     gathers = False
     for p in range(count):
@@ -224,7 +242,8 @@ def row_layout(sharding: Any, num_rows: int) -> RowLayout:
             rows = np.flatnonzero(holds[p])
             owner[rows] = np.asarray(same)[owner_of_groups(len(rows), len(same))]
             gathers = gathers or p == me
-    return RowLayout(holds[me], owner, bool(holds.sum(0).max() > 1), gathers)
+    shared = bool(holds.sum(0).max() > 1)
+    return RowLayout(holds[me], owner, shared, gathers, whole=sharding is None)
 
 
 def read_local(x: Any) -> np.ndarray:

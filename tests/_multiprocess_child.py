@@ -87,6 +87,7 @@ def _layouts(mesh, rows):
     sharding = shl.batch_sharding(mesh, shl.logical_axis_rules(), 2)
     split = distributed.row_layout(shl.batch_sharding(mesh, shl.logical_axis_rules(), 1), 8)
     every = distributed.row_layout(None, 8)
+    uneven = distributed.row_layout(shl.batch_sharding(mesh, shl.logical_axis_rules(), 1), 3)
     mine = np.where(split.local[:, None], rows, -1.0)  # the other process's rows: garbage
     put = distributed.host_value(distributed.put_rows(mine, sharding))
     global_rows = jax.device_put(rows, sharding)
@@ -97,6 +98,7 @@ def _layouts(mesh, rows):
     return {
         "split": [split.local.tolist(), split.owner.tolist(), split.shared, split.gathers],
         "every": [every.local.tolist(), every.owner.tolist(), every.shared, every.gathers],
+        "uneven": [uneven.local.tolist(), uneven.owner.tolist(), uneven.shared, uneven.whole],
         "read_local": bool(np.array_equal(read, np.where(split.local[:, None], rows, 0))),
         "put_rows": bool(np.array_equal(put, rows)),
         "gather_rows": bool(np.array_equal(gathered["x"], rows)),

@@ -33,7 +33,8 @@ _SHORT = [
     "--config.checkpoint_every=1",
 ]
 CASES = {
-    "grpo": ["--config=configs/grpo.py", "--config.steps=3", *_SFT],
+    # 3 held-out problems: the evaluation's rows do not divide into the 2 shards (worked on whole)
+    "grpo": ["--config=configs/grpo.py", "--config.steps=3", *_SFT, "--config.task.num_eval=3"],
     # Stage 1 (HV-guided weights, validation vector, archive) for 2 steps, then Stage 2
     "paretopo": [
         "--config=configs/paretopo.py",
@@ -130,6 +131,8 @@ def test_distributed_helpers_on_two_processes(tmp_path):
         half = [i // 4 == me for i in range(8)]
         assert lay["split"] == [half, [0] * 4 + [1] * 4, False, True]
         assert lay["every"] == [[True] * 8, [0] * 4 + [1] * 4, True, me == 0]
+        # 3 rows do not divide into 2 shards: worked on whole by both, split for the tools
+        assert lay["uneven"] == [[True] * 3, [0, 0, 1], True, True]
         assert lay["read_local"] and lay["put_rows"] and lay["gather_rows"]
         assert lay["gather_objects"] and lay["global_max"] == [1, 10]
         sc = r["scores"]  # each process scored its own 4 rows; everyone has all 8

@@ -241,7 +241,7 @@ def run_rollout(
     try:
         out = _decode_first(spec, model, prompts, prompt_lengths, key, g, cache_slots, decode)
         while True:
-            view = DecodeView.of(out, layout.local)
+            view = DecodeView.of(out, layout)
             plan = _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters)
             if plan is None:
                 break
@@ -249,7 +249,7 @@ def run_rollout(
             counters["decode_calls"] += 1
     finally:
         runner.close()
-    view = DecodeView.of(out, layout.local)
+    view = DecodeView.of(out, layout)
     return _result(spec, rows, view, out, tokenizer, _counters(counters, layout), g, layout)
 
 
@@ -324,8 +324,8 @@ def _result(spec, rows, view, out, tokenizer, counters, num_samples, layout) -> 
     lengths = view.lengths.astype(np.int32)
     arrays = dict(
         tokens=view.tokens,
-        logprobs=distributed.read_local(out.logprobs).astype(np.float32),
-        loss_mask=distributed.read_local(out.loss_mask).astype(bool),
+        logprobs=layout.read(out.logprobs).astype(np.float32),
+        loss_mask=layout.read(out.loss_mask).astype(bool),
         lengths=lengths,
         n_calls=np.asarray([row.n_calls for row in rows], np.int32),
     )

@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from mojax.distributed import read_local
+from mojax.distributed import RowLayout
 from mojax.rollout.observations import decode_ids
 from mojax.rollout.spec import RolloutSpec
 from mojax.sampling.state import LENGTH, STOP
@@ -155,14 +155,15 @@ class DecodeView:
     cache_end: int
 
     @classmethod
-    def of(cls, out, local: np.ndarray | None = None) -> DecodeView:
-        """Reads ``out``'s rows held here (``local``: bool [B]; None: every row is)."""
-        first = 0 if local is None else int(np.argmax(local))
+    def of(cls, out, layout: RowLayout | None = None) -> DecodeView:
+        """Reads ``out``'s rows this process works on (``layout``; None: one process, all)."""
+        layout = layout or RowLayout.single(out.tokens.shape[0])
+        first = int(np.argmax(layout.local))
         return cls(
-            tokens=read_local(out.tokens),
-            lengths=read_local(out.lengths).astype(np.int64),
-            reasons=read_local(out.finish_reason),
-            cache_end=int(read_local(out.state.cache.end)[first]),  # the same in every row
+            tokens=layout.read(out.tokens),
+            lengths=layout.read(out.lengths).astype(np.int64),
+            reasons=layout.read(out.finish_reason),
+            cache_end=int(layout.read(out.state.cache.end)[first]),  # the same in every row
         )
 
 

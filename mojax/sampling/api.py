@@ -232,9 +232,9 @@ def append_and_continue(
     padded = np.zeros((b, to), np.int32)
     width = min(obs.shape[1], to)
     padded[:, :width] = np.where(np.arange(width)[None] < obs_len[:, None], obs[:, :width], 0)
-    length = distributed.read_local(state.length)  # this process's rows only (0 elsewhere)
-    rows = distributed.row_layout(_row_sharding(mesh, rules), b).local
-    end = int(distributed.read_local(state.cache.end)[int(np.argmax(rows))])  # same in every row
+    layout = distributed.row_layout(_row_sharding(mesh, rules), b)
+    length = layout.read(state.length)  # this process's rows only (0 elsewhere)
+    end = int(layout.read(state.cache.end)[int(np.argmax(layout.local))])  # same in every row
     if end + to + 1 > s:
         raise ValueError(
             f"max_total_len={s} too small: the cache holds {end} slots and appending a {to}-slot "
@@ -250,10 +250,7 @@ def append_and_continue(
         model,
         state.replace(cache=None),
         state.cache,
-        *(
-            distributed.put_rows(x, _row_sharding(mesh, rules))
-            for x in (padded, obs_len, res, max_new)
-        ),
+        *(layout.put(x, _row_sharding(mesh, rules)) for x in (padded, obs_len, res, max_new)),
         params=params,
         caps=caps,
         mesh=mesh,
