@@ -19,6 +19,9 @@ SEEDS = flags.DEFINE_list("seeds", None, "Seeds (default 0,1,2; --quick: 0).")
 METHODS = flags.DEFINE_list("methods", None, "Methods to run (default: the claim's list).")
 ROOT = flags.DEFINE_string("root", None, "Grid root (default /tmp/mojax_experiments/<group>).")
 OUT = flags.DEFINE_string("out", None, "Results folder (default docs/results; --quick: root).")
+REPORT_ONLY = flags.DEFINE_bool(
+    "report_only", False, "Run nothing: write the page from the methods whose cells are all done."
+)
 STEPS = flags.DEFINE_integer("steps", None, "RL steps per cell (default: the claim's).")
 
 
@@ -30,6 +33,7 @@ class Settings:
     root: str
     out: str
     steps: int
+    report_only: bool
 
 
 def settings(group: str, steps: int, quick_steps: int, quick_methods: list[str]) -> Settings:
@@ -52,4 +56,5 @@ def settings(group: str, steps: int, quick_steps: int, quick_methods: list[str])
         root=os.path.abspath(root),
         out=os.path.abspath(out),
         steps=STEPS.value or (quick_steps if quick else steps),
+        report_only=REPORT_ONLY.value,
     )

@@ -93,7 +93,15 @@ def _run(argv: list[str], workdir: str) -> float:
     os.makedirs(workdir, exist_ok=True)
     with open(os.path.join(workdir, "cmd.txt"), "w") as f:
         f.write(shell(argv) + "\n")
+    with open(os.path.join(workdir, "commit.txt"), "w") as f:  # the code the cell ran
+        f.write(
+            _git("rev-parse", "HEAD") + ("+dirty" if _git("status", "--porcelain") else "") + "\n"
+        )
+    # one persistent XLA compilation cache for the grid: cells of the same shapes skip recompiling
+    # (the same executables, so the same numbers as an uncached run of the printed command)
+    cache = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(workdir))), "jax_cache")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.setdefault("JAX_COMPILATION_CACHE_DIR", cache)
     python = [sys.executable, *argv[1:]]
     t0 = time.time()
     with open(os.path.join(workdir, "run.log"), "a") as log:
@@ -104,6 +112,11 @@ def _run(argv: list[str], workdir: str) -> float:
         tail = open(os.path.join(workdir, "run.log")).read()[-3000:]
         raise RuntimeError(f"run failed (exit {rc}): {shell(argv)}\n{tail}")
     return time.time() - t0
+
+
+def _git(*args: str) -> str:
+    proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+    return proc.stdout.strip() if proc.returncode == 0 else "unknown"
 
 
 def _done(workdir: str) -> bool:
@@ -151,6 +164,35 @@ def run_grid(grid: Grid, methods: list[Method]) -> dict[str, dict[int, list[dict
         for seed in grid.seeds:
             ensure_sft(grid, seed)
     return {m.name: {seed: run_cell(grid, m, seed) for seed in grid.seeds} for m in methods}
+
+
+def finished(grid: Grid, methods: list[Method]) -> tuple[dict, list[Method]]:
+    """Without running anything: ``({method: {seed: rows}}`` of the methods whose every seed is
+    done, ``[methods with a cell not done]``) (``--report_only``)."""
+    done, missing = {}, []
+    for m in methods:
+        if all(_done(cell_dir(grid, m.name, s)) for s in grid.seeds):
+            done[m.name] = {s: read_metrics(cell_dir(grid, m.name, s)) for s in grid.seeds}
+        else:
+            missing.append(m)
+    return done, missing
+
+
+def run_or_collect(grid: Grid, methods: list[Method], report_only: bool):
+    """``run_grid`` (missing = []), or ``finished`` with ``report_only``."""
+    return finished(grid, methods) if report_only else (run_grid(grid, methods), [])
+
+
+def missing_block(grid: Grid, missing: list[Method]) -> str:
+    """A results-page section naming the methods not run and the commands that run them."""
+    if not missing:
+        return ""
+    cmds = [shell(cell_command(grid, m, s)) for m in missing for s in grid.seeds]
+    names = ", ".join(f"`{m.name}`" for m in missing)
+    return (
+        f"## Not run\n\n{names}: not run in this session's time (every seed is needed for a row). "
+        "Their cells (after the SFT commands above):\n\n```bash\n" + "\n".join(cmds) + "\n```\n"
+    )
 
 
 def select(methods: list[Method], names: list[str] | None) -> list[Method]:

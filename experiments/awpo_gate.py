@@ -21,6 +21,8 @@ from absl import app  # noqa: E402
 
 from experiments import _cli, _grid, _report  # noqa: E402
 
+TITLE = "# AWPO: variance-aware gating vs GRPO on the outcome reward (ToolRL, offline judge)"
+NOT_RUN = ""  # set below
 CLAIM = "awpo_gate"
 M = _grid.Method
 OFF = ("--config.advantage.eps_mix=0.0", "--config.advantage.alpha_prio=1.0")
@@ -28,6 +30,19 @@ METHODS = [
     M("awpo", "configs/awpo.py", warm_start=False),
     M("grpo_outcome", "configs/awpo.py", (*OFF, "--config.advantage.clip_min=0.2"), False),
 ]
+
+
+def memory(s) -> tuple[str, ...]:
+    """The PPO update in 8 micro-batches: the default's single 16-sequence update over the 151,936
+    token vocabulary asks XLA for a 54.6 GB buffer (RESOURCE_EXHAUSTED on a 23 GB machine).
+    ``--quick`` also shrinks the batch (2 prompts x 2 samples, 4 micro-batches) and the held-out
+    split (4)."""
+    if not s.quick:
+        return ("--config.ppo.num_microbatches=8",)
+    quick = ("--config.rollout.prompts_per_step=2", "--config.rollout.num_samples=2")
+    return (*quick, "--config.ppo.num_microbatches=4", "--config.task.num_eval=4")
+
+
 METRICS = {
     "final held-out r_out": _report.last("eval/r_out"),
     "final held-out accuracy": _report.last("eval/accuracy"),
@@ -53,7 +68,7 @@ def verdict(results) -> tuple[str, str]:
     )
 
 
-def page(s, grid, methods, results, plots) -> str:
+def page(s, grid, methods, results, plots, missing) -> str:
     word, reason = verdict(results)
     cmds = [_grid.shell(_grid.cell_command(grid, m, seed)) for seed in grid.seeds for m in methods]
     rel = {k: os.path.relpath(v, s.out) for k, v in plots.items()}
@@ -92,6 +107,8 @@ seeds (ddof = 1). {"**Quick mode: a smoke test, not a result.**" if s.quick else
 The grid: `python experiments/{CLAIM}.py --seeds={",".join(map(str, grid.seeds))} --steps={s.steps}`.
 
 {_report.commands_block(cmds)}
+
+{_grid.missing_block(grid, missing)}
 """
 
 
@@ -99,11 +116,19 @@ def main(argv):
     del argv
     s = _cli.settings("awpo", steps=20, quick_steps=1, quick_methods=["awpo", "grpo_outcome"])
     methods = _grid.select(METHODS, s.methods)
-    grid = _grid.Grid(root=s.root, seeds=s.seeds, rl=(f"--config.steps={s.steps}",))
+    grid = _grid.Grid(root=s.root, seeds=s.seeds, rl=(f"--config.steps={s.steps}", *memory(s)))
     print(
         f"{CLAIM}: {len(methods)} methods x {len(grid.seeds)} seeds under {grid.root}", flush=True
     )
-    results = _grid.run_grid(grid, methods)
+    results, missing = _grid.run_or_collect(grid, methods, s.report_only)
+    methods = [m for m in methods if m.name in results]
+    if not results:  # --report_only before any cell finished
+        page_path = os.path.join(s.out, f"{CLAIM}.md")
+        text = f"{TITLE}\n\n## Verdict: not run yet\n\n{NOT_RUN}\n\n" + _grid.missing_block(
+            grid, missing
+        )
+        print(f"wrote {_report.write_page(page_path, text)}", flush=True)
+        return
     keys = [
         "reward/r_out/mean",
         "reward/r_reason/mean",
@@ -116,7 +141,7 @@ def main(argv):
         )
     }
     path = _report.write_page(
-        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots)
+        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots, missing)
     )
     print(f"wrote {path}", flush=True)
 

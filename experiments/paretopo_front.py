@@ -111,7 +111,9 @@ def verdict(results) -> tuple[str, str]:
     return word, reason + "\n\n" + "\n".join(lines)
 
 
-def page(s: _cli.Settings, grid: _grid.Grid, methods, results, plots: dict[str, str]) -> str:
+def page(
+    s: _cli.Settings, grid: _grid.Grid, methods, results, plots: dict[str, str], missing
+) -> str:
     word, reason = verdict(results)
     cmds = [_grid.shell(_grid.sft_command(grid, seed)) for seed in grid.seeds]
     cmds += [_grid.shell(_grid.cell_command(grid, m, seed)) for seed in grid.seeds for m in methods]
@@ -157,6 +159,8 @@ the same warm start itself). The grid: `python experiments/{CLAIM}.py
 --seeds={",".join(map(str, grid.seeds))} --steps={s.steps}`.
 
 {_report.commands_block(cmds)}
+
+{_grid.missing_block(grid, missing)}
 """
 
 
@@ -168,7 +172,8 @@ def main(argv):
     print(
         f"{CLAIM}: {len(methods)} methods x {len(grid.seeds)} seeds under {grid.root}", flush=True
     )
-    results = _grid.run_grid(grid, methods)
+    results, missing = _grid.run_or_collect(grid, methods, s.report_only)
+    methods = [m for m in methods if m.name in results]
     fig_dir = os.path.join(s.out, CLAIM)
     os.makedirs(fig_dir, exist_ok=True)
     plots = {
@@ -182,7 +187,7 @@ def main(argv):
         ),
     }
     path = _report.write_page(
-        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots)
+        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots, missing)
     )
     print(f"wrote {path}", flush=True)
 

@@ -78,7 +78,7 @@ def verdict(results) -> tuple[str, str]:
     return word, reason + "\n\n" + "\n".join(lines)
 
 
-def page(s, grid, methods, results, plots) -> str:
+def page(s, grid, methods, results, plots, missing) -> str:
     word, reason = verdict(results)
     wm = weight_metrics(results)
     saw_only = {m: r for m, r in results.items() if m.startswith("saw")}
@@ -128,6 +128,8 @@ The grid: `python experiments/{CLAIM}.py --seeds={",".join(map(str, grid.seeds))
 Each cell (see `paretopo_front.md` for what `--config.resume=force` is for):
 
 {_report.commands_block(cmds)}
+
+{_grid.missing_block(grid, missing)}
 """
 
 
@@ -139,7 +141,8 @@ def main(argv):
     print(
         f"{CLAIM}: {len(methods)} methods x {len(grid.seeds)} seeds under {grid.root}", flush=True
     )
-    results = _grid.run_grid(grid, methods)
+    results, missing = _grid.run_or_collect(grid, methods, s.report_only)
+    methods = [m for m in methods if m.name in results]
     fig_dir = os.path.join(s.out, CLAIM)
     curve_keys = ["reward/r_task/mean", "reward/r_tool/mean", "eval/r_task", "eval/r_tool"]
     saw_only = {m: r for m, r in results.items() if m.startswith("saw")} or results
@@ -153,7 +156,7 @@ def main(argv):
         ),
     }
     path = _report.write_page(
-        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots)
+        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots, missing)
     )
     print(f"wrote {path}", flush=True)
 

@@ -20,6 +20,8 @@ from absl import app  # noqa: E402
 
 from experiments import _cli, _grid, _report  # noqa: E402
 
+TITLE = "# VPO: best@k against k on the maze"
+NOT_RUN = ""  # set below
 CLAIM = "vpo_bestk"
 POOL = 4
 KS = tuple(range(1, POOL + 1))
@@ -62,7 +64,7 @@ def verdict(results) -> tuple[str, str]:
     )
 
 
-def page(s, grid, methods, results, plots) -> str:
+def page(s, grid, methods, results, plots, missing) -> str:
     word, reason = verdict(results)
     cmds = [_grid.shell(_grid.cell_command(grid, m, seed)) for seed in grid.seeds for m in methods]
     rel = {k: os.path.relpath(v, s.out) for k, v in plots.items()}
@@ -102,6 +104,8 @@ seeds (ddof = 1). {"**Quick mode: a smoke test, not a result.**" if s.quick else
 The grid: `python experiments/{CLAIM}.py --seeds={",".join(map(str, grid.seeds))} --steps={s.steps}`.
 
 {_report.commands_block(cmds)}
+
+{_grid.missing_block(grid, missing)}
 """
 
 
@@ -139,10 +143,18 @@ def main(argv):
     print(
         f"{CLAIM}: {len(methods)} methods x {len(grid.seeds)} seeds under {grid.root}", flush=True
     )
-    results = _grid.run_grid(grid, methods)
+    results, missing = _grid.run_or_collect(grid, methods, s.report_only)
+    methods = [m for m in methods if m.name in results]
+    if not results:  # --report_only before any cell finished
+        page_path = os.path.join(s.out, f"{CLAIM}.md")
+        text = f"{TITLE}\n\n## Verdict: not run yet\n\n{NOT_RUN}\n\n" + _grid.missing_block(
+            grid, missing
+        )
+        print(f"wrote {_report.write_page(page_path, text)}", flush=True)
+        return
     plots = {"bestk": plot_bestk(results, os.path.join(s.out, CLAIM, "bestk.png"))}
     path = _report.write_page(
-        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots)
+        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots, missing)
     )
     print(f"wrote {path}", flush=True)
 
