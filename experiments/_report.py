@@ -13,6 +13,11 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+PAIRED_NOTE = (
+    "Δ is the mean over seeds of the per-seed difference (cells of one seed share its warm start or "
+    "initialisation), SE its standard error; 2 SE is a lenient screen with 3 seeds (a two-sided 95% "
+    "t-test on 2 degrees of freedom needs 4.30 SE)."
+)
 Results = Mapping[str, Mapping[int, list[dict]]]
 Metric = Callable[[list[dict]], float]
 
@@ -150,10 +155,13 @@ def write_page(path: str, text: str) -> str:
 
 
 def difference(a: list[float], b: list[float]) -> tuple[float, float]:
-    """``mean(a) - mean(b)`` and its standard error ``sqrt(s_a^2/n_a + s_b^2/n_b)`` over seeds; a
-    gap counts as beyond seed noise here when it exceeds twice that error."""
-    (ma, sa), (mb, sb) = mean_std(a), mean_std(b)
-    return ma - mb, math.sqrt(sa**2 / len(a) + sb**2 / len(b))
+    """Paired over seeds (cell i of both methods shares seed i: the same SFT warm start or init):
+    ``mean(a - b)`` and its standard error ``std(a - b, ddof=1) / sqrt(n)`` (0 for one seed). A gap
+    counts as beyond seed noise here when it exceeds twice that error: a lenient screen with 3
+    seeds (a two-sided 95% t-test on 2 degrees of freedom needs 4.30 SE)."""
+    d = np.asarray(a, float) - np.asarray(b, float)
+    se = float(d.std(ddof=1) / math.sqrt(len(d))) if len(d) > 1 else 0.0
+    return float(d.mean()), se
 
 
 def verdict_word(diffs: list[tuple[float, float]]) -> str:

@@ -22,7 +22,25 @@ from absl import app  # noqa: E402
 from experiments import _cli, _grid, _report  # noqa: E402
 
 TITLE = "# AWPO: variance-aware gating vs GRPO on the outcome reward (ToolRL, offline judge)"
-NOT_RUN = ""  # set below
+NOT_RUN = """\
+The 3-seed grid (`python experiments/awpo_gate.py`: `awpo` and `grpo_outcome` x seeds 0, 1, 2 x 20
+RL steps) was not run in this session: the calculator grid (ParetoPO and SAW claims, higher in
+issue 15's order) took the session's CPU time, and an AWPO cell is the most expensive one here (the
+tiny model's output layer spans the real Qwen2 vocabulary of 151,936 tokens; the first RL step of
+`--quick`, compilation included, took 224 s with 4 sequences).
+
+It would most likely show nothing at this scale. In `--quick` mode (seed 0, 1 RL step,
+2026-11-25) the randomly initialised model scored `r_out = 0` and `r_reason = 0` on every training
+and held-out sample of both methods: every group is constant, so every advantage is 0 and neither
+method gets a gradient (AWPO's gate counts as open, `gate_frac = 1`, but with weight `w_g = r_g = 0`;
+clip radius 0.2). A meaningful AWPO comparison needs a warm start that gives non-zero, varying
+outcome rewards, e.g. SFT on `../shared/data/toolrl/rlla_sft.json`; `defaults.apply_common_args`
+turns the SFT warm start off for every non-calculator task of the tiny model (`c.sft.steps = 0`),
+so that is a change to the configs, not to this script.
+
+The default `configs/awpo.py` run itself does not fit this 23 GB machine: its 16-sequence PPO
+update asks XLA for a 54.6 GB buffer (`RESOURCE_EXHAUSTED`); the cells below update in 8
+micro-batches (`--config.ppo.num_microbatches=8`)."""
 CLAIM = "awpo_gate"
 M = _grid.Method
 OFF = ("--config.advantage.eps_mix=0.0", "--config.advantage.alpha_prio=1.0")
@@ -84,7 +102,7 @@ warm start: there is no tiny warm start for ToolRL), 4 prompts × 4 samples per 
 up to 32 tokens, the offline overlap judge, **{s.steps} RL steps**, held-out evaluation on 8
 problems. `grpo_outcome` = the same config with every AWPO part off (see the script's docstring).
 Grid: {len(methods)} methods × {len(grid.seeds)} seeds {list(grid.seeds)}. ± is the sample std over
-seeds (ddof = 1). {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
+seeds (ddof = 1). {_report.PAIRED_NOTE} {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
 
 ## Verdict: {word}
 

@@ -93,16 +93,26 @@ def verdict(results) -> tuple[str, str]:
     base = [b for b in BASELINES if b in results]
     diffs, lines = [], []
     mine = _report.values(results, "paretopo", hv)
-    acc = _report.values(results, "paretopo", _report.last("eval/accuracy"))
     for b in base:
         d, se = _report.difference(mine, _report.values(results, b, hv))
-        da, sea = _report.difference(acc, _report.values(results, b, _report.last("eval/accuracy")))
         diffs.append((d, se))
+        gaps = []
+        for key, label in ((OBJ[0], "accuracy"), (OBJ[1], "r_tool")):
+            f = _report.last(key)
+            dk, sek = _report.difference(
+                _report.values(results, "paretopo", f), _report.values(results, b, f)
+            )
+            gaps.append((dk, f"Δ final {label} = {dk:+.4f} (2 SE = {2 * sek:.4f})"))
+        dominates = all(dk >= 0 for dk, _ in gaps) and any(dk > 0 for dk, _ in gaps)
         lines.append(
-            f"- vs `{b}`: ΔHV = {d:+.4f} (2 SE = {2 * se:.4f}), Δ final accuracy = {da:+.3f} "
-            f"(2 SE = {2 * sea:.3f})"
+            f"- vs `{b}`: ΔHV = {d:+.4f} (2 SE = {2 * se:.4f}); {gaps[0][1]}; {gaps[1][1]}; "
+            f"ParetoPO's mean final point {'dominates' if dominates else 'does not dominate'} "
+            "the baseline's."
         )
     word = _report.verdict_word(diffs) if base else "inconclusive"
+    for k, label in ((2.0, "2 SE"), (4.30, "4.30 SE (a 95% t-test with 3 seeds)")):
+        over = [b for b, (d, se) in zip(base, diffs) if d > k * se]
+        lines.append(f"- ParetoPO's HV above the baseline's by more than {label}: {over or 'none'}")
     reason = {
         "reproduced": "ParetoPO's hypervolume exceeds every baseline's by more than 2 SE.",
         "not reproduced": "a baseline's hypervolume exceeds ParetoPO's by more than 2 SE.",
@@ -130,7 +140,7 @@ warm start per seed ({"20" if s.quick else "500"} steps, `configs/sft.py`), then
 {list(grid.seeds)}. Held-out evaluation: {"16" if s.quick else "128"} problems × 4 samples at
 temperature 1 every {"1" if s.quick else "10"} steps. Hypervolume: `mojax.pareto.hypervolume` of
 the (accuracy, r_tool) points of each run's evaluated RL checkpoints (steps > 0) against the fixed
-reference {REF}. ± is the sample std over seeds (ddof = 1).
+reference {REF}. ± is the sample std over seeds (ddof = 1). {_report.PAIRED_NOTE}
 {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
 
 ## Verdict: {word}

@@ -97,7 +97,7 @@ Setting: the calculator grid shared with the ParetoPO claim (tiny Qwen3, one SFT
 static weights w = (0.6, 0.4) for GRPO / GDPO. Grid: {len(methods)} methods × {len(grid.seeds)}
 seeds {list(grid.seeds)}. The issue suggests a third, format objective; this grid uses the
 calculator's two objectives as they are (no format objective was added). ± is the sample std over
-seeds (ddof = 1). The verdict compares the unweighted mean of the final held-out objectives.
+seeds (ddof = 1). {_report.PAIRED_NOTE} The verdict compares the unweighted mean of the final held-out objectives.
 {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
 
 ## Verdict: {word}

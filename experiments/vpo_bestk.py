@@ -21,7 +21,20 @@ from absl import app  # noqa: E402
 from experiments import _cli, _grid, _report  # noqa: E402
 
 TITLE = "# VPO: best@k against k on the maze"
-NOT_RUN = ""  # set below
+NOT_RUN = """\
+The 3-seed grid (`python experiments/vpo_bestk.py`: `vpo`, `grpo` and `multi_rlvr` x seeds 0, 1, 2
+x 20 RL steps) was not run in this session: the calculator grid (ParetoPO and SAW claims, higher in
+issue 15's order) took the session's CPU time.
+
+The maze cannot be learned in this setting, and that is measured, not assumed. In `--quick` mode
+(seed 0, 1 RL step, 2026-11-25) the randomly initialised tiny model wrote no parseable route:
+`eval/valid_fraction = 0` and every objective, best@k and E_w[best@k] (k = 1..4) is 0 for both VPO
+and GRPO, before and after the step. With every reward 0, every advantage is 0, so no estimator can
+move the policy: more RL steps would not change these numbers. The issue's fallback applies: the
+maze needs the SFT warm start on BFS routes (direct, via gold, via diamond) that issue 15 describes,
+and mojax has no maze demonstrations yet (`mojax/rl/sft_data.py` builds SFT data for the calculator
+and for files of gold responses; `MazeTask.load` takes a split name, not a file), so this is a
+change outside `experiments/`."""
 CLAIM = "vpo_bestk"
 POOL = 4
 KS = tuple(range(1, POOL + 1))
@@ -81,7 +94,7 @@ maze (2 chains × 2 answers; GRPO: 4 single answers). **No SFT warm start**: moj
 demonstrations (`mojax/rl/sft_data.py` builds SFT data for the calculator and for files of gold
 responses only), so the issue's BFS-route warm start could not be run here.
 Grid: {len(methods)} methods × {len(grid.seeds)} seeds {list(grid.seeds)}. ± is the sample std over
-seeds (ddof = 1). {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
+seeds (ddof = 1). {_report.PAIRED_NOTE} {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
 
 ## Verdict: {word}
 
