@@ -191,7 +191,8 @@ def missing_block(grid: Grid, missing: list[Method]) -> str:
     names = ", ".join(f"`{m.name}`" for m in missing)
     return (
         f"## Not run\n\n{names}: not run in this session's time (every seed is needed for a row). "
-        "Their cells (after the SFT commands above):\n\n```bash\n" + "\n".join(cmds) + "\n```\n"
+        f"Their cells{' (after the SFT commands above)' if missing[0].warm_start else ''}:"
+        "\n\n```bash\n" + "\n".join(cmds) + "\n```\n"
     )
 
 

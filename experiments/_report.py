@@ -172,3 +172,12 @@ def verdict_word(diffs: list[tuple[float, float]]) -> str:
     if any(d < -2 * se for d, se in diffs):
         return "not reproduced"
     return "inconclusive"
+
+
+def screen_lines(names: list[str], diffs: list[tuple[float, float]], what: str) -> list[str]:
+    """Which of ``names`` (one paired gap each) ``what`` exceeds by more than 2 SE and 4.30 SE."""
+    out = []
+    for k, label in ((2.0, "2 SE"), (4.30, "4.30 SE (a 95% t-test with 3 seeds)")):
+        over = [n for n, (d, se) in zip(names, diffs) if d > k * se]
+        out.append(f"- {what} by more than {label}: {', '.join(over) or 'none'}")
+    return out

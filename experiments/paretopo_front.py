@@ -110,13 +110,12 @@ def verdict(results) -> tuple[str, str]:
             "the baseline's."
         )
     word = _report.verdict_word(diffs) if base else "inconclusive"
-    for k, label in ((2.0, "2 SE"), (4.30, "4.30 SE (a 95% t-test with 3 seeds)")):
-        over = [b for b, (d, se) in zip(base, diffs) if d > k * se]
-        lines.append(f"- ParetoPO's HV above the baseline's by more than {label}: {over or 'none'}")
+    lines += _report.screen_lines(base, diffs, "ParetoPO's HV is above these baselines'")
     reason = {
         "reproduced": "ParetoPO's hypervolume exceeds every baseline's by more than 2 SE.",
         "not reproduced": "a baseline's hypervolume exceeds ParetoPO's by more than 2 SE.",
-        "inconclusive": "no hypervolume gap to a baseline exceeds 2 SE (seed noise).",
+        "inconclusive": "ParetoPO's hypervolume is not above every baseline's by more than 2 SE, "
+        "and no baseline's is above ParetoPO's by more than 2 SE.",
     }[word]
     return word, reason + "\n\n" + "\n".join(lines)
 

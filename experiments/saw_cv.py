@@ -70,11 +70,23 @@ def verdict(results) -> tuple[str, str]:
                 f"- `{saw}` − `{base}`: Δ (r_task + r_tool)/2 = {d:+.4f} (2 SE = {2 * se:.4f})"
             )
     word = _report.verdict_word(diffs) if diffs else "inconclusive"
+    names = [f"{saw} over {base}" for saw, base in PAIRS if saw in results and base in results]
+    lines += _report.screen_lines(names, diffs, "the SAW variant is above its base")
     reason = {
         "reproduced": "each SAW variant beats its static-weight base by more than 2 SE.",
         "not reproduced": "a static-weight base beats its SAW variant by more than 2 SE.",
-        "inconclusive": "no gap between a SAW variant and its base exceeds 2 SE (seed noise).",
+        "inconclusive": "not every SAW variant beats its base by more than 2 SE, and no base "
+        "beats its SAW variant by more than 2 SE.",
     }[word]
+    for saw, _ in PAIRS:
+        keys = [k for k in weight_keys(results) if "/weight/" in k]
+        if saw in results and keys:
+            mean = [
+                _report.mean_std(_report.values(results, saw, _report.mean_tail(k, 10**9)))[0]
+                for k in keys
+            ]
+            named = ", ".join(f"{k.rsplit('/', 1)[1]} {w:.3f}" for k, w in zip(keys, mean))
+            lines.append(f"- `{saw}`'s CV weights, mean over steps and seeds: {named}")
     return word, reason + "\n\n" + "\n".join(lines)
 
 
