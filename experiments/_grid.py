@@ -3,14 +3,16 @@
 Layout under ``root``::
 
     root/sft/s<seed>/            the shared SFT warm start of that seed (configs/sft.py)
-    root/<method>/s<seed>/       one RL run: metrics.jsonl, run.log, cmd.txt, done
+    root/<method>/s<seed>/       one RL run: metrics.jsonl, run.log, cmd.txt, commit.txt, done
+    root/jax_cache/              the XLA compilation cache the cells share
 
 Every cell is ``python -m mojax.main --config=... --workdir=root/<method>/s<seed> --config.seed=<seed>
 ...``, run under ``nice -n 10``, one cell at a time. A cell whose workdir holds ``done`` is skipped,
 so a grid resumes where it stopped. Before a cell starts, the SFT warm start of its seed
 (``checkpoints_sft``, trained once by a ``configs/sft.py`` run with the same SFT keys) is copied into
 its workdir; ``mojax.rl.warm_start.sft`` then restores it instead of training, which the cell's
-missing ``sft_metrics.jsonl`` shows (checked after the run). Because a workdir that already holds a
+log (no ``SFT i/N loss`` line) and missing ``sft_metrics.jsonl`` show (checked after the run). The
+self-built tokenizer is rebuilt by each cell (deterministic in the config and seed). Because a workdir that already holds a
 checkpoint and no ``config.json`` is refused by ``mojax.workdir``, cells run with
 ``--config.resume=force``: in an empty workdir (a rerun of the printed command elsewhere) that
 flag changes nothing and the cell trains its own, identical, warm start.
