@@ -120,6 +120,44 @@ def verdict(results) -> tuple[str, str]:
     return word, reason + "\n\n" + "\n".join(lines)
 
 
+ABLATIONS = {
+    "paretopo_wo_dyn": "w/o dynamic weighting (`paretopo.dynamic_weighting=false`: r_pareto = 1)",
+    "paretopo_wo_rank": "w/o Pareto ranking (`paretopo.pareto_ranking=false`: Stage 1 only)",
+    "paretopo_norm_none": "Stage 2 `normalize=none` (the paper's Theorem 3.5 form)",
+    "paretopo_norm_center": "Stage 2 `normalize=center`",
+}
+
+
+def ablations(results) -> str:
+    """Each ablation against full ParetoPO (Stage 2 ``normalize=zscore``), paired by seed."""
+    if "paretopo" not in results:
+        return "(ParetoPO was not in this grid.)"
+    lines = []
+    for name, what in ABLATIONS.items():
+        if name not in results:
+            continue
+        d, se = _report.difference(
+            _report.values(results, name, hv), _report.values(results, "paretopo", hv)
+        )
+        f = _report.last("eval/accuracy")
+        da, sea = _report.difference(
+            _report.values(results, name, f), _report.values(results, "paretopo", f)
+        )
+        evals = [
+            [r for r in results[m][s] if "eval/accuracy" in r]
+            for m in (name, "paretopo")
+            for s in results[m]
+        ]
+        n = len(results[name])
+        same = all(a == b for a, b in zip(evals[:n], evals[n:]))
+        lines.append(
+            f"- `{name}`, {what}: ΔHV = {d:+.4f} (2 SE = {2 * se:.4f}), Δ final accuracy = "
+            f"{da:+.4f} (2 SE = {2 * sea:.4f})"
+            + ("; **every evaluation of every seed is identical to ParetoPO's**" if same else "")
+        )
+    return "\n".join(lines) or "(no ablation in this grid)"
+
+
 def page(
     s: _cli.Settings, grid: _grid.Grid, methods, results, plots: dict[str, str], missing
 ) -> str:
@@ -145,6 +183,10 @@ reference {REF}. ± is the sample std over seeds (ddof = 1). {_report.PAIRED_NOT
 ## Verdict: {word}
 
 {reason}
+
+## Ablations (minus full ParetoPO, paired by seed)
+
+{ablations(results)}
 
 ## Mean ± std over seeds
 
