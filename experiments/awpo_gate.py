@@ -34,9 +34,10 @@ It would most likely show nothing at this scale. In `--quick` mode (seed 0, 1 RL
 and held-out sample of both methods: every group is constant, so every advantage is 0 and neither
 method gets a gradient (AWPO's gate counts as open, `gate_frac = 1`, but with weight `w_g = r_g = 0`;
 clip radius 0.2). A meaningful AWPO comparison needs a warm start that gives non-zero, varying
-outcome rewards, e.g. SFT on `../shared/data/toolrl/rlla_sft.json`; `defaults.apply_common_args`
-turns the SFT warm start off for every non-calculator task of the tiny model (`c.sft.steps = 0`),
-so that is a change to the configs, not to this script.
+outcome rewards, e.g. SFT on `../shared/data/toolrl/rlla_sft.json`. The tiny default turns the warm
+start off for every non-calculator task (`defaults.apply_common_args`: `c.sft.steps = 0`);
+`--config.sft.steps=N --config.sft.data_path=../shared/data/toolrl/rlla_sft.json` would turn it
+back on (not tried here: an SFT over the 151,936-token vocabulary is itself costly on this CPU).
 
 The default `configs/awpo.py` run itself does not fit this 23 GB machine: its 16-sequence PPO
 update asks XLA for a 54.6 GB buffer (`RESOURCE_EXHAUSTED`); the cells below update in 8
