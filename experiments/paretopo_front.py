@@ -158,6 +158,28 @@ def ablations(results) -> str:
     return "\n".join(lines) or "(no ablation in this grid)"
 
 
+def stage1_notes(grid: _grid.Grid, results) -> str:
+    """What ParetoPO's Stage 1 did: its archive hypervolume and r_pareto, and mojax's own warning
+    when r_pareto cannot act (read from the cells' logs)."""
+    if "paretopo" not in results:
+        return ""
+    hvs = [_report.series(rows, "pareto/hv")[1] for rows in results["paretopo"].values()]
+    rp = [_report.series(rows, "pareto/r_pareto")[1] for rows in results["paretopo"].values()]
+    out = [
+        f"- Stage-1 archive hypervolume `pareto/hv`: max over steps and seeds "
+        f"{max((max(h) for h in hvs if h), default=float('nan')):.4f}; last `pareto/r_pareto` "
+        f"per seed: {[round(r[-1], 4) for r in rp if r]}."
+    ]
+    log = os.path.join(_grid.cell_dir(grid, "paretopo", grid.seeds[0]), "run.log")
+    text = open(log, encoding="utf-8").read() if os.path.isfile(log) else ""
+    warn = [x for x in text.splitlines() if "r_pareto is a uniform positive scale" in x]
+    if warn:
+        out.append(
+            "- mojax warns in every ParetoPO cell's log: `" + warn[0].split("] ", 1)[-1] + "`"
+        )
+    return "\n".join(out)
+
+
 def page(
     s: _cli.Settings, grid: _grid.Grid, methods, results, plots: dict[str, str], missing
 ) -> str:
@@ -187,6 +209,10 @@ reference {REF}. ± is the sample std over seeds (ddof = 1). {_report.PAIRED_NOT
 ## Ablations (minus full ParetoPO, paired by seed)
 
 {ablations(results)}
+
+## ParetoPO's Stage 1 in these runs
+
+{stage1_notes(grid, results)}
 
 ## Mean ± std over seeds
 
