@@ -174,9 +174,8 @@ def stage1_notes(grid: _grid.Grid, results) -> str:
     text = open(log, encoding="utf-8").read() if os.path.isfile(log) else ""
     warn = [x for x in text.splitlines() if "r_pareto is a uniform positive scale" in x]
     if warn:
-        out.append(
-            "- mojax warns in every ParetoPO cell's log: `" + warn[0].split("] ", 1)[-1] + "`"
-        )
+        msg = warn[0].split("] ", 1)[-1]
+        out.append(f"- mojax warns in the seed-{grid.seeds[0]} ParetoPO cell's log: `{msg}`")
     return "\n".join(out)
 
 
