@@ -144,7 +144,7 @@ def ablations(results) -> str:
             _report.values(results, name, f), _report.values(results, "paretopo", f)
         )
         evals = [
-            [r for r in results[m][s] if "eval/accuracy" in r]
+            [{k: v for k, v in r.items() if k.startswith("eval/")} for r in results[m][s]]
             for m in (name, "paretopo")
             for s in results[m]
         ]
