@@ -185,6 +185,24 @@ def run_or_collect(grid: Grid, methods: list[Method], report_only: bool):
     return finished(grid, methods) if report_only else (run_grid(grid, methods), [])
 
 
+def run_claim(claim: str, grid: Grid, methods: list[Method], report_only: bool):
+    """Runs (or, with ``report_only``, collects) a claim's grid.
+
+    Returns:
+      ``(methods with results, results, missing methods)``.
+    """
+    print(
+        f"{claim}: {len(methods)} methods x {len(grid.seeds)} seeds under {grid.root}", flush=True
+    )
+    results, missing = run_or_collect(grid, methods, report_only)
+    return [m for m in methods if m.name in results], results, missing
+
+
+def not_run_text(title: str, not_run: str, grid: Grid, missing: list[Method]) -> str:
+    """The page of a claim none of whose cells has finished: what is needed, and the commands."""
+    return f"{title}\n\n## Verdict: not run yet\n\n{not_run}\n\n" + missing_block(grid, missing)
+
+
 def missing_block(grid: Grid, missing: list[Method]) -> str:
     """A results-page section naming the methods not run and the commands that run them."""
     if not missing:

@@ -245,11 +245,7 @@ def main(argv):
     s = _cli.settings("calculator", steps=40, quick_steps=2, quick_methods=["paretopo", "grpo"])
     methods = _grid.select([m for m in _calculator.METHODS if m.name in NAMES], s.methods or NAMES)
     grid = _calculator.grid(s)
-    print(
-        f"{CLAIM}: {len(methods)} methods x {len(grid.seeds)} seeds under {grid.root}", flush=True
-    )
-    results, missing = _grid.run_or_collect(grid, methods, s.report_only)
-    methods = [m for m in methods if m.name in results]
+    methods, results, missing = _grid.run_claim(CLAIM, grid, methods, s.report_only)
     fig_dir = os.path.join(s.out, CLAIM)
     os.makedirs(fig_dir, exist_ok=True)
     plots = {

@@ -150,11 +150,7 @@ def main(argv):
     s = _cli.settings("calculator", steps=40, quick_steps=2, quick_methods=["saw_grpo", "grpo"])
     methods = _grid.select([m for m in _calculator.METHODS if m.name in NAMES], s.methods or NAMES)
     grid = _calculator.grid(s)
-    print(
-        f"{CLAIM}: {len(methods)} methods x {len(grid.seeds)} seeds under {grid.root}", flush=True
-    )
-    results, missing = _grid.run_or_collect(grid, methods, s.report_only)
-    methods = [m for m in methods if m.name in results]
+    methods, results, missing = _grid.run_claim(CLAIM, grid, methods, s.report_only)
     fig_dir = os.path.join(s.out, CLAIM)
     curve_keys = ["reward/r_task/mean", "reward/r_tool/mean", "eval/r_task", "eval/r_tool"]
     saw_only = {m: r for m, r in results.items() if m.startswith("saw")} or results

@@ -153,16 +153,10 @@ def main(argv):
     grid = _grid.Grid(
         root=s.root, seeds=s.seeds, rl=(f"--config.steps={s.steps}", f"--config.eval.ks={ks}")
     )
-    print(
-        f"{CLAIM}: {len(methods)} methods x {len(grid.seeds)} seeds under {grid.root}", flush=True
-    )
-    results, missing = _grid.run_or_collect(grid, methods, s.report_only)
-    methods = [m for m in methods if m.name in results]
+    methods, results, missing = _grid.run_claim(CLAIM, grid, methods, s.report_only)
     if not results:  # --report_only before any cell finished
         page_path = os.path.join(s.out, f"{CLAIM}.md")
-        text = f"{TITLE}\n\n## Verdict: not run yet\n\n{NOT_RUN}\n\n" + _grid.missing_block(
-            grid, missing
-        )
+        text = _grid.not_run_text(TITLE, NOT_RUN, grid, missing)
         print(f"wrote {_report.write_page(page_path, text)}", flush=True)
         return
     plots = {"bestk": plot_bestk(results, os.path.join(s.out, CLAIM, "bestk.png"))}
