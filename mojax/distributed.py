@@ -268,13 +268,10 @@ def put_rows(value: np.ndarray, sharding: Any) -> Any:
     value = np.asarray(value)
     if sharding is None or process_count() == 1:
         return jax.numpy.asarray(value)
-    index = sharding.addressable_devices_indices_map(value.shape)
-    starts = sorted({(idx[0].start or 0) for idx in index.values()})
-    stops = sorted({(idx[0].stop or value.shape[0]) for idx in index.values()})
-    lo, hi = starts[0], stops[-1]
     rows = np.zeros(value.shape[0], bool)
-    for idx in index.values():
+    for idx in sharding.addressable_devices_indices_map(value.shape).values():
         rows[idx[0]] = True
+    lo, hi = np.flatnonzero(rows)[[0, -1]] + (0, 1)
     if not rows[lo:hi].all():  # this process's rows are not one block: per-device callback
         return jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])
     return jax.make_array_from_process_local_data(sharding, value[lo:hi], value.shape)

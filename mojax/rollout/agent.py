@@ -249,7 +249,7 @@ def run_rollout(
             counters["decode_calls"] += 1
     finally:
         runner.close()
-    view = DecodeView.of(out, layout)
+    # ``view`` is the last decode call's: the loop ends right after reading it
     return _result(spec, rows, view, out, tokenizer, _counters(counters, layout), g, layout)
 
 
