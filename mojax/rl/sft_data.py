@@ -2,6 +2,8 @@
 
 * calculator: the generated mixed-behaviour transcripts (``sft_demonstrations``), tool observations
   masked out of the loss;
+* maze: BFS-solver routes (direct, via gold, via diamond; ``mojax.tasks.maze_sft``) after the
+  task's own prompt, single-answer or ``task.num_answers`` routes as the RL run prompts for;
 * file-backed tasks with gold responses (ToolRL's ``rlla_sft.json``): the chat-template prompt, then
   the gold response and the end-of-turn token (loss on the response only).
 """
@@ -25,6 +27,8 @@ def sft_arrays(config, task: Task, tokenizer, train_examples) -> tuple[np.ndarra
             train_examples[:n], seed=int(config.seed), behaviours=dict(config.sft.behaviours)
         )
         rows = [tokenize_demo(d, tokenizer, end_token_id=eos) for d in demos]
+    elif config.task.name == "maze":
+        rows = _maze_rows(config, task, tokenizer, train_examples[:n], eos)
     else:
         if not config.sft.data_path:
             raise ValueError(
@@ -44,6 +48,20 @@ def sft_arrays(config, task: Task, tokenizer, train_examples) -> tuple[np.ndarra
         tokens[i, : len(ids)] = ids
         mask[i, : len(m)] = m
     return tokens, mask
+
+
+def _maze_rows(config, task: Task, tokenizer, examples, eos: int):
+    """``(ids, loss_mask)`` per maze: the RL prompt (mask 0), then the demo response and ``eos``."""
+    from mojax.tasks.maze_sft import maze_demonstrations
+
+    s = int(config.task.num_answers)
+    responses = maze_demonstrations([ex.target for ex in examples], s, int(config.seed))
+    rows = []
+    for ex, text in zip(examples, responses):
+        prompt = tokenizer.encode(task.build_prompt(ex, tokenizer, num_answers=s or None))
+        resp = list(tokenizer.encode(text, add_special_tokens=False)) + [eos]
+        rows.append((list(prompt) + resp, [0] * len(prompt) + [1] * len(resp)))
+    return rows
 
 
 def sft_batches(tokens: np.ndarray, mask: np.ndarray, batch_size: int, step: int, seed: int):

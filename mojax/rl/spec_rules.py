@@ -54,7 +54,7 @@ def combination_errors(config: Any) -> list[str]:
     from mojax.tasks.goal import goal_config_errors
 
     c.errors += goal_config_errors(config, task)  # goal-conditioned GRPO (task.goal_conditioned)
-    demos = config.task.name == "calculator" or bool(config.sft.data_path)
+    demos = config.task.name in ("calculator", "maze") or bool(config.sft.data_path)
     c.require(
         config.sft.steps == 0 or demos,
         "sft.steps",
