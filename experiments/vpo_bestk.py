@@ -22,19 +22,8 @@ from experiments import _cli, _grid, _report  # noqa: E402
 
 TITLE = "# VPO: best@k against k on the maze"
 NOT_RUN = """\
-The 3-seed grid (`python experiments/vpo_bestk.py`: `vpo`, `grpo` and `multi_rlvr` x seeds 0, 1, 2
-x 20 RL steps) was not run in this session: the calculator grid (ParetoPO and SAW claims, higher in
-issue 15's order) took the session's CPU time.
-
-The maze cannot be learned in this setting, and that is measured, not assumed. In `--quick` mode
-(seed 0, 1 RL step, 2026-11-25) the randomly initialised tiny model wrote no parseable route:
-`eval/valid_fraction = 0` and every objective, best@k and E_w[best@k] (k = 1..4) is 0 for both VPO
-and GRPO, before and after the step. With every reward 0, every advantage is 0, so no estimator can
-move the policy: more RL steps would not change these numbers. The issue's fallback applies: the
-maze needs the SFT warm start on BFS routes (direct, via gold, via diamond) that issue 15 describes,
-and mojax has no maze demonstrations yet (`mojax/rl/sft_data.py` builds SFT data for the calculator
-and for files of gold responses; `MazeTask.load` takes a split name, not a file), so this is a
-change outside `experiments/`."""
+The 3-seed grid (`python experiments/vpo_bestk.py`: `vpo`, `grpo` and `multi_rlvr` x seeds 0, 1, 2,
+each after the seed's BFS-route SFT warm start) has not finished yet: no cell is done."""
 CLAIM = "vpo_bestk"
 POOL = 4
 KS = tuple(range(1, POOL + 1))
@@ -44,11 +33,34 @@ SINGLE = (
     "--config.task.num_answers=0",
     f"--config.eval.num_samples={POOL}",
 )
+BASELINE = "configs/vpo.py:estimator=multi_rlvr"
+# one warm start per seed for all three: the maze SFT teaches both the single-answer and the
+# S = 2 route format, over a vocabulary trained on both prompt layouts (mojax.tasks.maze_sft)
 METHODS = [
-    M("vpo", "configs/vpo.py", warm_start=False),
-    M("grpo", "configs/vpo.py:estimator=multi_rlvr", SINGLE, warm_start=False),
-    M("multi_rlvr", "configs/vpo.py:estimator=multi_rlvr", warm_start=False),
+    M("vpo", "configs/vpo.py"),
+    M("grpo", BASELINE, SINGLE),
+    M("multi_rlvr", BASELINE),
 ]
+
+
+def warm_start(s) -> tuple[str, ...]:
+    """The keys every SFT run and cell share: 1000 training mazes (each a single-answer and a
+    2-route demonstration), the warm start's schedule, a 512-piece vocabulary (the prompt is ~395 tokens instead of ~595 with
+    the default 256), room for two routes (<= 74 tokens), and the held-out mazes."""
+    steps, batch, held_out = (4, 4, 4) if s.quick else (SFT_STEPS, SFT_BATCH, HELD_OUT)
+    return (
+        "--config.task.num_train=1000",
+        "--config.sft.num_examples=1000",
+        f"--config.sft.steps={steps}",
+        f"--config.sft.batch_size={batch}",
+        "--config.tokenizer.vocab_size=512",
+        "--config.rollout.max_new_tokens=80",
+        "--config.rollout.max_response_len=80",
+        f"--config.task.num_eval={held_out}",
+    )
+
+
+SFT_STEPS, SFT_BATCH, HELD_OUT = 300, 32, 32
 METRICS = {
     **{f"best@{k}": _report.last(f"eval/best@{k}") for k in KS},
     **{f"E_w[best@{k}]": _report.last(f"eval/E_w[best@{k}]") for k in KS},
@@ -150,8 +162,15 @@ def main(argv):
     s = _cli.settings("vpo", steps=20, quick_steps=1, quick_methods=["vpo", "grpo"])
     methods = _grid.select(METHODS, s.methods)
     ks = "(" + ",".join(map(str, KS)) + ")"
+    rl = (f"--config.steps={s.steps}", f"--config.eval.ks={ks}")
+    rl += ("--config.rollout.prompts_per_step=4",)
     grid = _grid.Grid(
-        root=s.root, seeds=s.seeds, rl=(f"--config.steps={s.steps}", f"--config.eval.ks={ks}")
+        root=s.root,
+        seeds=s.seeds,
+        common=warm_start(s),
+        rl=rl,
+        sft_config="configs/vpo.py",
+        sft=("--config.steps=0", "--config.eval_every=1"),
     )
     methods, results, missing = _grid.run_claim(CLAIM, grid, methods, s.report_only)
     if not results:  # --report_only before any cell finished

@@ -96,25 +96,56 @@ def test_single_answer_demo_is_an_answer_block_the_task_scores(train_mazes):
         assert task.score(text, _ex(maze))[0] == 1.0
 
 
-def test_sft_arrays_put_the_loss_on_the_response_after_the_rl_prompt(train_mazes, tmp_path):
-    """``sft_arrays`` on the maze: prompt tokens exactly as the rollout builds them (loss 0), then
-    the demonstration and eos (loss 1)."""
-    from mojax.rl import builders, sft_data
+def _built(tmp_path, name, **over):
+    from mojax.rl import builders
 
     cfg = load_config("vpo")
     with cfg.unlocked():
         cfg.task.num_train, cfg.task.num_eval, cfg.sft.num_examples = 8, 2, 8
+        for k, v in over.items():
+            setattr(cfg.task, k, v)
     task = builders.build_task(cfg.task)
     splits = builders.load_splits(task, cfg.task, int(cfg.seed))
-    tok = builders.build_tokenizer(cfg, task, splits, str(tmp_path))
+    tok = builders.build_tokenizer(cfg, task, splits, str(tmp_path / name))
+    return cfg, task, splits, tok
+
+
+def test_sft_arrays_put_the_loss_on_the_response_after_each_prompt(tmp_path):
+    """``sft_arrays`` on the maze: per maze a single-answer row then an S-route row, each the
+    prompt exactly as the rollout builds it (loss 0), then the demonstration and eos (loss 1)."""
+    from mojax.rl import sft_data
+
+    cfg, task, splits, tok = _built(tmp_path, "vpo")
     tokens, mask = sft_data.sft_arrays(cfg, task, tok, splits.train)
-    assert tokens.shape[0] == 8 and tokens.shape == mask.shape
-    demos = maze_demonstrations([ex.target for ex in splits.train], 2, int(cfg.seed))
-    for i, ex in enumerate(splits.train):
-        prompt = tok.encode(task.build_prompt(ex, tok, num_answers=2))
+    assert tokens.shape[0] == 16 and tokens.shape == mask.shape
+    mazes = [ex.target for ex in splits.train]
+    single = maze_demonstrations(mazes, 0, int(cfg.seed))
+    multi = maze_demonstrations(mazes, 2, int(cfg.seed) + 1)
+    for i in range(16):
+        ex = splits.train[i // 2]
+        s = None if i % 2 == 0 else 2
+        demo = single[i // 2] if s is None else multi[i // 2]
+        prompt = tok.encode(task.build_prompt(ex, tok, num_answers=s))
         n = len(prompt)
         assert list(tokens[i, :n]) == prompt and not mask[i, :n].any()
-        resp = tok.encode(demos[i]) + [tok.eos_token_id]
+        resp = tok.encode(demo) + [tok.eos_token_id]
         assert list(tokens[i, n : n + len(resp)]) == resp
         assert mask[i, n : n + len(resp)].all() and not mask[i, n + len(resp) :].any()
-        assert tok.decode(resp[:-1]) == demos[i]
+        assert tok.decode(resp[:-1]) == demo
+
+
+def test_single_answer_and_set_configs_share_the_vocabulary_and_warm_start(tmp_path):
+    """GRPO (``num_answers=0``) and VPO (S = 2) on the maze build the same vocabulary and the same
+    SFT arrays, so one warm-start checkpoint per seed serves both; S = 3 builds another."""
+    from mojax.rl import sft_data
+
+    arrays = {}
+    for name, s in (("grpo", 0), ("vpo", 2), ("vpo3", 3)):
+        cfg, task, splits, tok = _built(tmp_path, name, num_answers=s)
+        pieces = [tok.sp.id_to_piece(i) for i in range(tok.sp.get_piece_size())]
+        arrays[name] = (pieces, *sft_data.sft_arrays(cfg, task, tok, splits.train))
+    (pa, ta, ma), (pb, tb, mb) = arrays["grpo"], arrays["vpo"]
+    assert pa == pb
+    np.testing.assert_array_equal(ta, tb)
+    np.testing.assert_array_equal(ma, mb)
+    assert arrays["vpo3"][1].shape != tb.shape or not np.array_equal(arrays["vpo3"][1], tb)

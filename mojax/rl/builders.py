@@ -200,11 +200,17 @@ def _custom_tool_stop(config, task: Task) -> tuple[str, ...]:
 
 def corpus_texts(config, task: Task, splits: Splits) -> list[str]:
     """Texts the self-built vocabulary is trained on: every prompt (ChatML layout) and, for the
-    calculator, the SFT transcripts (so answers, tags and observations are covered)."""
+    calculator, the SFT transcripts (so answers, tags and observations are covered); for the maze,
+    every prompt in both layouts (``maze_sft.corpus_prompts``)."""
     render = _ChatML()
     s = int(config.task.num_answers) or None
+    examples = splits.train + splits.validation + splits.test
+    if config.task.name == "maze":  # both prompt layouts: one vocabulary for every maze method
+        from mojax.tasks.maze_sft import corpus_prompts
+
+        return corpus_prompts(task, examples, render, int(config.task.num_answers))
     texts = []
-    for ex in splits.train + splits.validation + splits.test:
+    for ex in examples:
         texts.append(task.build_prompt(ex, render, num_answers=s))
     if config.task.name == "calculator":
         from mojax.tasks.calculator import sft_demonstrations

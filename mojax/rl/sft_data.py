@@ -2,8 +2,8 @@
 
 * calculator: the generated mixed-behaviour transcripts (``sft_demonstrations``), tool observations
   masked out of the loss;
-* maze: BFS-solver routes (direct, via gold, via diamond; ``mojax.tasks.maze_sft``) after the
-  task's own prompt, single-answer or ``task.num_answers`` routes as the RL run prompts for;
+* maze: BFS-solver routes (direct, via gold, via diamond; ``mojax.tasks.maze_sft``), a
+  single-answer and an S-route demonstration per maze, each after its own prompt;
 * file-backed tasks with gold responses (ToolRL's ``rlla_sft.json``): the chat-template prompt, then
   the gold response and the end-of-turn token (loss on the response only).
 """
@@ -51,14 +51,14 @@ def sft_arrays(config, task: Task, tokenizer, train_examples) -> tuple[np.ndarra
 
 
 def _maze_rows(config, task: Task, tokenizer, examples, eos: int):
-    """``(ids, loss_mask)`` per maze: the RL prompt (mask 0), then the demo response and ``eos``."""
-    from mojax.tasks.maze_sft import maze_demonstrations
+    """``(ids, loss_mask)``, two per maze (single answer, S routes): the prompt (mask 0), then the
+    demo response and ``eos`` (``maze_sft.demo_pairs``)."""
+    from mojax.tasks.maze_sft import demo_pairs
 
-    s = int(config.task.num_answers)
-    responses = maze_demonstrations([ex.target for ex in examples], s, int(config.seed))
+    pairs = demo_pairs(task, examples, tokenizer, int(config.task.num_answers), int(config.seed))
     rows = []
-    for ex, text in zip(examples, responses):
-        prompt = tokenizer.encode(task.build_prompt(ex, tokenizer, num_answers=s or None))
+    for prompt_text, text in pairs:
+        prompt = tokenizer.encode(prompt_text)
         resp = list(tokenizer.encode(text, add_special_tokens=False)) + [eos]
         rows.append((list(prompt) + resp, [0] * len(prompt) + [1] * len(resp)))
     return rows

@@ -12,6 +12,13 @@ score differently on (completion, gold, diamond, avoid_lava), which is the sprea
 can cover. A single-answer demonstration (``<answer>…</answer>``) is one route drawn uniformly; a
 multi-answer one (``<route_1>…</route_S>``) holds ``S`` different routes in a random order (kinds
 repeat only when ``S > 3``). The demos are a deterministic function of (mazes, seed, S).
+
+**One warm start for every maze method.** The warm start teaches both output formats: each maze
+gives a single-answer demo after the single-route prompt and an ``S``-route demo after the
+``S``-route prompt (``S = task.num_answers``, or 2 for single-answer configs), and the self-built
+vocabulary is trained on both prompt layouts (:func:`corpus_prompts`). A single-answer baseline
+(GRPO, Max@k) and a set method (VPO, Multi-RLVR) with the same ``S`` and seed therefore build the
+same vocabulary and the same warm start, so one SFT checkpoint per seed serves all of them.
 """
 
 from __future__ import annotations
@@ -21,7 +28,15 @@ from collections.abc import Sequence
 
 from mojax.tasks import maze as maze_lib
 
-__all__ = ["ROUTE_KINDS", "demo_routes", "maze_demonstration", "maze_demonstrations"]
+__all__ = [
+    "ROUTE_KINDS",
+    "demo_routes",
+    "maze_demonstration",
+    "maze_demonstrations",
+    "set_size",
+    "corpus_prompts",
+    "demo_pairs",
+]
 
 ROUTE_KINDS = ("direct", "via_gold", "via_diamond")
 
@@ -62,3 +77,30 @@ def maze_demonstrations(mazes: Sequence[maze_lib.Maze], num_answers: int, seed: 
     """One response per maze (``num_answers``: 0 = single answer, else S routes)."""
     rng = random.Random(seed)
     return [maze_demonstration(m, int(num_answers), rng) for m in mazes]
+
+
+def set_size(num_answers: int) -> int:
+    """``S`` of the multi-route layout a maze config's vocabulary and warm start use."""
+    return int(num_answers) or 2
+
+
+def corpus_prompts(task, examples, render, num_answers: int) -> list[str]:
+    """The prompt texts a maze vocabulary is trained on: every example's single-route prompt and
+    its ``set_size(num_answers)``-route prompt, rendered by ``render``'s chat template."""
+    s = set_size(num_answers)
+    return [p for ex in examples for p in (task.build_prompt(ex, render),
+                                           task.build_prompt(ex, render, num_answers=s))]  # fmt: skip
+
+
+def demo_pairs(task, examples, render, num_answers: int, seed: int) -> list[tuple[str, str]]:
+    """``(prompt, response)`` for SFT: per example, the single-answer demo after the single-route
+    prompt, then the ``S``-route demo after the ``S``-route prompt (``S = set_size``)."""
+    s = set_size(num_answers)
+    mazes = [ex.target for ex in examples]
+    single = maze_demonstrations(mazes, 0, seed)
+    multi = maze_demonstrations(mazes, s, seed + 1)
+    out = []
+    for ex, one, many in zip(examples, single, multi):
+        out.append((task.build_prompt(ex, render), one))
+        out.append((task.build_prompt(ex, render, num_answers=s), many))
+    return out
