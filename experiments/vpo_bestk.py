@@ -47,7 +47,7 @@ def warm_start(s) -> tuple[str, ...]:
     """The keys every SFT run and cell share: 1000 training mazes (each a single-answer and a
     2-route demonstration), the warm start's schedule, a 512-piece vocabulary (the prompt is ~395 tokens instead of ~595 with
     the default 256), room for two routes (<= 74 tokens), and the held-out mazes."""
-    steps, batch, held_out = (4, 4, 4) if s.quick else (SFT_STEPS, SFT_BATCH, HELD_OUT)
+    steps, batch, held_out = sft_shape(s)
     return (
         "--config.task.num_train=1000",
         "--config.sft.num_examples=1000",
@@ -61,6 +61,13 @@ def warm_start(s) -> tuple[str, ...]:
 
 
 SFT_STEPS, SFT_BATCH, HELD_OUT = 300, 32, 32
+
+
+def sft_shape(s) -> tuple[int, int, int]:
+    """(SFT steps, SFT batch, held-out mazes); ``--quick``: (4, 4, 4)."""
+    return (4, 4, 4) if s.quick else (SFT_STEPS, SFT_BATCH, HELD_OUT)
+
+
 METRICS = {
     **{f"best@{k}": _report.last(f"eval/best@{k}") for k in KS},
     **{f"E_w[best@{k}]": _report.last(f"eval/E_w[best@{k}]") for k in KS},
@@ -69,9 +76,17 @@ METRICS = {
     ),
     "diversity": _report.last("eval/diversity"),
     "collinearity": _report.last("eval/collinearity"),
-    "accuracy": _report.last("eval/accuracy"),
+    "completion (reaches E)": _report.last("eval/completion"),
+    "valid fraction": _report.last("eval/valid_fraction"),
+    "after SFT: best@1": _report.first("eval/best@1"),
+    f"after SFT: best@{POOL}": _report.first(f"eval/best@{POOL}"),
+    "after SFT: completion": _report.first("eval/completion"),
 }
 GAIN = METRICS["best@4 − best@1"]
+
+
+def GAIN0(rows):  # noqa: N802 - the rise after SFT (step 0), as GAIN
+    return _report.first(f"eval/best@{POOL}")(rows) - _report.first("eval/best@1")(rows)
 
 
 def verdict(results) -> tuple[str, str]:
@@ -81,11 +96,12 @@ def verdict(results) -> tuple[str, str]:
         _report.values(results, "vpo", GAIN), _report.values(results, "grpo", GAIN)
     )
     word = _report.verdict_word([(d, se)])
+    rise0 = {m: _report.mean_std(_report.values(results, m, GAIN0))[0] for m in ("vpo", "grpo")}
     b1 = _report.mean_std(_report.values(results, "vpo", _report.last("eval/best@1")))[0]
     return word, (
-        f"VPO − GRPO in the rise best@{POOL} − best@1: {d:+.4f} (2 SE = {2 * se:.4f}). VPO's "
-        f"best@1 is {_report.fmt(b1, 4)}: a policy that does not reach the goal has little to "
-        "rise with k."
+        f"VPO − GRPO in the rise best@{POOL} − best@1 after RL: {d:+.4f} (2 SE = {2 * se:.4f}, "
+        f"paired by seed). After SFT, before RL, the rises were VPO {_report.fmt(rise0['vpo'], 4)}"
+        f" and GRPO {_report.fmt(rise0['grpo'], 4)}; VPO's final best@1 is {_report.fmt(b1, 4)}."
     )
 
 
@@ -93,18 +109,22 @@ def page(s, grid, methods, results, plots, missing) -> str:
     word, reason = verdict(results)
     cmds = [_grid.shell(_grid.cell_command(grid, m, seed)) for seed in grid.seeds for m in methods]
     rel = {k: os.path.relpath(v, s.out) for k, v in plots.items()}
+    sft_steps, sft_batch, held_out = sft_shape(s)
     return f"""# VPO: best@k against k on the maze
 
 Claim (VPO, arXiv:2605.22817): training on a Dirichlet-scalarised set maximum over S answers makes
 best@k rise faster with k than GRPO on the fixed scalar `w*·r`.
 
-Setting: `configs/vpo.py`'s tiny default: the VPO maze (App. A.1; objectives completion, gold,
-diamond, avoid_lava; `w*` = 0.25 each), a maze-trained sentencepiece vocabulary, a randomly
-initialised tiny Qwen3-architecture model, 2 prompts × 4 samples per step, S = 2 answers,
-**{s.steps} RL steps**, evaluation on 4 mazes at temperature 1 with a pool of {POOL} answers per
-maze (2 chains × 2 answers; GRPO: 4 single answers). **No SFT warm start**: mojax has no maze
-demonstrations (`mojax/rl/sft_data.py` builds SFT data for the calculator and for files of gold
-responses only), so the issue's BFS-route warm start could not be run here.
+Setting: `configs/vpo.py`'s tiny maze recipe: the VPO maze (App. A.1; objectives completion, gold,
+diamond, avoid_lava; `w*` = 0.25 each), a 512-piece sentencepiece vocabulary trained on the maze
+prompts, a tiny Qwen3-architecture model (4 layers, width 128). **Warm start:** SFT on BFS-solver
+routes (`mojax/tasks/maze_sft.py`): per training maze (1000) a single-answer demonstration (one of
+the direct / via-gold / via-diamond routes) and a 2-route demonstration (two different kinds),
+{sft_steps} steps of {sft_batch} sequences, one warm start per seed shared by the three methods (the
+`sft/s<seed>` command below). Then **{s.steps} RL steps** of 4 prompts × 4 samples, S = 2 answers
+(GRPO: single answers), and evaluation on {held_out} held-out mazes at temperature 1 with a pool of
+{POOL} answers per maze (2 chains × 2 answers; GRPO: 4 single answers), before RL (step 0, "after
+SFT") and after.
 Grid: {len(methods)} methods × {len(grid.seeds)} seeds {list(grid.seeds)}. ± is the sample std over
 seeds (ddof = 1). {_report.PAIRED_NOTE} {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
 
@@ -127,6 +147,12 @@ seeds (ddof = 1). {_report.PAIRED_NOTE} {"**Quick mode: a smoke test, not a resu
 ## Commands
 
 The grid: `python experiments/{CLAIM}.py --seeds={",".join(map(str, grid.seeds))} --steps={s.steps}`.
+The shared warm starts (each cell copies its seed's `checkpoints_sft`; a cell's command run in an
+empty workdir trains the identical warm start itself):
+
+{_report.commands_block([_grid.shell(_grid.sft_command(grid, seed)) for seed in grid.seeds])}
+
+The cells:
 
 {_report.commands_block(cmds)}
 
@@ -135,19 +161,22 @@ The grid: `python experiments/{CLAIM}.py --seeds={",".join(map(str, grid.seeds))
 
 
 def plot_bestk(results, path: str) -> str:
-    """best@k and E_w[best@k] against k: mean over seeds, error bars = std."""
+    """best@k and E_w[best@k] against k after RL (solid) and after SFT (dashed): mean over seeds,
+    error bars = std."""
     plt = _report._pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
     for ax, name in zip(axes, ("best@{}", "E_w[best@{}]")):
         for i, m in enumerate(results):
-            stats = [
-                _report.mean_std(_report.values(results, m, _report.last("eval/" + name.format(k))))
-                for k in KS
-            ]
-            mu, sd = zip(*stats)
-            ax.errorbar(KS, mu, yerr=sd, marker="os^D"[i % 4], capsize=3, label=m)
+            for when, style in ((_report.last, "-"), (_report.first, "--")):
+                stats = [
+                    _report.mean_std(_report.values(results, m, when("eval/" + name.format(k))))
+                    for k in KS
+                ]
+                mu, sd = zip(*stats)
+                ax.errorbar(KS, mu, yerr=sd, marker="os^D"[i % 4], capsize=3, ls=style,
+                            color=f"C{i}", label=m if style == "-" else f"{m} (after SFT)")  # fmt: skip
         ax.set_xlabel("k (answers)")
-        ax.set_title(name.format("k") + " at the last step")
+        ax.set_title(name.format("k") + ": after RL (solid), after SFT (dashed)")
         ax.set_xticks(KS)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize="small")
