@@ -43,6 +43,15 @@ The default `configs/awpo.py` run itself does not fit this 23 GB machine: its 16
 update asks XLA for a 54.6 GB buffer (`RESOURCE_EXHAUSTED`); the cells below update in 8
 micro-batches (`--config.ppo.num_microbatches=8`)."""
 CLAIM = "awpo_gate"
+COST = """\
+A cell is the most expensive run of the four claims on this 2-core CPU: the prompts are ~4k tokens
+of tool descriptions and the output layer spans the real Qwen2 vocabulary (151,936 tokens). The
+PPO update projects onto the vocabulary only the chunks of positions that hold response tokens
+(`need` in `mojax/rl/logprobs.py`; before, every one of the ~4k prompt positions was projected).
+Under the load of the concurrent VPO grid the first RL step of the first cell took 599 s,
+compilation included (`time/step_s`; the run was niced and stopped, then the grid rerun with 1 RL
+step per cell). An SFT warm start on `rlla_sft.json` (to get non-zero rewards) would push ~4k-token
+sequences through the same output layer for hundreds of steps: hours on this machine."""
 M = _grid.Method
 OFF = ("--config.advantage.eps_mix=0.0", "--config.advantage.alpha_prio=1.0")
 METHODS = [
@@ -71,6 +80,22 @@ METRICS = {
 }
 
 
+REWARD_KEYS = ("reward/r_out/mean", "reward/r_reason/mean", "eval/r_out", "eval/accuracy")
+
+
+def reward_max(results) -> float:
+    """The largest reward any cell logged (training means and held-out values, every step)."""
+    vals = [
+        float(r[k])
+        for runs in results.values()
+        for rows in runs.values()
+        for r in rows
+        for k in REWARD_KEYS
+        if isinstance(r.get(k), (int, float))
+    ]
+    return max(vals) if vals else float("nan")
+
+
 def verdict(results) -> tuple[str, str]:
     if not {"awpo", "grpo_outcome"} <= set(results):
         return "inconclusive", "AWPO and GRPO were not both in this grid."
@@ -78,6 +103,19 @@ def verdict(results) -> tuple[str, str]:
     d, se = _report.difference(
         _report.values(results, "awpo", f), _report.values(results, "grpo_outcome", f)
     )
+    if reward_max(results) == 0.0:
+        cells = sum(len(runs) for runs in results.values())
+        return "inconclusive: the setting is too small to show anything", (
+            f"Every reward in all {cells} cells is 0: `r_out` and `r_reason` on every training "
+            "sample, `r_out` and accuracy on every held-out problem, before and after RL. The "
+            "randomly initialised tiny model never writes a parseable ToolRL answer (format 0, "
+            "execution 0), so every group is constant, every advantage is 0, and AWPO and GRPO "
+            "take the same zero-advantage update: AWPO's gate (Eq. 25) has only zero reasoning "
+            "rewards to admit and its difficulty weights multiply zeros. Nothing here can separate "
+            "the methods; that needs a model that already writes the format (a pretrained "
+            "checkpoint, `paper=true`, or SFT on `rlla_sft.json`), which is out of this CPU's "
+            f"reach (see Cost). Δ final held-out r_out = {d:+.4f} (2 SE = {2 * se:.4f})."
+        )
     word = _report.verdict_word([(d, se)])
     gate = _report.values(results, "awpo", METRICS["gate fraction, mean over steps"])
     return word, (
@@ -99,8 +137,8 @@ the outcome reward alone.
 
 Setting: `configs/awpo.py`'s tiny default: the real ToolRL test split in `../shared/data/toolrl`
 (80 prompts), the real Qwen2 tokenizer, a randomly initialised tiny Qwen3-architecture model (no SFT
-warm start: there is no tiny warm start for ToolRL), 4 prompts × 4 samples per step, responses of
-up to 32 tokens, the offline overlap judge, **{s.steps} RL steps**, held-out evaluation on 8
+warm start: there is no tiny warm start for ToolRL), 4 prompts × 4 samples per step (the update in
+8 micro-batches), responses of up to 32 tokens, the offline overlap judge, **{s.steps} RL steps**, held-out evaluation on 8
 problems. `grpo_outcome` = the same config with every AWPO part off (see the script's docstring).
 Grid: {len(methods)} methods × {len(grid.seeds)} seeds {list(grid.seeds)}. ± is the sample std over
 seeds (ddof = 1). {_report.PAIRED_NOTE} {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
@@ -108,6 +146,10 @@ seeds (ddof = 1). {_report.PAIRED_NOTE} {"**Quick mode: a smoke test, not a resu
 ## Verdict: {word}
 
 {reason}
+
+## Cost
+
+{COST}
 
 ## Mean ± std over seeds
 
