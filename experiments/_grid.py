@@ -42,11 +42,6 @@ class Method:
     config: str
     overrides: tuple[str, ...] = ()
     warm_start: bool = True  # shares the seed's SFT checkpoint (calculator / maze configs)
-    # the SFT warm start this row shares: its directory name and the flags of its SFT run on top
-    # of the grid's (e.g. single-answer maze demonstrations for GRPO next to VPO's S-route ones)
-    sft_name: str = "sft"
-    sft_flags: tuple[str, ...] = ()
-    sft_config: str = ""  # "" = the grid's sft_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +82,8 @@ def cell_command(grid: Grid, m: Method, seed: int) -> list[str]:
     return command(m.config, cell_dir(grid, m.name, seed), seed, flags)
 
 
-def sft_command(grid: Grid, seed: int, m: Method | None = None) -> list[str]:
-    """The SFT run of ``seed`` that ``m`` (default: the plain ``sft`` warm start) restores."""
-    name, flags = (m.sft_name, m.sft_flags) if m is not None else ("sft", ())
-    config = (m.sft_config if m is not None else "") or grid.sft_config
-    return command(config, cell_dir(grid, name, seed), seed, (*grid.common, *grid.sft, *flags))
+def sft_command(grid: Grid, seed: int) -> list[str]:
+    return command(grid.sft_config, cell_dir(grid, "sft", seed), seed, (*grid.common, *grid.sft))
 
 
 def shell(argv: list[str]) -> str:
@@ -134,12 +126,12 @@ def _done(workdir: str) -> bool:
     return os.path.isfile(os.path.join(workdir, "done"))
 
 
-def ensure_sft(grid: Grid, seed: int, m: Method | None = None) -> str:
-    """The shared SFT workdir of ``seed`` (and ``m``'s SFT variant), trained on first use."""
-    wd = cell_dir(grid, m.sft_name if m is not None else "sft", seed)
+def ensure_sft(grid: Grid, seed: int) -> str:
+    """The seed's shared SFT workdir, trained on first use."""
+    wd = cell_dir(grid, "sft", seed)
     if not _done(wd):
-        took = _run(sft_command(grid, seed, m), wd)
-        print(f"  {os.path.basename(os.path.dirname(wd))} s{seed}: {took:.0f}s", flush=True)
+        took = _run(sft_command(grid, seed), wd)
+        print(f"  sft s{seed}: {took:.0f}s", flush=True)
     return wd
 
 
@@ -148,7 +140,7 @@ def run_cell(grid: Grid, m: Method, seed: int) -> list[dict]:
     wd = cell_dir(grid, m.name, seed)
     if not _done(wd):
         if m.warm_start:
-            sft = os.path.join(ensure_sft(grid, seed, m), "checkpoints_sft")
+            sft = os.path.join(ensure_sft(grid, seed), "checkpoints_sft")
             dst = os.path.join(wd, "checkpoints_sft")
             if not os.path.isdir(dst):
                 shutil.copytree(sft, dst)
@@ -171,10 +163,9 @@ def trained_sft(workdir: str) -> bool:
 def run_grid(grid: Grid, methods: list[Method]) -> dict[str, dict[int, list[dict]]]:
     """Every cell, ``{method: {seed: rows}}``: the seeds' SFT warm starts first, then method-major
     in the given order (an interrupted grid has every seed of its first methods)."""
-    variants = {m.sft_name: m for m in methods if m.warm_start}
-    for m in variants.values():
+    if any(m.warm_start for m in methods):
         for seed in grid.seeds:
-            ensure_sft(grid, seed, m)
+            ensure_sft(grid, seed)
     return {m.name: {seed: run_cell(grid, m, seed) for seed in grid.seeds} for m in methods}
 
 
