@@ -188,7 +188,7 @@ def plot_bestk(results, path: str) -> str:
 
 def main(argv):
     del argv
-    s = _cli.settings("vpo", steps=20, quick_steps=1, quick_methods=["vpo", "grpo"])
+    s = _cli.settings("vpo", steps=60, quick_steps=1, quick_methods=["vpo", "grpo"])
     methods = _grid.select(METHODS, s.methods)
     ks = "(" + ",".join(map(str, KS)) + ")"
     rl = (f"--config.steps={s.steps}", f"--config.eval.ks={ks}")
