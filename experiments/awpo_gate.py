@@ -47,11 +47,13 @@ COST = """\
 A cell is the most expensive run of the four claims on this 2-core CPU: the prompts are ~4k tokens
 of tool descriptions and the output layer spans the real Qwen2 vocabulary (151,936 tokens). The
 PPO update projects onto the vocabulary only the chunks of positions that hold response tokens
-(`need` in `mojax/rl/logprobs.py`; before, every one of the ~4k prompt positions was projected).
-Under the load of the concurrent VPO grid the first RL step of the first cell took 599 s,
-compilation included (`time/step_s`; the run was niced and stopped, then the grid rerun with 1 RL
-step per cell). An SFT warm start on `rlla_sft.json` (to get non-zero rewards) would push ~4k-token
-sequences through the same output layer for hundreds of steps: hours on this machine."""
+(`need` in `mojax/rl/logprobs.py`; before, every one of the ~4k prompt positions was projected);
+what remains is the attention over 4k-token sequences, recomputed under `remat`. In this grid (run
+niced next to the VPO grid, 2026-11-26) one RL step took 340-605 s per cell (`time/step_s`), of
+which the rollout 7-17 s and the PPO update 324-583 s (`time/train_s`). Each cell scored 16
+training samples and 8 held-out problems before and after its step. An SFT warm start on
+`rlla_sft.json` (to get non-zero rewards) would push ~4k-token sequences through the same model for
+hundreds of steps: hours on this machine."""
 M = _grid.Method
 OFF = ("--config.advantage.eps_mix=0.0", "--config.advantage.alpha_prio=1.0")
 METHODS = [
@@ -138,7 +140,7 @@ the outcome reward alone.
 Setting: `configs/awpo.py`'s tiny default: the real ToolRL test split in `../shared/data/toolrl`
 (80 prompts), the real Qwen2 tokenizer, a randomly initialised tiny Qwen3-architecture model (no SFT
 warm start: there is no tiny warm start for ToolRL), 4 prompts × 4 samples per step (the update in
-8 micro-batches), responses of up to 32 tokens, the offline overlap judge, **{s.steps} RL steps**, held-out evaluation on 8
+8 micro-batches), responses of up to 32 tokens, the offline overlap judge, **{s.steps} RL step{"s" if s.steps != 1 else ""}**, held-out evaluation on 8
 problems. `grpo_outcome` = the same config with every AWPO part off (see the script's docstring).
 Grid: {len(methods)} methods × {len(grid.seeds)} seeds {list(grid.seeds)}. ± is the sample std over
 seeds (ddof = 1). {_report.PAIRED_NOTE} {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
