@@ -83,6 +83,39 @@ def test_token_logprobs_match_transformers(hf_and_model, chunk):
     assert np.all(np.asarray(lp)[:, 0] == 0.0)
 
 
+def test_chunks_nobody_needs_are_skipped_and_used_values_unchanged(hf_and_model):
+    """``need`` (the loss mask) skips every chunk of positions no row needs: the needed log-probs
+    still match transformers, the skipped positions are 0, and the gradient of a loss on the needed
+    positions equals the unskipped one (chunks of 3 over T = 16: the mask below leaves chunks 0,
+    1 and 4 without a needed position)."""
+    hf, model = hf_and_model
+    batch = rollout_batch(4)
+    need = np.zeros((B, T), bool)
+    need[:, 7:9] = True
+    need[2, 10] = True
+    want_lp, _ = torch_logprobs(hf, batch["tokens"], batch["attention_mask"])
+
+    def lps(p, skip):
+        return rl.token_logprobs(model.config, p, jnp.asarray(batch["tokens"]), chunk_size=3,
+                                 need=jnp.asarray(need) if skip else None)[0]  # fmt: skip
+
+    full, skipped = np.asarray(lps(model.params, False)), np.asarray(lps(model.params, True))
+    real = need & (batch["attention_mask"] > 0)  # torch's padded positions differ (masked there)
+    assert real.sum() > 8 and np.abs(np.where(real, skipped - want_lp, 0)).max() < 2e-5
+    np.testing.assert_array_equal(skipped[need], full[need])
+    # positions 1..6 (hidden 0..5, chunks 0-1) and 13.. (hidden 12.., chunk 4..) were not projected
+    assert np.all(skipped[:, :7] == 0) and np.all(skipped[:, 13:] == 0)
+    assert np.all(full[:, 1:7] != 0)
+
+    def loss(p, skip):
+        return jnp.sum(jnp.where(need, lps(p, skip), 0.0) ** 2)
+
+    g_full = jax.grad(loss)(model.params, False)
+    g_skip = jax.grad(loss)(model.params, True)
+    for a, b in zip(jax.tree.leaves(g_full), jax.tree.leaves(g_skip)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=1e-7)
+
+
 def test_logprob_fn_offloaded_equals_on_device(hf_and_model, mesh):
     _, model = hf_and_model
     batch = rollout_batch(1)

@@ -7,6 +7,12 @@ states in chunks of ``chunk_size`` positions under ``jax.checkpoint``, so neithe
 backward pass holds the whole ``[B, T, V]`` logits (V = 152k for Qwen): only ``[B, chunk, V]`` at a
 time, in fp32. ``chunk_size=None`` projects all positions at once (fastest for small V).
 
+``need`` ([B, T] bool, aligned with the tokens, e.g. the loss mask) skips the projection of every
+chunk in which no row needs a log-prob (``lax.cond``; those positions get 0). With long prompts
+and short responses (ToolRL's ~4k-token prompts, 32-token responses) almost every chunk is prompt:
+the projection onto V = 152k is then most of the step, and skipping it changes no value that is
+used (the chunks that run are computed exactly as before).
+
 Shape legend (``mojax/__init__.py``): B sequences, T tokens, V vocab, E embed; ``Tc`` positions per
 chunk, ``n = T / Tc`` chunks.
 """
@@ -55,12 +61,14 @@ def logprobs_from_hidden(
     chunk_size: int | None = None,
     with_entropy: bool = False,
     vocab_sharded: bool = False,
+    need: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned token log-probs [B, T] (and entropies [B, T]) from final hidden states [B, T, E].
 
     Position t uses the hidden state at t − 1; position 0 gets 0. ``vocab_sharded``: the logits'
     vocab axis is split over devices (tensor parallelism); pick the target logit with a masked sum
-    instead of a gather.
+    instead of a gather. ``need``: optional [B, T] bool of the positions whose values are used;
+    with ``chunk_size``, chunks with none are not projected (their positions get 0).
     """
     module = Qwen(config)
     b, t = tokens.shape
@@ -75,12 +83,23 @@ def logprobs_from_hidden(
         y = jnp.pad(targets, ((0, 0), (0, pad)))
         h = jnp.moveaxis(h.reshape(b, n, chunk_size, -1), 1, 0)  # [n, B, Tc, E]
         y = jnp.moveaxis(y.reshape(b, n, chunk_size), 1, 0)  # [n, B, Tc]
+        # hidden position s yields the value of position s + 1: shift ``need`` to the chunk layout
+        if need is None:
+            live = jnp.ones((n,), bool)
+        else:
+            shifted = jnp.pad(jnp.asarray(need, bool)[:, 1:], ((0, 0), (0, pad + 1)))
+            live = jnp.any(shifted.reshape(b, n, chunk_size), axis=(0, 2))  # [n]
 
         @jax.checkpoint
         def body(p, hy):
             return _chunk_terms(module, p, hy[0], hy[1], with_entropy, vocab_sharded)
 
-        lp, ent = jax.lax.map(lambda hy: body(params, hy), (h, y))  # [n, B, Tc]
+        def chunk(args):
+            hc, yc, on = args
+            zeros = jnp.zeros(yc.shape, jnp.float32)
+            return jax.lax.cond(on, lambda: body(params, (hc, yc)), lambda: (zeros, zeros))
+
+        lp, ent = jax.lax.map(chunk, (h, y, live))  # [n, B, Tc]
         lp = jnp.moveaxis(lp, 0, 1).reshape(b, n * chunk_size)[:, :t]
         ent = jnp.moveaxis(ent, 0, 1).reshape(b, n * chunk_size)[:, :t]
     zero = jnp.zeros((b, 1), jnp.float32)
@@ -98,6 +117,7 @@ def token_logprobs(
     chunk_size: int | None = None,
     with_entropy: bool = False,
     vocab_sharded: bool = False,
+    need: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned fp32 log π(tokens[:, t] | tokens[:, :t]) [B, T] (+ entropy [B, T]) of the policy.
 
@@ -109,6 +129,8 @@ def token_logprobs(
       chunk_size: positions per vocabulary-projection chunk (None = all at once).
       with_entropy: also return the per-token entropy of π (for the entropy bonus / metrics).
       vocab_sharded: the vocab axis is split over devices (see ``logprobs_from_hidden``).
+      need: optional bool [B, T], the positions whose values are used (e.g. the loss mask):
+        chunks with none skip the vocabulary projection and return 0 (see the module docstring).
     """
     hidden = Qwen(config).apply(
         {"params": params}, tokens, attention_mask=attention_mask, return_hidden=True
@@ -121,4 +143,5 @@ def token_logprobs(
         chunk_size=chunk_size,
         with_entropy=with_entropy,
         vocab_sharded=vocab_sharded,
+        need=need,
     )

@@ -226,6 +226,7 @@ def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = 
             chunk_size=cfg.logprob_chunk,
             with_entropy=with_entropy,
             vocab_sharded=vocab_sharded,
+            need=x["loss_mask"] > 0,
         )
         return losses.ppo_clip_loss(
             lp,

@@ -53,6 +53,7 @@ def sft_update(
             x.get("attention_mask"),
             chunk_size=logprob_chunk,
             vocab_sharded=sharding_lib.num_shards(mesh, rules, "vocab") > 1,
+            need=x["loss_mask"] > 0,
         )
         return losses.sft_loss(lp, x["loss_mask"], token_weights=x["weights"]), {}
 
