@@ -8,12 +8,12 @@ import random
 
 import numpy as np
 import pytest
+from mojax_test_utils import load_config
 
 from mojax.tasks import maze as M
 from mojax.tasks import multi_answer
 from mojax.tasks.maze_sft import ROUTE_KINDS, demo_routes, maze_demonstration, maze_demonstrations
 from mojax.tasks.maze_task import MazeTask
-from mojax_test_utils import load_config
 
 
 @pytest.fixture(scope="module")
