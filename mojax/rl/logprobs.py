@@ -83,23 +83,24 @@ def logprobs_from_hidden(
         y = jnp.pad(targets, ((0, 0), (0, pad)))
         h = jnp.moveaxis(h.reshape(b, n, chunk_size, -1), 1, 0)  # [n, B, Tc, E]
         y = jnp.moveaxis(y.reshape(b, n, chunk_size), 1, 0)  # [n, B, Tc]
-        # hidden position s yields the value of position s + 1: shift ``need`` to the chunk layout
-        if need is None:
-            live = jnp.ones((n,), bool)
-        else:
-            shifted = jnp.pad(jnp.asarray(need, bool)[:, 1:], ((0, 0), (0, pad + 1)))
-            live = jnp.any(shifted.reshape(b, n, chunk_size), axis=(0, 2))  # [n]
 
         @jax.checkpoint
         def body(p, hy):
             return _chunk_terms(module, p, hy[0], hy[1], with_entropy, vocab_sharded)
 
-        def chunk(args):
-            hc, yc, on = args
-            zeros = jnp.zeros(yc.shape, jnp.float32)
-            return jax.lax.cond(on, lambda: body(params, (hc, yc)), lambda: (zeros, zeros))
+        if need is None:
+            lp, ent = jax.lax.map(lambda hy: body(params, hy), (h, y))  # [n, B, Tc]
+        else:
+            # hidden position s yields the value of position s + 1: shift to the chunk layout
+            shifted = jnp.pad(jnp.asarray(need, bool)[:, 1:], ((0, 0), (0, pad + 1)))
+            live = jnp.any(shifted.reshape(b, n, chunk_size), axis=(0, 2))  # [n]
 
-        lp, ent = jax.lax.map(chunk, (h, y, live))  # [n, B, Tc]
+            def chunk(args):
+                hc, yc, on = args
+                zeros = jnp.zeros(yc.shape, jnp.float32)
+                return jax.lax.cond(on, lambda: body(params, (hc, yc)), lambda: (zeros, zeros))
+
+            lp, ent = jax.lax.map(chunk, (h, y, live))  # [n, B, Tc]
         lp = jnp.moveaxis(lp, 0, 1).reshape(b, n * chunk_size)[:, :t]
         ent = jnp.moveaxis(ent, 0, 1).reshape(b, n * chunk_size)[:, :t]
     zero = jnp.zeros((b, 1), jnp.float32)

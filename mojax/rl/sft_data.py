@@ -35,10 +35,8 @@ def sft_arrays(config, task: Task, tokenizer, train_examples) -> tuple[np.ndarra
                 f"config.sft.data_path: SFT on task {config.task.name!r} needs a demonstrations file"
             )
         for ex in list(task.load(config.sft.data_path))[:n]:
-            prompt = tokenizer.encode(task.build_prompt(ex, tokenizer))
             target = ex.target if isinstance(ex.target, str) else str(ex.target)
-            resp = tokenizer.encode(target) + [eos]
-            rows.append((prompt + resp, [0] * len(prompt) + [1] * len(resp)))
+            rows.append(_row(tokenizer, task.build_prompt(ex, tokenizer), target, eos))
     if not rows:
         raise ValueError("config.sft: no demonstrations were built")
     width = max(len(ids) for ids, _ in rows)
@@ -50,18 +48,19 @@ def sft_arrays(config, task: Task, tokenizer, train_examples) -> tuple[np.ndarra
     return tokens, mask
 
 
+def _row(tokenizer, prompt_text: str, response_text: str, eos: int):
+    """``(ids, loss_mask)``: the prompt (mask 0), then the response and ``eos`` (mask 1)."""
+    prompt = list(tokenizer.encode(prompt_text))
+    resp = list(tokenizer.encode(response_text)) + [eos]
+    return prompt + resp, [0] * len(prompt) + [1] * len(resp)
+
+
 def _maze_rows(config, task: Task, tokenizer, examples, eos: int):
-    """``(ids, loss_mask)``, two per maze (single answer, S routes): the prompt (mask 0), then the
-    demo response and ``eos`` (``maze_sft.demo_pairs``)."""
+    """Two rows per maze (single answer, S routes; ``maze_sft.demo_pairs``)."""
     from mojax.tasks.maze_sft import demo_pairs
 
     pairs = demo_pairs(task, examples, tokenizer, int(config.task.num_answers), int(config.seed))
-    rows = []
-    for prompt_text, text in pairs:
-        prompt = tokenizer.encode(prompt_text)
-        resp = list(tokenizer.encode(text, add_special_tokens=False)) + [eos]
-        rows.append((list(prompt) + resp, [0] * len(prompt) + [1] * len(resp)))
-    return rows
+    return [_row(tokenizer, prompt, text, eos) for prompt, text in pairs]
 
 
 def sft_batches(tokens: np.ndarray, mask: np.ndarray, batch_size: int, step: int, seed: int):
