@@ -12,7 +12,7 @@ def get_config(arg=None):
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
     c.estimator = "grpo"
-    c.advantage = dict(weights=(0.6, 0.4))
+    c.advantage = dict(weights=defaults.static_weights(c))
     c.ppo.agg = "token-mean"
     c.ppo.clip_low, c.ppo.clip_high = 0.2, 0.28
     c.dapo.dynamic_sampling = True

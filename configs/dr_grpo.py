@@ -11,7 +11,7 @@ def get_config(arg=None):
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
     c.estimator = "dr_grpo"
-    c.advantage = dict(weights=(0.6, 0.4))
+    c.advantage = dict(weights=defaults.static_weights(c))
     c.ppo.agg = "seq-mean-token-sum-norm"
     c.ppo.max_len = c.rollout.max_response_len
     c.ppo.clip_low = c.ppo.clip_high = 0.2

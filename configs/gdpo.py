@@ -12,7 +12,7 @@ def get_config(arg=None):
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
     c.estimator = "gdpo"
-    c.advantage = dict(weights=(0.6, 0.4), batch_norm=a.batch_norm)
+    c.advantage = dict(weights=defaults.static_weights(c), batch_norm=a.batch_norm)
     if a.paper:  # the ParetoPO paper's baseline recipe (arXiv:2606.16111, Sec. 4.1)
         defaults.paper_lengths(c)
         c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01

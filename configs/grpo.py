@@ -18,7 +18,7 @@ def get_config(arg=None):
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
     c.estimator = "grpo"
-    c.advantage = dict(weights=(0.6, 0.4), std_ddof=a.std_ddof)
+    c.advantage = dict(weights=defaults.static_weights(c), std_ddof=a.std_ddof)
     c.ppo.clip_low = c.ppo.clip_high = 0.2
     if a.paper:
         defaults.paper_lengths(c)

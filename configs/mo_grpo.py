@@ -11,7 +11,7 @@ def get_config(arg=None):
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
     c.estimator = "mo_grpo"
-    c.advantage = dict(weights=(0.6, 0.4))
+    c.advantage = dict(weights=defaults.static_weights(c))
     if a.paper:  # the ParetoPO paper's baseline recipe (arXiv:2606.16111, Sec. 4.1)
         defaults.paper_lengths(c)
         c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01

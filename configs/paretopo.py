@@ -39,9 +39,9 @@ def get_config(arg=None):
     # (A >= 1 - beta/2); ParetoPO then runs GRPO on it (Sec. 4.1), i.e. the rank advantages are
     # group-normalised: "zscore". Without it, token-mean PPO reinforces every sampled response and
     # the policy sharpens on its most frequent behaviour instead of the Pareto ranking.
-    c.advantage = dict(weights=(0.6, 0.4), beta=0.5, normalize=a.normalize)
+    c.advantage = dict(weights=defaults.static_weights(c), beta=0.5, normalize=a.normalize)
     c.paretopo.enabled = True
-    c.paretopo.weights = (0.6, 0.4)
+    c.paretopo.weights = defaults.static_weights(c)
     c.paretopo.mode = a.mode
     c.paretopo.gamma = 0.5
     c.tool_reward.alpha = 0.7

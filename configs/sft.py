@@ -13,7 +13,7 @@ def get_config(arg=None):
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
     c.estimator = "grpo"
-    c.advantage = dict(weights=(0.6, 0.4))
+    c.advantage = dict(weights=defaults.static_weights(c))
     c.sft.steps = a.sft_steps
     c.steps = 0  # no RL: the run ends with the SFT evaluation
     c.eval_every = 1

@@ -1,17 +1,22 @@
 """SAW (arXiv:2606.07705): batch coefficient-of-variation weights against static weights, on the
-calculator's ``(r_task, r_tool)``.
+calculator with a third, slowly learned objective: ``(r_task, r_tool, r_format)``.
 
     python experiments/saw_cv.py                  # full grid -> docs/results/saw_cv.md
     python experiments/saw_cv.py --quick          # saw_grpo and grpo, 1 seed, 2 RL steps, tmp root
 
-The cells are the calculator grid's (``_calculator``): a ParetoPO-claim run of the same seeds and
-steps already holds ``grpo``, ``gdpo`` and ``saw_grpo``. Reports each objective's training and
-held-out curves, the CV weights ``saw/weight/<objective>`` over training and the final held-out
-rewards.
+SAW's setting (Sec. 3.1, Fig. 3) is asynchronous learning: one objective saturates while another
+(ToolRL's format reward) is still near zero. Here ``r_task`` and ``r_tool`` start near 0.9 after the
+warm start, and ``r_format`` (a ``<think>`` plan first, ``calculator.think_format``) is shown in only
+``THINK`` of the SFT demonstrations, so it starts low and is learned during RL. Every method runs
+with the config argument ``think=THINK`` (``mojax.defaults._apply_think``): one SFT warm start per
+seed under its own root (``calculator_think``; the two-objective calculator grid's cells are not
+reused). Static weights ``w = (0.6, 0.4, 0.4)`` for GRPO / GDPO. Reports each objective's training
+and held-out curves, the CV weights ``saw/weight/<objective>`` over training and the final rewards.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import sys
@@ -22,24 +27,39 @@ from absl import app  # noqa: E402
 
 from experiments import _calculator, _cli, _grid, _report  # noqa: E402
 
+THINK = 0.1  # fraction of SFT demonstrations that open with a <think> plan
+OBJECTIVES = ("r_task", "r_tool", "r_format")
 CLAIM = "saw_cv"
-NAMES = ["saw_grpo", "grpo", "saw_gdpo", "gdpo"]
+M = _grid.Method
+METHODS = [
+    M("saw_grpo", f"configs/saw.py:think={THINK}"),
+    M("grpo", f"configs/grpo.py:think={THINK}"),
+    M("saw_gdpo", f"configs/saw.py:mode=gdpo,think={THINK}"),
+    M("gdpo", f"configs/gdpo.py:think={THINK}"),
+]
+NAMES = [m.name for m in METHODS]
 PAIRS = (("saw_grpo", "grpo"), ("saw_gdpo", "gdpo"))  # SAW variant, its static-weight base
 
 
 def balanced(rows: list[dict]) -> float:
-    """Unweighted mean of the final held-out objectives, (r_task + r_tool) / 2."""
-    return (_report.last("eval/r_task")(rows) + _report.last("eval/r_tool")(rows)) / 2
+    """Unweighted mean of the final held-out objectives, (r_task + r_tool + r_format) / 3."""
+    return sum(_report.last(f"eval/{o}")(rows) for o in OBJECTIVES) / len(OBJECTIVES)
 
 
 METRICS = {
     "final r_task (= accuracy)": _report.last("eval/r_task"),
     "final r_tool": _report.last("eval/r_tool"),
+    "final r_format": _report.last("eval/r_format"),
     "final tool calls / problem": _report.last("eval/tool_calls"),
-    "final (r_task + r_tool) / 2": balanced,
+    "final mean of the 3": balanced,
+    "train r_format, mean over all steps": _report.mean_tail("reward/r_format/mean", 10**9),
     "train r_task, last 10 steps": _report.mean_tail("reward/r_task/mean", 10),
     "train r_tool, last 10 steps": _report.mean_tail("reward/r_tool/mean", 10),
+    "train r_format, last 10 steps": _report.mean_tail("reward/r_format/mean", 10),
 }
+
+
+FORMAT_SPEED = METRICS["train r_format, mean over all steps"]
 
 
 def weight_keys(results) -> list[str]:
@@ -67,7 +87,15 @@ def verdict(results) -> tuple[str, str]:
             )
             diffs.append((d, se))
             lines.append(
-                f"- `{saw}` − `{base}`: Δ (r_task + r_tool)/2 = {d:+.4f} (2 SE = {2 * se:.4f})"
+                f"- `{saw}` − `{base}`: Δ final mean of the 3 = {d:+.4f} (2 SE = {2 * se:.4f})"
+            )
+            fmt, fse = _report.difference(
+                _report.values(results, saw, FORMAT_SPEED),
+                _report.values(results, base, FORMAT_SPEED),
+            )
+            lines.append(
+                f"- `{saw}` − `{base}`: Δ train r_format, mean over all steps (how fast the slow "
+                f"objective is learned) = {fmt:+.4f} (2 SE = {2 * fse:.4f})"
             )
     word = _report.verdict_word(diffs) if diffs else "inconclusive"
     names = [f"{saw} over {base}" for saw, base in PAIRS if saw in results and base in results]
@@ -104,12 +132,17 @@ Claim (SAW, arXiv:2606.07705): weighting each objective by its batch coefficient
 (reward level: SAW-GRPO; advantage level: SAW-GDPO) improves on the same estimator with static
 weights, by shifting weight to the objective that still varies (is still being learned).
 
-Setting: the calculator grid shared with the ParetoPO claim (tiny Qwen3, one SFT warm start per seed,
-{"20" if s.quick else "500"} SFT steps, then **{s.steps} RL steps**), objectives `(r_task, r_tool)`;
-static weights w = (0.6, 0.4) for GRPO / GDPO. Grid: {len(methods)} methods × {len(grid.seeds)}
-seeds {list(grid.seeds)}. The issue suggests a third, format objective; this grid uses the
-calculator's two objectives as they are (no format objective was added). ± is the sample std over
-seeds (ddof = 1). {_report.PAIRED_NOTE} The verdict compares the unweighted mean of the final held-out objectives.
+Setting: the calculator (tiny Qwen3, one SFT warm start per seed, {"20" if s.quick else "500"} SFT
+steps, then **{s.steps} RL steps**) with three objectives `(r_task, r_tool, r_format)`. `r_format` is
+1 when the response opens with a `<think>` plan (`mojax.tasks.calculator.think_format`), the
+structural check of ToolRL's format reward; only {THINK:.0%} of the SFT demonstrations show one, so
+it starts low while `r_task` and `r_tool` start near saturation (SAW Sec. 3.1's asynchronous
+learning). Every cell runs its config with `think={THINK}`. Static weights w = (0.6, 0.4, 0.4) for
+GRPO / GDPO; SAW uses no static priorities. Grid: {len(methods)} methods × {len(grid.seeds)}
+seeds {list(grid.seeds)}. ± is the sample std over
+seeds (ddof = 1). {_report.PAIRED_NOTE} The verdict compares the unweighted mean of the three
+final held-out objectives; the speed at which `r_format` is learned (its training mean over all
+steps) is reported beside it.
 {"**Quick mode: a smoke test, not a result.**" if s.quick else ""}
 
 ## Verdict: {word}
@@ -147,20 +180,20 @@ Each cell (see `paretopo_front.md` for what `--config.resume=force` is for):
 
 def main(argv):
     del argv
-    s = _cli.settings("calculator", steps=40, quick_steps=2, quick_methods=["saw_grpo", "grpo"])
-    methods = _grid.select([m for m in _calculator.METHODS if m.name in NAMES], s.methods or NAMES)
-    grid = _calculator.grid(s)
+    s = _cli.settings("calculator_think", steps=60, quick_steps=2, quick_methods=NAMES[:2])
+    methods = _grid.select(METHODS, s.methods or NAMES)
+    grid = dataclasses.replace(_calculator.grid(s), sft_config=f"configs/sft.py:think={THINK}")
     methods, results, missing = _grid.run_claim(CLAIM, grid, methods, s.report_only)
     fig_dir = os.path.join(s.out, CLAIM)
-    curve_keys = ["reward/r_task/mean", "reward/r_tool/mean", "eval/r_task", "eval/r_tool"]
+    curve_keys = [f"{p}/{o}{q}" for p, q in (("reward", "/mean"), ("eval", "")) for o in OBJECTIVES]
     saw_only = {m: r for m, r in results.items() if m.startswith("saw")} or results
     wkeys = weight_keys(results) or ["saw/weight/r_task"]
     plots = {
         "curves": _report.plot_curves(
-            results, curve_keys, os.path.join(fig_dir, "curves.png"), "SAW claim", ncols=2
+            results, curve_keys, os.path.join(fig_dir, "curves.png"), "SAW claim", ncols=3
         ),
         "weights": _report.plot_curves(
-            saw_only, wkeys, os.path.join(fig_dir, "weights.png"), "SAW CV weights", ncols=2
+            saw_only, wkeys, os.path.join(fig_dir, "weights.png"), "SAW CV weights", ncols=3
         ),
     }
     path = _report.write_page(

@@ -185,6 +185,8 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft.warmup_steps = 20
     # calculator demonstrations: behaviour mix (always call / never call / call only when hard)
     c.sft.behaviours = ml_collections.ConfigDict({"always": 0.5, "never": 0.2, "when_hard": 0.3})
+    # calculator demonstrations: the fraction that open with a <think> plan (the think= argument)
+    c.sft.think_rate = 0.0
 
     c.eval = ml_collections.ConfigDict()
     c.eval.num_samples = 1  # samples per problem (best@k / pass@k need k <= this)
@@ -239,7 +241,14 @@ COMMON_ARGS = dict(
     data=-1,  # mesh axes
     fsdp=1,
     tensor=1,
+    # calculator: a third objective r_format (a <think> plan first, calculator.think_format) and
+    # this fraction of SFT demos that show it; 0 = the task's own (r_task, r_tool)
+    think=0.0,
 )
+
+# the calculator's static weights w = (0.6, 0.4) on (r_task, r_tool), and r_format's (think=)
+CALC_WEIGHTS = (0.6, 0.4)
+THINK_WEIGHT = 0.4
 
 
 def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
@@ -264,6 +273,7 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
         # held-out accuracy and tool calls as avg@4 of the sampling policy (the RL objective's
         # policy; greedy decoding of a tiny model hides its uncertainty behind the argmax)
         c.eval.temperature, c.eval.num_samples, c.eval.ks = 1.0, 4, (1, 2, 4)
+    _apply_think(c, a)
     if a.model == "tiny":
         c.model.variant = "tiny-qwen3"
         c.model.overrides = ml_collections.ConfigDict(dict(TINY_CALC_MODEL))
@@ -315,6 +325,29 @@ def shared_data(*parts: str) -> str:
     import os
 
     return os.path.join(os.path.dirname(_shared_tokenizer()), "..", "data", *parts)
+
+
+def _apply_think(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
+    """``think=p``: the calculator's format objective ``r_format`` (static weight 0.4) and a
+    fraction ``p`` of SFT demonstrations that open with a plan (the SAW claim's setting)."""
+    if not a.think:
+        return
+    if a.task != "calculator" or not 0.0 < a.think <= 1.0:
+        raise ValueError(
+            f"config argument think={a.think}: a fraction in (0, 1], on task=calculator only "
+            f"(task={a.task!r})"
+        )
+    c.sft.think_rate = a.think
+    block = dict(fn="mojax.tasks.calculator:think_format", min=0.0, max=1.0, weight=THINK_WEIGHT)
+    c.task.extra_rewards = ml_collections.ConfigDict({"r_format": block})
+
+
+def static_weights(c: ml_collections.ConfigDict, base=CALC_WEIGHTS) -> tuple[float, ...]:
+    """``base`` (the task's own objectives) then the weight of each objective of
+    ``config.task.extra_rewards``, in name order: one entry per objective, as GRPO's and GDPO's
+    ``advantage.weights`` need."""
+    extra = c.task.extra_rewards
+    return tuple(base) + tuple(float(extra[name].get("weight", 0.0)) for name in sorted(extra))
 
 
 def tiny_schedule(c: ml_collections.ConfigDict, steps_arg: int, steps: int = 40) -> None:

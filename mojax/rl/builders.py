@@ -171,7 +171,7 @@ def build_tokenizer(config, task: Task, splits: Splits, workdir: str):
         if distributed.is_leader():  # process 0 writes it; the others read the same file
             texts = corpus_texts(config, task, splits)
             vocab = config.tokenizer.vocab_size
-            symbols = _TAGS + _custom_tool_stop(config, task)
+            symbols = _TAGS + _think_tags(config) + _custom_tool_stop(config, task)
             build_sentencepiece(texts, out, vocab_size=vocab, user_symbols=symbols)
         distributed.barrier("mojax_tokenizer_built")
         return models.load_tokenizer(out)
@@ -187,6 +187,16 @@ def build_tokenizer(config, task: Task, splits: Splits, workdir: str):
 
         raise FileNotFoundError(missing_file_message(path, "config.tokenizer.path: tokenizer"))
     return models.load_tokenizer(path)
+
+
+def _think_tags(config) -> tuple[str, ...]:
+    """``<think>`` / ``</think>`` as symbols when the calculator's demos show a plan
+    (``sft.think_rate > 0``); the default vocabulary is unchanged."""
+    if config.task.name != "calculator" or not float(config.sft.think_rate) > 0:
+        return ()
+    from mojax.tasks.calculator import THINK_TAGS
+
+    return THINK_TAGS
 
 
 def _custom_tool_stop(config, task: Task) -> tuple[str, ...]:
@@ -215,7 +225,9 @@ def corpus_texts(config, task: Task, splits: Splits) -> list[str]:
     if config.task.name == "calculator":
         from mojax.tasks.calculator import sft_demonstrations
 
-        texts += [d.response for d in sft_demonstrations(splits.train, seed=config.seed)]
+        think = float(config.sft.think_rate)
+        demos = sft_demonstrations(splits.train, seed=config.seed, think_rate=think)
+        texts += [d.response for d in demos]
         # every digit and sign in every position the model may need
         texts += ["0123456789 -+*=.,"]
     return texts

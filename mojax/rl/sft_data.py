@@ -24,7 +24,10 @@ def sft_arrays(config, task: Task, tokenizer, train_examples) -> tuple[np.ndarra
         from mojax.tasks.calculator import sft_demonstrations, tokenize_demo
 
         demos = sft_demonstrations(
-            train_examples[:n], seed=int(config.seed), behaviours=dict(config.sft.behaviours)
+            train_examples[:n],
+            seed=int(config.seed),
+            behaviours=dict(config.sft.behaviours),
+            think_rate=float(config.sft.think_rate),
         )
         rows = [tokenize_demo(d, tokenizer, end_token_id=eos) for d in demos]
     elif config.task.name == "maze":

@@ -61,4 +61,11 @@ def combination_errors(config: Any) -> list[str]:
         f"{config.sft.steps} > 0 needs demonstrations: task {config.task.name!r} generates none, "
         "set sft.data_path (or sft.steps=0)",
     )
+    think = c.in_range("sft.think_rate", 0.0, 1.0)
+    c.require(
+        not think or config.task.name == "calculator",
+        "sft.think_rate",
+        f"{think} > 0: <think> plans are generated for the calculator's demonstrations only "
+        f"(task {config.task.name!r})",
+    )
     return c.errors

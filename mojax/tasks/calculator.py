@@ -43,6 +43,9 @@ __all__ = [
     "CalculatorTask",
     "DEFAULT_BEHAVIOURS",
     "DEFAULT_MENTAL_ERROR",
+    "THINK_TAGS",
+    "think_plan",
+    "think_format",
 ]
 
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -52,6 +55,7 @@ DEFAULT_BEHAVIOURS = {"always": 0.3, "never": 0.3, "when_hard": 0.4}
 # probability that a direct (mental) answer is wrong, per difficulty
 DEFAULT_MENTAL_ERROR = {"easy": 0.02, "medium": 0.1, "hard": 0.7}
 _MAX_EXPR_CHARS = 200
+THINK_TAGS = ("<think>", "</think>")
 _INT = re.compile(r"^[+-]?\d[\d,]*$")
 
 
@@ -221,6 +225,7 @@ def sft_demonstrations(
     seed: int = 0,
     behaviours: Mapping[str, float] | None = None,
     mental_error: Mapping[str, float] | None = None,
+    think_rate: float = 0.0,
 ) -> list[Demo]:
     """One transcript per example, behaviour drawn per demo from ``behaviours``.
 
@@ -230,6 +235,9 @@ def sft_demonstrations(
       behaviours: weights of ``"always"`` (call every time), ``"never"`` (answer directly) and
         ``"when_hard"`` (call only on hard problems).
       mental_error: per difficulty, the probability that a direct answer is off (by ±1 … ±100).
+      think_rate: the probability that a demo opens with a plan, ``<think>tool</think>`` or
+        ``<think>mental</think>`` (:func:`think_plan`), the format :func:`think_format` rewards.
+        At 0 (the default) no draw is made, so the demos are those of earlier versions.
     """
     behaviours = dict(DEFAULT_BEHAVIOURS if behaviours is None else behaviours)
     mental_error = dict(DEFAULT_MENTAL_ERROR if mental_error is None else mental_error)
@@ -239,6 +247,8 @@ def sft_demonstrations(
         0.0 <= v <= 1.0 for v in mental_error.values()
     ):
         raise ValueError(f"mental_error must give a probability per {DIFFICULTIES}")
+    if not 0.0 <= think_rate <= 1.0:
+        raise ValueError(f"think_rate must lie in [0, 1]; got {think_rate}")
     task = CalculatorTask()
     rng = random.Random(seed)
     names, weights = list(behaviours), [behaviours[k] for k in behaviours]
@@ -259,8 +269,32 @@ def sft_demonstrations(
             if rng.random() < mental_error[prob.difficulty]:
                 answer = _wrong(rng, prob.answer)
             segments = ((f"<answer>{answer}</answer>", True),)
+        if think_rate > 0 and rng.random() < think_rate:
+            segments = ((think_plan(call), True), *segments)
         demos.append(Demo(ex, segments, behaviour, int(call), answer == prob.answer))
     return demos
+
+
+def think_plan(call: bool) -> str:
+    """The plan a demo may open with: ``<think>tool</think>`` before a call, else
+    ``<think>mental</think>``."""
+    return f"{THINK_TAGS[0]}{'tool' if call else 'mental'}{THINK_TAGS[1]}"
+
+
+def think_format(response: str, example: Example | None = None) -> float:
+    """A format objective for the calculator (``config.task.extra_rewards``; ``think=`` of the
+    method configs): 1 if the response opens with a non-empty ``<think>…</think>`` plan that holds
+    no other tag and is followed by an ``<answer>``, else 0. Like ToolRL's format reward
+    (arXiv:2504.13958; SAW, arXiv:2606.07705, Sec. 5.1), it checks structure, not correctness.
+    """
+    del example
+    text = clean_response(response).lstrip()
+    open_, close = THINK_TAGS
+    if not text.startswith(open_) or close not in text:
+        return 0.0
+    plan, _, rest = text[len(open_) :].partition(close)
+    ok = plan.strip() and "<" not in plan and extract_tag(rest, "answer") is not None
+    return float(bool(ok))
 
 
 def tokenize_demo(demo: Demo, tokenizer, *, end_token_id: int | None = None):
