@@ -3,6 +3,7 @@ advantage level (``mode=gdpo``, Eq. 6)::
 
     python -m mojax.main --config=configs/saw.py                 # reward level (saw_grpo)
     python -m mojax.main --config=configs/saw.py:mode=gdpo       # advantage level (saw_gdpo)
+    python -m mojax.main --config=configs/saw.py:mode=gdpo,think=0.1  # + r_format (the SAW claim)
     python -m mojax.main --config=configs/saw.py:mode=gdpo,model=qwen2.5-1.5b,task=toolrl,paper=true,checkpoint=/ckpt/Qwen2.5-1.5B-Instruct,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet
 
 ``paper=true`` is SAW's ToolRL recipe (arXiv:2606.07705, App. D, Table 4): 512 prompts x 4 samples per

@@ -59,6 +59,8 @@ BAD = [  # (config, arg, overrides, the key the error must name) — issue 14's 
     ("grpo", None, {"advantage.weights": (0.2, 0.3, 0.5)}, "config.advantage.weights"),
     ("awpo", None, {"sft.steps": 10}, "config.sft.steps"),
     ("paretopo", None, {"mesh.tensor": 3}, "config.mesh"),
+    ("grpo", None, {"sft.think_rate": 1.5}, "config.sft.think_rate"),
+    ("awpo", None, {"sft.think_rate": 0.5}, "config.sft.think_rate"),  # no plans off the calculator
 ]
 
 
@@ -93,3 +95,29 @@ def test_mode_show_prints_every_key_with_help_and_builds_nothing(tmp_path, capsy
     assert "rollout.num_samples = 8" in out and "# G" in out  # the help from defaults.py
     assert "optimizer.learning_rate = 0.0001" in out
     assert not (tmp_path / "w").exists()  # nothing built, no workdir
+
+
+@pytest.mark.parametrize("name", ["grpo", "gdpo", "dr_grpo", "mo_grpo", "dapo", "paretopo", "saw"])
+def test_think_adds_r_format_and_a_weight_per_objective(name):
+    from mojax.rl.builders import build_task
+    from mojax.rl.spec import validate
+
+    plain, think = load(REPO / "configs" / f"{name}.py", None), load(
+        REPO / "configs" / f"{name}.py", "think=0.1"
+    )
+    assert build_task(plain.task).objective_names == ("r_task", "r_tool")
+    task = build_task(think.task)
+    assert task.objective_names == ("r_task", "r_tool", "r_format")
+    assert tuple(task.scalar_weights) == (0.6, 0.4, 0.4)
+    assert think.sft.think_rate == 0.1 and plain.sft.think_rate == 0.0
+    weights = dict(think.advantage).get("weights")
+    if weights is not None:
+        assert tuple(weights) == (0.6, 0.4, 0.4)
+        assert tuple(dict(plain.advantage)["weights"]) == (0.6, 0.4)
+    validate(think)
+
+
+@pytest.mark.parametrize("arg", ["think=0.1,task=math", "think=1.5"])
+def test_think_off_the_calculator_or_out_of_range_is_rejected(arg):
+    with pytest.raises(ValueError, match="think="):
+        load(REPO / "configs" / "grpo.py", arg)

@@ -128,3 +128,59 @@ def test_sft_demonstrations_mix_behaviours_and_trade_off():
     assert 0.2 < np.mean(hard_never) < 0.4  # mental error 0.7 on hard problems
     with pytest.raises(ValueError, match="behaviours"):
         C.sft_demonstrations(exs[:1], behaviours={"sometimes": 1.0})
+
+
+def _independent_think_format(response):
+    """Test-side rule, written from the docstring: a non-empty, tag-free plan in a leading
+    <think> block, then an <answer> block somewhere after it."""
+    import re
+
+    text = "" if response is None else str(response).strip()
+    for end in ("<|im_end|>", "<|endoftext|>"):
+        text = text.removesuffix(end).strip()
+    m = re.match(r"<think>([^<]*)</think>(.*)$", text, re.S)
+    if m is None or not m.group(1).strip():
+        return 0.0
+    return float(re.search(r"<answer>.*</answer>", m.group(2), re.S) is not None)
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        "<think>tool</think><calc>3*4</calc><output>12</output><answer>12</answer>",
+        "<think>mental</think><answer>5</answer><|im_end|>",
+        "  <think> mental </think><answer>5</answer>",
+        "<answer>3</answer>",
+        "<answer>3</answer><think>late</think>",
+        "<think></think><answer>3</answer>",
+        "<think>  </think><answer>3</answer>",
+        "<think>x<calc>1</calc></think><answer>1</answer>",
+        "<think>mental</think>",
+        "<think>mental</think><answer>5",
+        "<think>mental<answer>5</answer>",
+        "",
+        None,
+    ],
+)
+def test_think_format_matches_an_independent_rule(response):
+    assert C.think_format(response) == _independent_think_format(response)
+
+
+def test_think_rate_adds_plans_and_zero_keeps_the_old_demos():
+    task = C.CalculatorTask()
+    exs = task.load("train", 2000, seed=0)
+    plain = C.sft_demonstrations(exs, seed=3)
+    assert C.sft_demonstrations(exs, seed=3, think_rate=0.0) == plain  # no draw at 0
+    assert not any(C.think_format(d.response) for d in plain)
+    think = C.sft_demonstrations(exs, seed=3, think_rate=0.25)
+    shown = [d for d in think if d.segments[0][0].startswith("<think>")]
+    assert 0.21 < len(shown) / len(think) < 0.29  # binomial, 2000 draws: sd ~0.01
+    for d in think:
+        opens = d.segments[0][0].startswith("<think>")
+        assert C.think_format(d.response) == float(opens)
+        if opens:  # the plan says what the demo does next, and is trained on
+            assert d.segments[0] == (C.think_plan(bool(d.n_calls)), True)
+    everyone = C.sft_demonstrations(exs, seed=3, think_rate=1.0)
+    assert all(C.think_format(d.response) == 1.0 for d in everyone)
+    with pytest.raises(ValueError, match="think_rate"):
+        C.sft_demonstrations(exs[:1], think_rate=1.5)
