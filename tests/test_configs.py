@@ -102,8 +102,9 @@ def test_think_adds_r_format_and_a_weight_per_objective(name):
     from mojax.rl.builders import build_task
     from mojax.rl.spec import validate
 
-    plain, think = load(REPO / "configs" / f"{name}.py", None), load(
-        REPO / "configs" / f"{name}.py", "think=0.1"
+    plain, think = (
+        load(REPO / "configs" / f"{name}.py", None),
+        load(REPO / "configs" / f"{name}.py", "think=0.1"),
     )
     assert build_task(plain.task).objective_names == ("r_task", "r_tool")
     task = build_task(think.task)

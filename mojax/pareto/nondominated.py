@@ -13,7 +13,8 @@ Algorithm (front peeling on dominator bitsets):
 2. **Peeling.** Front ``f`` is the set of remaining rows with no remaining dominator; each round of
    a ``lax.while_loop`` packs the remaining set into words and ANDs it with every row's dominators:
    ``N * G * W`` word operations per round instead of the ``N * G * G`` of a boolean mat-vec. The
-   loop stops when every group is sorted (rounds = the largest number of fronts in the batch).
+   loop stops when every group is sorted (rounds = the largest number of fronts in the batch,
+   run 4 per loop iteration).
 
 Invalid rows (or rows with a non-finite value) are never "remaining", so they neither dominate nor
 are dominated, and keep rank -1; padding rows of the last word likewise. Exact duplicates do not
@@ -119,22 +120,33 @@ def _pack_rows(mask: jax.Array, w: int, k: int) -> jax.Array:
     return jnp.sum(bits << jnp.arange(k, dtype=jnp.uint32), axis=-1, dtype=jnp.uint32)
 
 
+_ROUNDS_PER_ITERATION = 4  # peeling rounds per while-loop iteration (extra rounds are no-ops)
+
+
 def _peel(words: jax.Array, valid: jax.Array, k: int) -> jax.Array:
-    """Front peeling on dominator words ``[N, W, G]``; ``valid [N, G]``; int32 ranks ``[N, G]``."""
+    """Front peeling on dominator words ``[N, W, G]``; ``valid [N, G]``; int32 ranks ``[N, G]``.
+
+    Round ``t`` keeps the rows that a row still kept dominates (``A_{t+1} = {j : D_j ∩ A_t ≠ ∅}``,
+    ``A_0`` = the valid rows), so a row's rank is the number of rounds it survives: ``ranks += A_t``
+    needs no front counter. Several rounds run per loop iteration, since on CPU each iteration's
+    fixed cost (its kernels' launches and the loop test) exceeds the ``N * G * W`` word operations
+    of a round (``docs/performance.md`` §1); rounds after the last front change nothing.
+    """
     w = words.shape[1]
 
-    def cond(carry):
-        return jnp.any(carry[1])
+    def round_(remaining):
+        rem_words = _pack_rows(remaining, w, k)  # [N, W]
+        return remaining & jnp.any((words & rem_words[:, :, None]) != 0, axis=1)
 
     def body(carry):
-        ranks, remaining, front = carry
-        rem_words = _pack_rows(remaining, w, k)  # [N, W]
-        dominated = jnp.any((words & rem_words[:, :, None]) != 0, axis=1)  # [N, G]
-        current = remaining & ~dominated
-        return jnp.where(current, front, ranks), remaining & dominated, front + 1
+        ranks, remaining = carry
+        for _ in range(_ROUNDS_PER_ITERATION):
+            remaining = round_(remaining)
+            ranks = ranks + remaining.astype(jnp.int32)
+        return ranks, remaining
 
-    ranks0 = jnp.full(valid.shape, -1, dtype=jnp.int32)
-    ranks, _, _ = jax.lax.while_loop(cond, body, (ranks0, valid, jnp.int32(0)))
+    ranks0 = jnp.where(valid, 0, -1).astype(jnp.int32)
+    ranks, _ = jax.lax.while_loop(lambda c: jnp.any(c[1]), body, (ranks0, valid))
     return ranks
 
 
