@@ -3,14 +3,15 @@ calculator with a third, slowly learned objective: ``(r_task, r_tool, r_format)`
 
     python experiments/saw_cv.py                  # full grid -> docs/results/saw_cv.md
     python experiments/saw_cv.py --quick          # saw_grpo and grpo, 1 seed, 2 RL steps, tmp root
+    python experiments/saw_cv.py --think=0.3 --methods=saw_grpo,grpo   # ablation -> saw_cv_think0.3.md
 
 SAW's setting (Sec. 3.1, Fig. 3) is asynchronous learning: one objective saturates while another
 (ToolRL's format reward) is still near zero. Here ``r_task`` and ``r_tool`` start near 0.9 after the
 warm start, and ``r_format`` (a ``<think>`` plan first, ``calculator.think_format``) is shown in only
-``THINK`` of the SFT demonstrations, so it starts low and is learned during RL. Every method runs
-with the config argument ``think=THINK`` (``mojax.defaults._apply_think``): one SFT warm start per
-seed under its own root (``calculator_think``; the two-objective calculator grid's cells are not
-reused). Static weights ``w = (0.6, 0.4, 0.4)`` for GRPO / GDPO. Reports each objective's training
+``--think`` (0.1) of the SFT demonstrations, so it starts low and is learned during RL. Every
+method runs with the config argument ``think=<--think>`` (``mojax.defaults._apply_think``): one
+SFT warm start per seed under its own root (``calculator_think``; the two-objective calculator
+grid's cells are not reused). Static weights ``w = (0.6, 0.4, 0.4)`` for GRPO / GDPO. Reports each objective's training
 and held-out curves, the CV weights ``saw/weight/<objective>`` over training and the final rewards.
 """
 
@@ -27,23 +28,41 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app  # noqa: E402
+from absl import app, flags  # noqa: E402
 
 from experiments import _calculator, _cli, _grid, _report  # noqa: E402
 from mojax.tasks.calculator import think_format  # noqa: E402
 from mojax.tasks.qa import extract_tag  # noqa: E402
 
-THINK = 0.1  # fraction of SFT demonstrations that open with a <think> plan
+THINK = flags.DEFINE_float(
+    "think",
+    0.1,
+    "Fraction of SFT demonstrations that open with a <think> plan (0.1: the claim's "
+    "page; any other value writes saw_cv_think<value>.md under its own root, an ablation).",
+)
 OBJECTIVES = ("r_task", "r_tool", "r_format")
 CLAIM = "saw_cv"
+
+
+def claim(think: float) -> str:
+    """The page (and grid root suffix) of a ``think`` rate: ``saw_cv`` at the claim's 0.1."""
+    return CLAIM if think == 0.1 else f"{CLAIM}_think{think:g}"
+
+
 M = _grid.Method
-METHODS = [
-    M("saw_grpo", f"configs/saw.py:think={THINK}"),
-    M("grpo", f"configs/grpo.py:think={THINK}"),
-    M("saw_gdpo", f"configs/saw.py:mode=gdpo,think={THINK}"),
-    M("gdpo", f"configs/gdpo.py:think={THINK}"),
-]
-NAMES = [m.name for m in METHODS]
+NAMES = ["saw_grpo", "grpo", "saw_gdpo", "gdpo"]
+
+
+def methods_for(think: float) -> list[_grid.Method]:
+    """The four cells' configs, each with ``think=<think>``."""
+    return [
+        M("saw_grpo", f"configs/saw.py:think={think:g}"),
+        M("grpo", f"configs/grpo.py:think={think:g}"),
+        M("saw_gdpo", f"configs/saw.py:mode=gdpo,think={think:g}"),
+        M("gdpo", f"configs/gdpo.py:think={think:g}"),
+    ]
+
+
 PAIRS = (("saw_grpo", "grpo"), ("saw_gdpo", "gdpo"))  # SAW variant, its static-weight base
 
 
@@ -195,7 +214,7 @@ def _mean(v: list[float]) -> str:
     return _report.fmt(float(np.mean(v)) if v else math.nan)
 
 
-def page(s, grid, methods, results, plots, missing) -> str:
+def page(s, think, grid, methods, results, plots, missing) -> str:
     word, reason = verdict(results)
     wm = weight_metrics(results)
     saw_only = {m: r for m, r in results.items() if m.startswith("saw")}
@@ -212,9 +231,9 @@ weights, by shifting weight to the objective that still varies (is still being l
 Setting: the calculator (tiny Qwen3, one SFT warm start per seed, {"20" if s.quick else "500"} SFT
 steps, then **{s.steps} RL steps**) with three objectives `(r_task, r_tool, r_format)`. `r_format` is
 1 when the response opens with a `<think>` plan (`mojax.tasks.calculator.think_format`), the
-structural check of ToolRL's format reward; only {THINK:.0%} of the SFT demonstrations show one, so
+structural check of ToolRL's format reward; only {think:.0%} of the SFT demonstrations show one, so
 it starts low while `r_task` and `r_tool` start near saturation (SAW Sec. 3.1's asynchronous
-learning). Every cell runs its config with `think={THINK}`. Static weights w = (0.6, 0.4, 0.4) for
+learning). Every cell runs its config with `think={think:g}`. Static weights w = (0.6, 0.4, 0.4) for
 GRPO / GDPO; SAW uses no static priorities. Grid: {len(methods)} methods × {len(grid.seeds)}
 seeds {list(grid.seeds)}. ± is the sample std over
 seeds (ddof = 1). {_report.PAIRED_NOTE} The verdict compares the unweighted mean of the three
@@ -247,7 +266,7 @@ expression.
 
 {plan_table(grid, methods, s.steps)}
 
-Only {THINK:.0%} of the warm start's demonstrations open with a plan, so the tiny model has seen
+Only {think:.0%} of the warm start's demonstrations open with a plan, so the tiny model has seen
 few calls written after one; a method that moves most responses into that context faster also
 moves them sooner into the context where its copying of the expression into `<calc>` is weakest,
 and with little weight left on `r_task` (the CV weights above) that is corrected slowly.
@@ -260,7 +279,7 @@ and with little weight left on `r_task` (the CV weights above) that is corrected
 
 ## Commands
 
-The grid: `python experiments/{CLAIM}.py --seeds={",".join(map(str, grid.seeds))} --steps={s.steps}`.
+The grid: `python experiments/{CLAIM}.py --seeds={",".join(map(str, grid.seeds))} --steps={s.steps}{"" if think == 0.1 else f" --think={think:g}"}`.
 Each cell (see `paretopo_front.md` for what `--config.resume=force` is for):
 
 {_report.commands_block(cmds)}
@@ -271,11 +290,14 @@ Each cell (see `paretopo_front.md` for what `--config.resume=force` is for):
 
 def main(argv):
     del argv
-    s = _cli.settings("calculator_think", steps=60, quick_steps=2, quick_methods=NAMES[:2])
-    methods = _grid.select(METHODS, s.methods or NAMES)
-    grid = dataclasses.replace(_calculator.grid(s), sft_config=f"configs/sft.py:think={THINK}")
-    methods, results, missing = _grid.run_claim(CLAIM, grid, methods, s.report_only)
-    fig_dir = os.path.join(s.out, CLAIM)
+    think = THINK.value
+    name = claim(think)
+    group = "calculator_think" + ("" if think == 0.1 else f"{think:g}")
+    s = _cli.settings(group, steps=60, quick_steps=2, quick_methods=NAMES[:2])
+    methods = _grid.select(methods_for(think), s.methods or NAMES)
+    grid = dataclasses.replace(_calculator.grid(s), sft_config=f"configs/sft.py:think={think:g}")
+    methods, results, missing = _grid.run_claim(name, grid, methods, s.report_only)
+    fig_dir = os.path.join(s.out, name)
     curve_keys = [f"{p}/{o}{q}" for p, q in (("reward", "/mean"), ("eval", "")) for o in OBJECTIVES]
     saw_only = {m: r for m, r in results.items() if m.startswith("saw")} or results
     wkeys = weight_keys(results) or ["saw/weight/r_task"]
@@ -288,7 +310,7 @@ def main(argv):
         ),
     }
     path = _report.write_page(
-        os.path.join(s.out, f"{CLAIM}.md"), page(s, grid, methods, results, plots, missing)
+        os.path.join(s.out, f"{name}.md"), page(s, think, grid, methods, results, plots, missing)
     )
     print(f"wrote {path}", flush=True)
 
