@@ -214,6 +214,15 @@ def _mean(v: list[float]) -> str:
     return _report.fmt(float(np.mean(v)) if v else math.nan)
 
 
+def ablation_note(s, think: float) -> str:
+    """A pointer from the claim's page to the ``--think`` ablation pages written beside it."""
+    if think != 0.1 or not os.path.isdir(s.out):
+        return ""
+    found = sorted(f for f in os.listdir(s.out) if re.fullmatch(rf"{CLAIM}_think[\d.]+\.md", f))
+    links = ", ".join(f"[`{f}`]({f})" for f in found)
+    return f" Ablations of the plan rate: {links}." if found else ""
+
+
 def page(s, think, grid, methods, results, plots, missing) -> str:
     word, reason = verdict(results)
     wm = weight_metrics(results)
@@ -266,10 +275,10 @@ expression.
 
 {plan_table(grid, methods, s.steps)}
 
-Only {think:.0%} of the warm start's demonstrations open with a plan, so the tiny model has seen
-few calls written after one; a method that moves most responses into that context faster also
-moves them sooner into the context where its copying of the expression into `<calc>` is weakest,
-and with little weight left on `r_task` (the CV weights above) that is corrected slowly.
+The warm start shows a plan in {think:.0%} of its demonstrations. Where that context is less
+trained than the plan-free one, its calls copy the expression less often (compare the two "copies"
+columns); a method that moves responses into it faster then pays in `r_task`, and with little CV
+weight left on `r_task` (above) that is corrected slowly.{ablation_note(s, think)}
 
 ## Plots
 
