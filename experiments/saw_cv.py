@@ -18,7 +18,6 @@ and held-out curves, the CV weights ``saw/weight/<objective>`` over training and
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import re
@@ -31,8 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags  # noqa: E402
 
 from experiments import _calculator, _cli, _grid, _report  # noqa: E402
-from mojax.tasks.calculator import think_format  # noqa: E402
-from mojax.tasks.qa import extract_tag  # noqa: E402
+from mojax.logging import read_transcripts  # noqa: E402
+from mojax.tasks.calculator import CalculatorTask, think_format  # noqa: E402
+
+CALC = CalculatorTask()  # its tool protocol: the first call's expression
 
 THINK = flags.DEFINE_float(
     "think",
@@ -158,8 +159,8 @@ def verdict(results) -> tuple[str, str]:
             " SAW Fig. 4 has correctness converge essentially unchanged while format is learned "
             "faster; here " + "; ".join(costs) + " (more than 2 SE; see *Where r_task goes*)."
         )
+    keys = [k for k in weight_keys(results) if "/weight/" in k]
     for saw, _ in PAIRS:
-        keys = [k for k in weight_keys(results) if "/weight/" in k]
         if saw in results and keys:
             mean = [
                 _report.mean_std(_report.values(results, saw, _report.mean_tail(k, 10**9)))[0]
@@ -177,8 +178,8 @@ def _sample_stats(r: dict) -> tuple[bool, float, float | None]:
     copied = None
     if r.get("n_calls", 0) > 0:
         asked = re.search(r"Compute (.+?)\.<", r.get("prompt", ""))
-        called = extract_tag(r["response"].split("</calc>")[0] + "</calc>", "calc", last=False)
-        copied = float(bool(asked) and (called or "").strip() == asked.group(1))
+        first = r["response"].split(CALC.tool_stop)[0] + CALC.tool_stop  # up to the first call
+        copied = float(bool(asked) and CALC.parse_tool_call(first) == asked.group(1))
     return plan, float(r["rewards"]["r_task"]), copied
 
 
@@ -190,17 +191,12 @@ def plan_table(grid, methods, steps: int, last: int = 20) -> str:
     for m in methods:
         task, copy = {True: [], False: []}, {True: [], False: []}
         for seed in grid.seeds:
-            path = os.path.join(_grid.cell_dir(grid, m.name, seed), "transcripts.jsonl")
-            if not os.path.exists(path):
-                continue
-            with open(path, encoding="utf-8") as f:
-                for line in f:
-                    r = json.loads(line)
-                    if r.get("step", 0) > steps - last and r.get("valid", True):
-                        plan, r_task, copied = _sample_stats(r)
-                        task[plan].append(r_task)
-                        if copied is not None:
-                            copy[plan].append(copied)
+            for r in read_transcripts(_grid.cell_dir(grid, m.name, seed)):
+                if r.get("step", 0) > steps - last and r.get("valid", True):
+                    plan, r_task, copied = _sample_stats(r)
+                    task[plan].append(r_task)
+                    if copied is not None:
+                        copy[plan].append(copied)
         cells = []
         for plan in (True, False):
             cells += [str(len(task[plan])), _mean(task[plan]), _mean(copy[plan])]
