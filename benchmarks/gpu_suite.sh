@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issue 17 item 6: every GPU measurement in one call (docs/performance.md section 6), sized for a
+# 15-minute lease. Each step has its own time limit, so a slow or failing step leaves the others'
+# numbers. Logs go to $OUT (or ./gpu_out). Run from the repository root on a GPU host:
+#     bash benchmarks/gpu_suite.sh
+set -u
+OUT=${OUT:-gpu_out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PY=${PY:-python3}
+step() {  # step NAME SECONDS CMD...
+  local name=$1 secs=$2; shift 2
+  echo "=== $name (limit ${secs}s) $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg)"
+  timeout -k 5 "$secs" "$@" >"$OUT/$name.log" 2>&1
+  echo "=== $name rc=$? $(date -u +%T)"
+  pkill -f "benchmarks/.*--worker" 2>/dev/null; sleep 1  # workers a timed-out driver left behind
+}
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
+  $PY -c "import jax, flax, optax, torch, transformers; print('jax', jax.__version__, jax.devices(), 'flax', flax.__version__, 'optax', optax.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+} >"$OUT/env.log" 2>&1
+cat "$OUT/env.log"
+step ceilings 40 $PY benchmarks/gpu_ceilings.py
+step sampler "${SAMPLER_S:-250}" $PY benchmarks/sampler.py --mode=gpu --batches=1,64 --rounds 3
+step train_step "${TRAIN_S:-170}" $PY benchmarks/train_step.py --mode gpu --variant qwen2.5-1.5b \
+  --batch 8 --seq 2048 --dtype bfloat16 --remat full --logprob_chunk 512 --rounds 3
+step breakdown "${BREAKDOWN_S:-90}" $PY benchmarks/decode_breakdown.py --variant qwen2.5-0.5b \
+  --batches 1,64 --rounds 3
+for f in ceilings sampler train_step breakdown; do
+  echo "----- $f"; grep -vE "^  round |^\s*$" "$OUT/$f.log" | tail -n 40
+done
