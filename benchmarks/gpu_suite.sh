@@ -13,7 +13,7 @@ step() {  # step NAME SECONDS CMD...
   echo "=== $name (limit ${secs}s) $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg)"
   timeout -k 5 "$secs" "$@" >"$OUT/$name.log" 2>&1
   echo "=== $name rc=$? $(date -u +%T)"
-  pkill -f "benchmarks/.*--worker" 2>/dev/null; sleep 1  # workers a timed-out driver left behind
+  pkill -f "[b]enchmarks/.*--worker" 2>/dev/null; sleep 1  # workers a timed-out driver left behind
 }
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv
