@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402
 
 
-def _loops(model, b, prompt, n, dtype):
+def _loops(model, b, prompt, n, dtype, draw):
     """(forward loop, forward+sample loop, initial cache) for ``b`` rows."""
     import jax
     import jax.numpy as jnp
@@ -49,7 +49,7 @@ def _loops(model, b, prompt, n, dtype):
         slot_mask=jnp.broadcast_to(jnp.arange(full) < prompt, (b, full)),
         end=jnp.full((b,), prompt, jnp.int32),
     )
-    params = SamplingParams(1.0, 0, 1.0, 0.0, "policy")
+    params = SamplingParams(1.0, 0, 1.0, 0.0, "policy", draw)
     ones = jnp.ones((b, 1), bool)
     zeros = jnp.zeros((b,), jnp.int32)
 
@@ -92,7 +92,7 @@ def worker(args):
     n = args.new_tokens
     out = {"device": jax.devices()[0].device_kind}
     for b in [int(x) for x in args.batches.split(",")]:
-        forward, forward_sample, cache = _loops(model, b, args.prompt, n, dtype)
+        forward, forward_sample, cache = _loops(model, b, args.prompt, n, dtype, args.draw)
         out[f"forward_b{b}"] = (
             _harness.time_calls(
                 lambda f=forward, c=cache: jax.block_until_ready(f(model, c)), args.iters
@@ -110,6 +110,7 @@ def worker(args):
         rng = np.random.RandomState(0)
         tokens = rng.randint(1, model.config.vocab_size, (b, args.prompt)).astype(np.int32)
         kw = dict(key=jax.random.key(0), temperature=1.0, max_response_len=n, cache_dtype=dtype)
+        kw["draw"] = args.draw
 
         def gen(budget, tokens=tokens, kw=kw):
             return jax.block_until_ready(
@@ -132,15 +133,20 @@ def main(argv=None):
     ap.add_argument("--new_tokens", type=int, default=128)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--draw", default="gumbel", help="token draw: gumbel / inverse_cdf")
     ap.add_argument("--jax_cache", default=os.path.join(tempfile.gettempdir(), "mojax_jax_cache"))
     args = ap.parse_args(argv)
     if args.worker:
         return worker(args)
     print(_harness.machine_info())
     _harness.check_load(args.force, args.rounds)
-    print(f"{args.variant} {args.dtype}, prompt slots {args.prompt}, {args.new_tokens} steps")
+    print(
+        f"{args.variant} {args.dtype}, prompt slots {args.prompt}, {args.new_tokens} steps, "
+        f"draw {args.draw}"
+    )
     argv = ["--variant", args.variant, "--batches", args.batches, "--prompt", str(args.prompt),
-            "--new_tokens", str(args.new_tokens), "--iters", str(args.iters), "--dtype", args.dtype]  # fmt: skip
+            "--new_tokens", str(args.new_tokens), "--iters", str(args.iters), "--dtype", args.dtype,
+            "--draw", args.draw]  # fmt: skip
     env = _harness.worker_env(
         {"JAX_COMPILATION_CACHE_DIR": args.jax_cache} if args.jax_cache else {}
     )

@@ -83,7 +83,7 @@ def mojax_worker(args, vanilla=False):
     cfg = model.config
     tokens, lengths = make_prompts(args.prompts, args.min_prompt, args.max_prompt, cfg.vocab_size)
     g, n = args.samples, args.new_tokens
-    kw = dict(key=jax.random.key(0), temperature=1.0, max_response_len=n)
+    kw = dict(key=jax.random.key(0), temperature=1.0, max_response_len=n, draw=args.draw)
     if args.dtype != "float32":
         kw["cache_dtype"] = jnp.dtype(args.dtype)
     if vanilla:  # Tunix-style: every sample prefilled separately, full-cache attention each step
@@ -163,6 +163,7 @@ def _worker_argv(args, ckpt, prompts, samples, min_prompt, max_prompt):
         "--ckpt", ckpt, "--dtype", args.dtype, "--prompts", str(prompts),
         "--samples", str(samples), "--min_prompt", str(min_prompt), "--max_prompt",
         str(max_prompt), "--new_tokens", str(args.new_tokens), "--iters", str(args.iters),
+        "--draw", args.draw,
     ]  # fmt: skip
 
 
@@ -180,7 +181,7 @@ def _env(args):
 def cpu_main(args):
     print(f"CPU mode: P={args.prompts} G={args.samples} B={args.prompts * args.samples} "
           f"new_tokens={args.new_tokens} prompt_len={args.min_prompt}..{args.max_prompt} "
-          f"{args.dtype}, default threads")  # fmt: skip
+          f"{args.dtype}, default threads, mojax draw {args.draw}")  # fmt: skip
     for name in args.configs.split(","):
         with tempfile.TemporaryDirectory() as ckpt:
             n_params = _prepare(name, args.dtype, ckpt)
@@ -202,7 +203,7 @@ def gpu_main(args):
     with tempfile.TemporaryDirectory() as ckpt:
         n_params = _prepare(args.variant, args.dtype, ckpt)
         print(f"GPU mode: {args.variant} ({n_params / 1e6:.1f}M params), {args.dtype} weights and "
-              f"cache, prompt {args.gpu_prompt}, new_tokens {args.new_tokens}")  # fmt: skip
+              f"cache, prompt {args.gpu_prompt}, new_tokens {args.new_tokens}, draw {args.draw}")  # fmt: skip
         for b in [int(x) for x in args.batches.split(",")]:
             argv = _worker_argv(args, ckpt, b, 1, args.gpu_prompt, args.gpu_prompt)
             sides = {"transformers": argv, "mojax": argv}
@@ -242,6 +243,7 @@ def main(argv=None):
     ap.add_argument("--gpu_prompt", type=int, default=128, help="gpu: prompt length")
     ap.add_argument("--hbm_gbps", type=float, default=None, help="gpu: peak HBM GB/s")
     ap.add_argument("--dtype", default=None, help="float32 (cpu default) / bfloat16 (gpu default)")
+    ap.add_argument("--draw", default="gumbel", help="mojax token draw: gumbel / inverse_cdf")
     ap.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--jax_cache", default=os.path.join(tempfile.gettempdir(), "mojax_jax_cache"),
                     help="persistent compilation cache shared by the workers ('' = off)")  # fmt: skip

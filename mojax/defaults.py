@@ -112,6 +112,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout.temperature = 1.0
     c.rollout.top_p = 1.0
     c.rollout.top_k = 0
+    c.rollout.draw = "gumbel"  # or "inverse_cdf": same distribution, 14x cheaper draw at 32k vocab
     c.rollout.tool_timeout_s = 10.0
     c.rollout.tool_workers = 4
     c.rollout.sandbox = (

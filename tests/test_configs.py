@@ -55,6 +55,7 @@ def test_unknown_arg_is_rejected_naming_it():
 
 BAD = [  # (config, arg, overrides, the key the error must name) — issue 14's list
     ("grpo", None, {"rollout.num_samples": 1}, "config.rollout.num_samples"),
+    ("grpo", None, {"rollout.draw": "multinomial"}, "config.rollout.draw"),
     ("grpo", None, {"eval.ks": (1, 8)}, "config.eval.ks"),
     ("grpo", None, {"advantage.weights": (0.2, 0.3, 0.5)}, "config.advantage.weights"),
     ("awpo", None, {"sft.steps": 10}, "config.sft.steps"),

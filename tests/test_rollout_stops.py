@@ -127,6 +127,7 @@ def test_rollout_spec_checks_name_the_config_key(sp_tok):
         ("temperature", -1.0, "config.rollout.temperature"),
         ("top_p", 0.0, "top_p"),
         ("top_k", -2, "top_k"),
+        ("draw", "multinomial", "draw"),
         ("tool_timeout_s", 0.0, "config.rollout.tool_timeout_s"),
         ("decode_segment", -1, "RolloutSpec.decode_segment"),
         ("max_obs_tokens", 1.5, "RolloutSpec.max_obs_tokens"),

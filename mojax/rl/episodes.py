@@ -90,6 +90,7 @@ class EpisodeRunner:
                 max_tool_calls=rc.max_tool_calls if has_tool else 0,
                 top_p=rc.top_p,
                 top_k=rc.top_k,
+                draw=rc.draw,
                 cache_dtype=self.spec.model.cache_dtype or None,
             )
         return self._driver

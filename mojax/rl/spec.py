@@ -26,6 +26,7 @@ from mojax.rl.builders import TASKS, build_model_config, task_class
 from mojax.rl.ppo import PPOConfig as PPOSpec
 from mojax.rl.spec_rules import combination_errors
 from mojax.rl.state import OptimizerConfig as OptimizerSpec
+from mojax.sampling.processors import DRAWS
 
 DTYPES = ("float32", "bfloat16", "float16")
 SET_ESTIMATORS = ("vpo", "multi_rlvr")  # estimators of multi-answer sets [P, G, S, M]
@@ -123,6 +124,7 @@ class RolloutSpec:
     temperature: float
     top_p: float
     top_k: int
+    draw: str  # "gumbel" | "inverse_cdf" (mojax.sampling.processors)
     tool_timeout_s: float
     tool_workers: int
     retrieval_url: str
@@ -141,6 +143,7 @@ class RolloutSpec:
         c.in_range("rollout.temperature", 0.0)
         c.in_range("rollout.top_p", 0.0, 1.0, low_inclusive=False)
         c.in_range("rollout.top_k", 0)
+        c.choice("rollout.draw", DRAWS)
         c.in_range("rollout.tool_timeout_s", 0.0, low_inclusive=False)
         c.choice("rollout.sandbox", SANDBOX_MODES)
         c.require(

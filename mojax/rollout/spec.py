@@ -52,6 +52,7 @@ _CONFIG_KEYS = {
     "temperature": "config.rollout.temperature",
     "top_p": "config.rollout.top_p",
     "top_k": "config.rollout.top_k",
+    "draw": "config.rollout.draw",
     "tool_timeout_s": "config.rollout.tool_timeout_s",
     "cache_dtype": "config.model.cache_dtype",
 }
@@ -81,6 +82,7 @@ class RolloutSpec:
         (``cache_slots``).
       temperature, top_p, top_k: sampling (``temperature=0`` is greedy); the recorded log-probs
         are always the policy log-probs at temperature 1.
+      draw: "gumbel" / "inverse_cdf", how each token is drawn (``mojax.sampling.processors``).
       eos_ids: end-of-response ids (an eos / ``<|im_end|>``): a stop on one ends the row.
       stop: the ``StopSpec`` of the task's tool stop (None: single-turn sampling).
       pad_id: written after each row's end.
@@ -115,6 +117,7 @@ class RolloutSpec:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
+    draw: str = "gumbel"
     eos_ids: tuple[int, ...] = ()
     stop: stops_lib.StopSpec | None = None
     pad_id: int = 0
@@ -142,9 +145,9 @@ class RolloutSpec:
         if self.tool_timeout_s is not None and not self.tool_timeout_s > 0:
             raise ValueError(f"{_name('tool_timeout_s')} must be > 0 or None")
         try:  # the sampler's own rule, checked here once instead of at the first decode
-            SamplingParams(self.temperature, self.top_k, self.top_p)
+            SamplingParams(self.temperature, self.top_k, self.top_p, draw=self.draw)
         except ValueError as e:
-            keys = "config.rollout.temperature / top_p / top_k"
+            keys = "config.rollout.temperature / top_p / top_k / draw"
             raise ValueError(f"RolloutSpec sampling settings ({keys}): {e}") from None
 
     @classmethod
@@ -233,7 +236,9 @@ class RolloutSpec:
     @property
     def sampling(self) -> dict:
         """The sampling keywords of ``generate`` / ``append_and_continue``."""
-        return dict(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+        return dict(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, draw=self.draw
+        )
 
     def first_budget(self) -> int:
         """Token budget of the first decode call (a segment, or the whole first turn)."""

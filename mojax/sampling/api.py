@@ -73,6 +73,7 @@ def generate(
     prompt_lengths=None,
     pad_id: int = 0,
     logprobs: str = "policy",
+    draw: str = "gumbel",
     max_response_len: int | None = None,
     max_total_len: int | None = None,
     cache_dtype=None,
@@ -96,6 +97,8 @@ def generate(
       pad_id: written after each row's end.
       logprobs: "policy" (default; log-softmax of the raw logits at temperature 1, the PPO
         old log-prob) or "sampling" (under the processed distribution).
+      draw: "gumbel" (default) or "inverse_cdf": how a token is drawn from the processed
+        distribution (``mojax.sampling.processors``; the same distribution, another random stream).
       max_response_len: R, response slots (default ``max(max_new_tokens)``); make it larger to
         leave room for appended observations and later turns.
       max_total_len: C, cache slots (default ``Tb + R``, Tb the prompt bucket). Fix it across calls
@@ -111,7 +114,7 @@ def generate(
       ``SamplingOutput`` (tokens / logprobs / loss_mask [B, R], lengths [B], finish_reason [B],
       state for ``append_and_continue``).
     """
-    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs)
+    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
     tokens = np.asarray(prompt_tokens)
     if tokens.ndim != 2 or tokens.shape[1] == 0:
         raise ValueError(f"prompt_tokens must be int [P, Tp] with Tp >= 1, got {tokens.shape}")
@@ -177,6 +180,7 @@ def append_and_continue(
     top_k: int = 0,
     min_p: float = 0.0,
     logprobs: str = "policy",
+    draw: str = "gumbel",
     min_obs_bucket: int = 8,
     segmented: bool = True,
     mesh=None,
@@ -197,7 +201,7 @@ def append_and_continue(
       obs_lengths: int [B] real tokens per row (ignored where ``resume`` is False).
       resume: bool [B] rows to continue.
       max_new_tokens: int or [B] budget of this call for the resumed rows.
-      temperature, top_p, top_k, min_p, logprobs: as in ``generate`` (may differ per call).
+      temperature, top_p, top_k, min_p, logprobs, draw: as in ``generate`` (may differ per call).
       min_obs_bucket: ``To`` is padded to ``max(min_obs_bucket, next_pow2(max obs length))``.
 
     Multi-process: each process reads only the rows its devices hold from ``obs_tokens``,
@@ -208,7 +212,7 @@ def append_and_continue(
       ValueError: bad shapes / ids, or when the cache (``max_total_len``) or the response buffer
         (``max_response_len``) cannot hold the observations plus one more token.
     """
-    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs)
+    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
     b, r, s = state.batch, state.max_response_len, state.max_total_len
     obs = np.asarray(obs_tokens, np.int64)
     if obs.ndim != 2 or obs.shape[0] != b:
