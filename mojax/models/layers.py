@@ -164,6 +164,41 @@ class Projection(nn.Module):
         return y.reshape(*lead, *out_shape)
 
 
+def _attend_one_query(qg, keys, values, visible, dtype):
+    """``attend`` for one query token (T = 1, a decode step) as fused multiply-reduces.
+
+    The two einsums of ``attend`` contract a ``[B, S, K, D]`` cache slice whose batch axes (B, K)
+    are not leading, so XLA CPU copies (transposes) every layer's keys and values before its
+    batched dots; broadcast-multiply + sum reads them in place. In-process at bench-qwen3-50m,
+    B = 128, 192 cache slots, fp32, a bare cached forward step took 191.6 ms with the einsums and
+    147.3 ms with this (66.7 ms with no attention at all; ``docs/performance.md`` section 2).
+    """
+    d = qg.shape[-1]
+    q = qg[:, 0].astype(jnp.float32)  # [B, K, G, D]
+    scores = jnp.sum(q[:, None] * keys.astype(jnp.float32)[:, :, :, None, :], -1)  # [B, S, K, G]
+    scores = jnp.where(visible[:, 0, :, None, None], scores * (d**-0.5), _NEG)
+    probs = jax.nn.softmax(scores, axis=1).astype(dtype).astype(jnp.float32)
+    out = jnp.sum(probs[..., None] * values.astype(jnp.float32)[:, :, :, None, :], axis=1)
+    return out[:, None].astype(dtype)  # [B, 1, K, G, D]
+
+
+def attend(qg, keys, values, visible, dtype):
+    """Softmax attention of grouped queries ``qg [B, T, K, G, D]`` over ``keys`` / ``values``
+    ``[B, S, K, D]`` where ``visible [B, T, S]``; fp32 scores, output ``[B, T, K, G, D]``.
+
+    On the CPU backend a single query token takes ``_attend_one_query`` (same values up to fp32
+    summation order); elsewhere, and for T > 1, two einsums.
+    """
+    if qg.shape[1] == 1 and jax.default_backend() == "cpu":
+        return _attend_one_query(qg, keys, values, visible, dtype)
+    d = qg.shape[-1]
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, keys, preferred_element_type=jnp.float32)
+    scores = scores * (d**-0.5)
+    scores = jnp.where(visible[:, None, None], scores, _NEG)  # [B, K, G, T, S]
+    probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
+    return jnp.einsum("bkgts,bskd->btkgd", probs, values)
+
+
 class Attention(nn.Module):
     """Grouped-query self-attention with RoPE, optional q/k RMSNorm, padding + causal masks, KV
     cache.
@@ -205,12 +240,8 @@ class Attention(nn.Module):
         b, t = x.shape[:2]
         s = keys.shape[1]
         qg = q.reshape(b, t, k, h // k, d)
-        scores = jnp.einsum("btkgd,bskd->bkgts", qg, keys, preferred_element_type=jnp.float32)
-        scores = scores * (d**-0.5)
         visible = (jnp.arange(s)[None, None, :] <= q_idx[:, :, None]) & k_valid[:, None, :]
-        scores = jnp.where(visible[:, None, None], scores, _NEG)  # [B, K, Q, T, C]
-        probs = jax.nn.softmax(scores, axis=-1).astype(cfg.jnp_dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, values).reshape(b, t, h, d)
+        out = attend(qg, keys, values, visible, cfg.jnp_dtype).reshape(b, t, h, d)
         out = constrain(out, "batch", "length", "heads", "head_dim")
         y = Projection(cfg, 2, (h, d, e), ("heads", "head_dim", "embed"),
                        name="o_proj")(out)  # fmt: skip

@@ -1,0 +1,125 @@
+"""The matmul floor of a decode step: the model's dots alone, XLA CPU vs torch, alternating.
+
+Per side (fresh process, default threads): the chain of matrix products one cached decode step of
+``--variant`` does for ``--batch`` rows (per layer q, k, v, o, gate, up, down; then the vocabulary
+head), on random fp32 weights, with nothing else (no attention, norms, activations, cache or
+sampling), as one jitted function (jax) or eagerly (torch). Printed per side: ms per step and
+GFLOP/s (min of ``--iters`` calls per process; min / median / max over ``--rounds`` processes), plus
+a square ``--square`` fp32 product for each library's peak. A model step that costs about its
+matmul floor cannot be made much faster without doing less arithmetic; this is the measurement
+behind the CPU sampler target in ``docs/performance.md`` section 2::
+
+    python benchmarks/matmul_floor.py                       # bench-qwen3-50m, B = 128
+    python benchmarks/matmul_floor.py --variant tiny-qwen3 --batch 8 --square 256 --force  # smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _harness  # noqa: E402
+
+
+def dot_shapes(variant: str) -> list[tuple[int, int]]:
+    """(in, out) of every weight matrix one decode step multiplies: per layer q, k, v, o, gate,
+    up, down; then the vocabulary head."""
+    import mojax.models as mm
+
+    c = mm.get_variant(variant)
+    e, f = c.hidden_size, c.intermediate_size
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    return [(e, q), (e, kv), (e, kv), (q, e), (e, f), (e, f), (f, e)] * c.num_layers + [
+        (e, c.vocab_size)
+    ]
+
+
+def _flops(shapes, b):
+    return 2 * b * sum(i * o for i, o in shapes)
+
+
+def _weights(args):
+    import numpy as np
+
+    rng = np.random.RandomState(0)
+    shapes = dot_shapes(args.variant)
+    ws = [(rng.randn(i, o) / np.sqrt(i)).astype(np.float32) for i, o in shapes]
+    return ws, rng.randn(args.batch, shapes[0][0]).astype(np.float32), rng
+
+
+def chain(h, ws, xp):
+    """The step's products with the model's data flow (``xp``: jax.numpy or torch); elementwise
+    glue only (no norms, attention or activations)."""
+    for i in range(0, len(ws) - 1, 7):
+        wq, wk, wv, wo, wg, wu, wd = ws[i : i + 7]
+        q, k, v = h @ wq, h @ wk, h @ wv
+        o = q @ wo + 1e-3 * (k.sum(-1) + v.sum(-1))[:, None]
+        h = h + (o @ wg) * (o @ wu) @ wd
+    return (h @ ws[-1]).sum()
+
+
+def jax_worker(args):
+    import jax
+    import jax.numpy as jnp
+
+    ws, x, rng = _weights(args)
+    ws, x = [jnp.asarray(w) for w in ws], jnp.asarray(x)
+    fn = jax.jit(lambda x, ws: chain(x, ws, jnp))
+    step = _harness.time_calls(lambda: fn(x, ws).block_until_ready(), args.iters)
+    a = jnp.asarray(rng.randn(args.square, args.square).astype("float32"))
+    sq = jax.jit(lambda a: a @ a)
+    square = _harness.time_calls(lambda: sq(a).block_until_ready(), args.iters)
+    _harness.emit({"step": step, "square": square})
+
+
+def torch_worker(args):
+    import torch
+
+    ws, x, rng = _weights(args)
+    ws, x = [torch.from_numpy(w) for w in ws], torch.from_numpy(x)
+
+    def run():
+        with torch.no_grad():
+            return float(chain(x, ws, torch))
+
+    step = _harness.time_calls(run, args.iters)
+    a = torch.from_numpy(rng.randn(args.square, args.square).astype("float32"))
+    square = _harness.time_calls(lambda: a @ a, args.iters)
+    _harness.emit({"step": step, "square": square, "threads": torch.get_num_threads()})
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    _harness.add_args(ap)
+    ap.add_argument("--variant", default="bench-qwen3-50m")
+    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--square", type=int, default=2048)
+    ap.add_argument("--iters", type=int, default=10)
+    args = ap.parse_args(argv)
+    if args.worker:
+        return {"jax": jax_worker, "torch": torch_worker}[args.worker](args)
+    print(_harness.machine_info())
+    _harness.check_load(args.force, args.rounds)
+    shapes = dot_shapes(args.variant)
+    gflop = _flops(shapes, args.batch) / 1e9
+    print(f"{args.variant}: {len(shapes)} products per decode step, B={args.batch}, "
+          f"{gflop:.2f} GFLOP per step; square {args.square}^3 fp32")  # fmt: skip
+    argv = ["--variant", args.variant, "--batch", str(args.batch), "--square", str(args.square)]
+    argv += ["--iters", str(args.iters)]
+    env = _harness.worker_env({"JAX_PLATFORMS": "cpu"})
+    runs = _harness.alternate(__file__, {"torch": argv, "jax": argv}, args.rounds, env)
+    _harness.report("decode-step matmul chain", runs, "step", "torch", ["jax"])
+    _harness.report(f"square {args.square} product", runs, "square", "torch", ["jax"])
+    sq_gflop = 2 * args.square**3 / 1e9
+    for side, res in runs.items():
+        lo, med, hi = _harness.spread([gflop / r["step"] for r in res])
+        slo, smed, shi = _harness.spread([sq_gflop / r["square"] for r in res])
+        print(f"  {side}: decode chain GFLOP/s min {lo:.1f} median {med:.1f} max {hi:.1f}; "
+              f"square GFLOP/s min {slo:.1f} median {smed:.1f} max {shi:.1f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
