@@ -170,8 +170,8 @@ def _attend_one_query(qg, keys, values, visible, dtype):
     The two einsums of ``attend`` contract a ``[B, S, K, D]`` cache slice whose batch axes (B, K)
     are not leading, so XLA CPU copies (transposes) every layer's keys and values before its
     batched dots; broadcast-multiply + sum reads them in place. In-process at bench-qwen3-50m,
-    B = 128, 192 cache slots, fp32, a bare cached forward step took 191.6 ms with the einsums and
-    147.3 ms with this (66.7 ms with no attention at all; ``docs/performance.md`` section 2).
+    B = 128, 192 cache slots, fp32, a cached forward step (vocabulary head excluded) took 191.6 ms
+    with the einsums and 147.3 ms with this (66.7 ms with no attention; ``docs/performance.md`` §2).
     """
     d = qg.shape[-1]
     q = qg[:, 0].astype(jnp.float32)  # [B, K, G, D]
