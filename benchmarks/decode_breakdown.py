@@ -111,8 +111,8 @@ def worker(args):
         del cache
         rng = np.random.RandomState(0)
         tokens = rng.randint(1, model.config.vocab_size, (b, args.prompt)).astype(np.int32)
-        kw = dict(key=jax.random.key(0), temperature=1.0, max_response_len=n, cache_dtype=dtype)
-        kw["draw"] = args.draw
+        kw = dict(key=jax.random.key(0), temperature=1.0, max_response_len=n, cache_dtype=dtype,
+                  draw=args.draw)  # fmt: skip
 
         def gen(budget, tokens=tokens, kw=kw):
             return jax.block_until_ready(

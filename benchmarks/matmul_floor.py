@@ -50,8 +50,8 @@ def _weights(args):
     return ws, rng.randn(args.batch, shapes[0][0]).astype(np.float32), rng
 
 
-def chain(h, ws, xp):
-    """The step's products with the model's data flow (``xp``: jax.numpy or torch); elementwise
+def chain(h, ws):
+    """The step's products with the model's data flow, for jax or torch arrays alike; elementwise
     glue only (no norms, attention or activations)."""
     for i in range(0, len(ws) - 1, 7):
         wq, wk, wv, wo, wg, wu, wd = ws[i : i + 7]
@@ -67,7 +67,7 @@ def jax_worker(args):
 
     ws, x, rng = _weights(args)
     ws, x = [jnp.asarray(w) for w in ws], jnp.asarray(x)
-    fn = jax.jit(lambda x, ws: chain(x, ws, jnp))
+    fn = jax.jit(chain)
     step = _harness.time_calls(lambda: fn(x, ws).block_until_ready(), args.iters)
     a = jnp.asarray(rng.randn(args.square, args.square).astype("float32"))
     sq = jax.jit(lambda a: a @ a)
@@ -83,7 +83,7 @@ def torch_worker(args):
 
     def run():
         with torch.no_grad():
-            return float(chain(x, ws, torch))
+            return float(chain(x, ws))
 
     step = _harness.time_calls(run, args.iters)
     a = torch.from_numpy(rng.randn(args.square, args.square).astype("float32"))

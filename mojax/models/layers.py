@@ -177,6 +177,7 @@ def _attend_one_query(qg, keys, values, visible, dtype):
     q = qg[:, 0].astype(jnp.float32)  # [B, K, G, D]
     scores = jnp.sum(q[:, None] * keys.astype(jnp.float32)[:, :, :, None, :], -1)  # [B, S, K, G]
     scores = jnp.where(visible[:, 0, :, None, None], scores * (d**-0.5), _NEG)
+    # probs rounded to ``dtype`` as the einsum path feeds them (a no-op in fp32)
     probs = jax.nn.softmax(scores, axis=1).astype(dtype).astype(jnp.float32)
     out = jnp.sum(probs[..., None] * values.astype(jnp.float32)[:, :, :, None, :], axis=1)
     return out[:, None].astype(dtype)  # [B, 1, K, G, D]
