@@ -7,9 +7,14 @@ sampling), as one jitted function (jax) or eagerly (torch). Printed per side: ms
 GFLOP/s (min of ``--iters`` calls per process; min / median / max over ``--rounds`` processes), plus
 a square ``--square`` fp32 product for each library's peak. A model step that costs about its
 matmul floor cannot be made much faster without doing less arithmetic; this is the measurement
-behind the CPU sampler target in ``docs/performance.md`` section 2::
+behind the CPU sampler target in ``docs/performance.md`` section 2.
 
-    python benchmarks/matmul_floor.py                       # bench-qwen3-50m, B = 128
+``--mode train`` times the same chain forward and backward (the gradient of every weight, as a
+train step computes it) at ``benchmarks/train_step.py``'s ``CPU_SHAPE`` with ``--batch`` = B * T
+rows (default 8 * 128): the matmul floor of that benchmark's PPO step (section 4)::
+
+    python benchmarks/matmul_floor.py                       # bench-qwen3-50m decode, B = 128
+    python benchmarks/matmul_floor.py --mode train          # train_step.py's shape, 1024 rows
     python benchmarks/matmul_floor.py --variant tiny-qwen3 --batch 8 --square 256 --force  # smoke
 """
 
@@ -24,28 +29,42 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _harness  # noqa: E402
 
 
-def dot_shapes(variant: str) -> list[tuple[int, int]]:
-    """(in, out) of every weight matrix one decode step multiplies: per layer q, k, v, o, gate,
-    up, down; then the vocabulary head."""
+def _shape(args) -> dict:
+    """The model dims: ``train_step.CPU_SHAPE`` in train mode, else the mojax ``--variant``."""
+    if args.mode == "train":
+        import train_step
+
+        return dict(train_step.CPU_SHAPE)
     import mojax.models as mm
 
-    c = mm.get_variant(variant)
-    e, f = c.hidden_size, c.intermediate_size
-    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
-    return [(e, q), (e, kv), (e, kv), (q, e), (e, f), (e, f), (f, e)] * c.num_layers + [
-        (e, c.vocab_size)
-    ]
+    c = mm.get_variant(args.variant)
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads")
+    return {k: getattr(c, k) for k in (*keys, "num_kv_heads", "head_dim")}
 
 
-def _flops(shapes, b):
-    return 2 * b * sum(i * o for i, o in shapes)
+def dot_shapes(shape: dict) -> list[tuple[int, int]]:
+    """(in, out) of every weight matrix a step multiplies: per layer q, k, v, o, gate, up, down;
+    then the vocabulary head."""
+    e, f = shape["hidden_size"], shape["intermediate_size"]
+    q, kv = shape["num_heads"] * shape["head_dim"], shape["num_kv_heads"] * shape["head_dim"]
+    per_layer = [(e, q), (e, kv), (e, kv), (q, e), (e, f), (e, f), (f, e)]
+    return per_layer * shape["num_layers"] + [(e, shape["vocab_size"])]
+
+
+def _flops(shapes, b, mode="decode"):
+    """Forward FLOPs; train mode adds the backward's two products per weight (input and weight
+    gradients), less the first layer's q / k / v input gradients (the input needs none)."""
+    fwd = 2 * b * sum(i * o for i, o in shapes)
+    if mode != "train":
+        return fwd
+    return 3 * fwd - 2 * b * sum(i * o for i, o in shapes[:3])
 
 
 def _weights(args):
     import numpy as np
 
     rng = np.random.RandomState(0)
-    shapes = dot_shapes(args.variant)
+    shapes = dot_shapes(_shape(args))
     ws = [(rng.randn(i, o) / np.sqrt(i)).astype(np.float32) for i, o in shapes]
     return ws, rng.randn(args.batch, shapes[0][0]).astype(np.float32), rng
 
@@ -67,8 +86,8 @@ def jax_worker(args):
 
     ws, x, rng = _weights(args)
     ws, x = [jnp.asarray(w) for w in ws], jnp.asarray(x)
-    fn = jax.jit(chain)
-    step = _harness.time_calls(lambda: fn(x, ws).block_until_ready(), args.iters)
+    fn = jax.jit(jax.grad(chain, argnums=1) if args.mode == "train" else chain)
+    step = _harness.time_calls(lambda: jax.block_until_ready(fn(x, ws)), args.iters)
     a = jnp.asarray(rng.randn(args.square, args.square).astype("float32"))
     sq = jax.jit(lambda a: a @ a)
     square = _harness.time_calls(lambda: sq(a).block_until_ready(), args.iters)
@@ -80,8 +99,17 @@ def torch_worker(args):
 
     ws, x, rng = _weights(args)
     ws, x = [torch.from_numpy(w) for w in ws], torch.from_numpy(x)
+    train = args.mode == "train"
+    for w in ws:
+        w.requires_grad_(train)
 
     def run():
+        if train:
+            for w in ws:
+                w.grad = None
+            loss = chain(x, ws)
+            loss.backward()
+            return float(loss.detach())
         with torch.no_grad():
             return float(chain(x, ws))
 
@@ -94,30 +122,34 @@ def torch_worker(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     _harness.add_args(ap)
-    ap.add_argument("--variant", default="bench-qwen3-50m")
-    ap.add_argument("--batch", type=int, default=128)
+    ap.add_argument("--mode", choices=("decode", "train"), default="decode")
+    ap.add_argument("--variant", default="bench-qwen3-50m", help="decode mode: a mojax variant")
+    ap.add_argument("--batch", type=int, default=None, help="rows (default 128; train: 8 * 128)")
     ap.add_argument("--square", type=int, default=2048)
     ap.add_argument("--iters", type=int, default=10)
     args = ap.parse_args(argv)
+    if args.batch is None:
+        args.batch = 1024 if args.mode == "train" else 128
     if args.worker:
         return {"jax": jax_worker, "torch": torch_worker}[args.worker](args)
     print(_harness.machine_info())
     _harness.check_load(args.force, args.rounds)
-    shapes = dot_shapes(args.variant)
-    gflop = _flops(shapes, args.batch) / 1e9
-    print(f"{args.variant}: {len(shapes)} products per decode step, B={args.batch}, "
+    shapes = dot_shapes(_shape(args))
+    gflop = _flops(shapes, args.batch, args.mode) / 1e9
+    what = "train_step.py CPU_SHAPE, forward + backward" if args.mode == "train" else args.variant
+    print(f"{what}: {len(shapes)} weight products per step, {args.batch} rows, "
           f"{gflop:.2f} GFLOP per step; square {args.square}^3 fp32")  # fmt: skip
-    argv = ["--variant", args.variant, "--batch", str(args.batch), "--square", str(args.square)]
-    argv += ["--iters", str(args.iters)]
+    argv = ["--mode", args.mode, "--variant", args.variant, "--batch", str(args.batch)]
+    argv += ["--square", str(args.square), "--iters", str(args.iters)]
     env = _harness.worker_env({"JAX_PLATFORMS": "cpu"})
     runs = _harness.alternate(__file__, {"torch": argv, "jax": argv}, args.rounds, env)
-    _harness.report("decode-step matmul chain", runs, "step", "torch", ["jax"])
+    _harness.report(f"{args.mode}-step matmul chain", runs, "step", "torch", ["jax"])
     _harness.report(f"square {args.square} product", runs, "square", "torch", ["jax"])
     sq_gflop = 2 * args.square**3 / 1e9
     for side, res in runs.items():
         lo, med, hi = _harness.spread([gflop / r["step"] for r in res])
         slo, smed, shi = _harness.spread([sq_gflop / r["square"] for r in res])
-        print(f"  {side}: decode chain GFLOP/s min {lo:.1f} median {med:.1f} max {hi:.1f}; "
+        print(f"  {side}: {args.mode} chain GFLOP/s min {lo:.1f} median {med:.1f} max {hi:.1f}; "
               f"square GFLOP/s min {slo:.1f} median {smed:.1f} max {shi:.1f}")  # fmt: skip
 
 

@@ -15,8 +15,10 @@ Both truncation thresholds are found by an exact 32-step bisection over the fp32
 (``_largest_threshold``), not by sorting the vocabulary each decode step. The kept tokens are
 renormalised (the others get ``-inf``) and one token per row is drawn, by ``draw``:
 
-* ``"gumbel"`` (default): ``jax.random.categorical`` (Gumbel-max): one random draw per vocabulary
-  entry (4.2 M per step at [128, 32768]).
+* ``"gumbel"`` (default): Gumbel-max, the token of ``jax.random.categorical(key, z)``: one random
+  draw per vocabulary entry (4.2 M per step at [128, 32768]). ``gumbel_max_draw`` computes the same
+  ``argmax(z + gumbel(key, z.shape))`` with ``first_argmax``, a two-level argmax: XLA CPU's
+  variadic (value, index) reduction over 32k entries was 2x the cost of the random bits themselves.
 * ``"inverse_cdf"``: one uniform ``u`` per row and the two-level inverse CDF of the unnormalised
   probabilities ``p = exp(z - max z)``: the block of ``INVERSE_CDF_BLOCK`` entries whose cumulative
   block mass first exceeds ``u * sum p``, then the entry inside it whose cumulative mass first
@@ -46,6 +48,8 @@ LOGPROB_MODES = ("policy", "sampling")
 DRAWS = ("gumbel", "inverse_cdf")
 #: Entries per block of the two-level inverse CDF (``sqrt`` of a 64k vocabulary).
 INVERSE_CDF_BLOCK = 256
+#: Entries per block of ``first_argmax``.
+ARGMAX_BLOCK = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +63,7 @@ class SamplingParams:
       min_p: ``0.0`` = off.
       logprobs: "policy" (log-softmax of the raw logits, temperature 1; the default) or "sampling"
         (log-prob under the processed distribution).
-      draw: "gumbel" (``jax.random.categorical``; the default) or "inverse_cdf" (one uniform per
+      draw: "gumbel" (the tokens of ``jax.random.categorical``; the default) or "inverse_cdf" (one uniform per
         row, two-level inverse CDF); see the module docstring.
     """
 
@@ -140,6 +144,42 @@ def process_logits(logits: jax.Array, params: SamplingParams) -> jax.Array:
     return z
 
 
+def _argmax_keys(x: jax.Array) -> jax.Array:
+    """uint32 keys ordered as ``jnp.argmax`` compares floats: NaN largest, ``-0.0 == +0.0``."""
+    x = x.astype(jnp.float32)
+    x = jnp.where(x == 0, jnp.float32(0), x)  # -0.0 -> +0.0
+    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
+    keys = jnp.where(bits >> 31 == 1, ~bits, bits | jnp.uint32(0x80000000))
+    return jnp.where(jnp.isnan(x), jnp.uint32(0xFFFFFFFF), keys)
+
+
+def first_argmax(x: jax.Array, block: int = ARGMAX_BLOCK) -> jax.Array:
+    """``jnp.argmax(x, axis=-1)`` of float ``x`` [B, V] as int32 [B]: the first index of the row
+    maximum (a NaN counts as the maximum, as in ``jnp.argmax``), found in two levels.
+
+    On order-preserving uint32 keys (``_argmax_keys``; XLA's float max reduction need not propagate
+    NaN), level one takes each ``block``-entry block's max (a plain max reduction, vectorised); the
+    first block holding the row maximum is an argmax over V / block entries, and the answer is the
+    first maximum inside that block. Same result as one argmax over V, whose variadic (value,
+    index) reduction XLA CPU runs ~10x slower than a max (``docs/performance.md`` §2).
+    """
+    b, v = x.shape
+    block = min(block, v)
+    nb = -(-v // block)
+    keys = jnp.pad(_argmax_keys(x), ((0, 0), (0, nb * block - v)))  # pad key 0 < any value's
+    keys = keys.reshape(b, nb, block)
+    best = jnp.argmax(jnp.max(keys, axis=-1), axis=-1)  # [B] first block with the maximum
+    inner = jnp.take_along_axis(keys, best[:, None, None], axis=1)[:, 0]  # [B, block]
+    return (best * block + jnp.argmax(inner, axis=-1)).astype(jnp.int32)
+
+
+def gumbel_max_draw(key: jax.Array, z: jax.Array) -> jax.Array:
+    """Tokens int32 [B] of ``jax.random.categorical(key, z, axis=-1)`` for processed logits
+    ``z`` [B, V]: the same Gumbel noise (``jax.random.gumbel(key, z.shape, z.dtype)``, the noise
+    ``categorical`` draws) and the same first-index argmax, via ``first_argmax``."""
+    return first_argmax(z + jax.random.gumbel(key, z.shape, z.dtype))
+
+
 def _first_above(cum: jax.Array, mass: jax.Array, target: jax.Array) -> jax.Array:
     """Per row, the first index whose inclusive cumulative mass ``cum`` exceeds ``target`` [B].
 
@@ -186,11 +226,11 @@ def sample_step(
     logits = logits.astype(jnp.float32)
     z = process_logits(logits, params)
     if params.greedy:
-        tokens = jnp.argmax(z, axis=-1).astype(jnp.int32)
+        tokens = first_argmax(z)
     elif params.draw == "inverse_cdf":
         tokens = inverse_cdf_draw(z, jax.random.uniform(key, z.shape[:1], jnp.float32))
     else:
-        tokens = jax.random.categorical(key, z, axis=-1).astype(jnp.int32)
+        tokens = gumbel_max_draw(key, z)
     source = logits if params.logprobs == "policy" or params.greedy else z
     logp = jax.nn.log_softmax(source, axis=-1)
     return tokens, jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
