@@ -5,6 +5,8 @@ argmax per step, itself independent of the cache path), decoding the concatenate
 scratch for resumption, and a teacher-forced full forward for log-probs (fp32, <= 1e-4).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 
 import mojax.models as mm
 import mojax.sampling as ms
-from mojax.sampling import decode
+from mojax.sampling import buckets, decode
 
 ATOL = 1e-4
 WIDTH = 112  # the reference forward pads every sequence to this width (one compile)
@@ -126,14 +128,20 @@ def test_deterministic_for_a_key_and_samples_differ(model):
     assert (np.asarray(a.tokens)[0] != np.asarray(a.tokens)[1]).any()  # the G samples of prompt 0
 
 
-def test_segmented_decode_equals_full_cache_decode(model):
+def test_segmented_decode_equals_full_cache_decode(model, monkeypatch):
     tokens, lengths = batch(3)
     kw = dict(prompt_lengths=lengths, key=jax.random.key(9), max_new_tokens=75, **SAMPLED, **SHAPES)
     assert ms.segment_caps(16, 96) == (64, 96)  # the run crosses a segment boundary
     a = ms.generate(model, tokens, **kw)
     b = ms.generate(model, tokens, segmented=False, **kw)
+    fine = functools.partial(buckets.segment_caps, granularity=8)
+    assert fine(16, 96, growth=1.1) == (64, 72, 80, 88, 96)
+    monkeypatch.setattr(buckets, "segment_caps", fine)
+    c = ms.generate(model, tokens, segment_growth=1.1, **kw)  # four segment boundaries
     np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
     np.testing.assert_allclose(np.asarray(a.logprobs), np.asarray(b.logprobs), atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(c.tokens), np.asarray(b.tokens))
+    np.testing.assert_allclose(np.asarray(c.logprobs), np.asarray(b.logprobs), atol=1e-5)
     assert np.asarray(a.lengths).min() == 75
 
 

@@ -38,8 +38,8 @@ running. ``append_and_continue`` donates ``out.state``'s cache: continue each st
 of earlier outputs stay valid). The cache / response layout is in ``mojax.sampling.state``.
 
 Cost model (vs the Tunix "vanilla" sampler): the P prompts are prefilled once and the cache is
-repeated to the G samples; decode step ``i`` attends over a power-of-two prefix of the cache
-(``buckets.segment_caps``) rather than all ``max_total_len`` slots; top-k / top-p thresholds use
+repeated to the G samples; decode step ``i`` attends over a growing prefix of the cache (x1.25,
+``buckets.segment_caps``) rather than all ``max_total_len`` slots; top-k / top-p thresholds use
 a sort-free bisection; one compiled program per (P, G, prompt bucket, R, S, sampling params).
 """
 

@@ -79,6 +79,7 @@ def generate(
     cache_dtype=None,
     min_prompt_bucket: int = 16,
     segmented: bool = True,
+    segment_growth: float = 1.25,
     mesh=None,
     rules=DEFAULT_LOGICAL_AXIS_RULES,
 ) -> SamplingOutput:
@@ -106,7 +107,10 @@ def generate(
         each append uses ``To`` (its bucket) slots for every row.
       cache_dtype: k/v storage dtype (e.g. ``jnp.bfloat16``); default the model's compute dtype.
       min_prompt_bucket: prompts are padded to ``max(min_prompt_bucket, next_pow2(max length))``.
-      segmented: attend over doubling cache prefixes (faster); False attends over all C slots.
+      segmented: attend over growing cache prefixes (faster); False attends over all C slots.
+      segment_growth: the ratio of successive prefix sizes (``buckets.segment_caps``): closer to
+        1 reads fewer unused slots per step and compiles more decode loops (at 2048 slots from
+        scratch, bench-qwen3-50m: 15 loops and 9.4 s to compile at 1.25, 6 and 4.7 s at 2).
       mesh, rules: shard the batch / heads by the logical axis rules (batch on data, heads on
         tensor).
 
@@ -139,7 +143,7 @@ def generate(
     s = int(max_total_len or tb + r)
     if s < tb + 1:
         raise ValueError(f"max_total_len={s} leaves no slot after the prompt bucket {tb}")
-    caps = buckets.segment_caps(tb, s) if segmented else (s,)
+    caps = buckets.segment_caps(tb, s, growth=segment_growth) if segmented else (s,)
     state = decode.generate_from_arrays(
         model,
         jnp.asarray(padded),
@@ -183,6 +187,7 @@ def append_and_continue(
     draw: str = "gumbel",
     min_obs_bucket: int = 8,
     segmented: bool = True,
+    segment_growth: float = 1.25,
     mesh=None,
     rules=DEFAULT_LOGICAL_AXIS_RULES,
 ) -> SamplingOutput:
@@ -201,7 +206,8 @@ def append_and_continue(
       obs_lengths: int [B] real tokens per row (ignored where ``resume`` is False).
       resume: bool [B] rows to continue.
       max_new_tokens: int or [B] budget of this call for the resumed rows.
-      temperature, top_p, top_k, min_p, logprobs, draw: as in ``generate`` (may differ per call).
+      temperature, top_p, top_k, min_p, logprobs, draw, segmented, segment_growth: as in
+        ``generate`` (may differ per call).
       min_obs_bucket: ``To`` is padded to ``max(min_obs_bucket, next_pow2(max obs length))``.
 
     Multi-process: each process reads only the rows its devices hold from ``obs_tokens``,
@@ -249,7 +255,7 @@ def append_and_continue(
             f"max_response_len={r} too small for the observations of rows "
             f"{np.flatnonzero(res & (length + obs_len + 1 > r)).tolist()}"
         )
-    caps = buckets.segment_caps(0, s) if segmented else (s,)
+    caps = buckets.segment_caps(0, s, growth=segment_growth) if segmented else (s,)
     new_state = decode.continue_from_arrays(
         model,
         state.replace(cache=None),

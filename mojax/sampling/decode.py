@@ -5,8 +5,9 @@ params): the P prompts are prefilled once on a cache of exactly the prompt bucke
 the next-token logits are repeated to the B = P*G rows (``broadcast_cache``), then the decode loop
 runs until every row is done, with no host round-trip per token.
 
-Decode segments: the loop is split into segments over cache prefixes of doubling size
-(``buckets.segment_caps``), so step ``i`` attends over ``next_pow2(Tb + i)`` slots instead of all S
+Decode segments: the loop is split into segments over cache prefixes of growing size
+(``buckets.segment_caps``, x1.25 by default), so a step attends over at most 1.25x the slots in use
+instead of all S
 (the Tunix "vanilla" sampler attends over the whole cache every step). Each segment truncates the
 cache once and writes it back once (``dynamic_update_slice``, in place), O(log S) copies in all.
 
