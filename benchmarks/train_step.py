@@ -6,7 +6,8 @@ exceeds the core count (``--force`` overrides, loudly).
 
 CPU mode (default): both sides run the same model shape (``CPU_SHAPE``, the same random weights
 through one checkpoint), batch and loss (PPO-clip, token-mean, AdamW + global-norm clipping, fp32)
-with the same thread count (``--threads``; 0 = each framework's default). Per side and round:
+with the same thread count (``--threads``; 0 = each framework's default). Two mojax sides: the
+default scanned layers (``mojax``) and ``scan_layers=False`` (``mojax-unrolled``). Per side and round:
 the min of ``--steps`` step times after one warm-up (compile) step. Printed: min / median / max of
 each side and of the ratio torch / mojax (target >= 1.5x)::
 
@@ -200,7 +201,7 @@ def torch_worker(args):
 def mojax_worker(args):
     import mojax.models as mm
 
-    model = mm.from_pretrained(args.ckpt)
+    model = mm.from_pretrained(args.ckpt, scan_layers=args.worker == "mojax")
     batch = make_batch(args.batch, args.seq, CPU_SHAPE["vocab_size"])
     step = mojax_step_fn(model.config, model.params, batch, args)
     _harness.emit({"step": _harness.time_calls(step, args.steps)})
@@ -261,9 +262,10 @@ def cpu_main(args):
         print(f"CPU mode: shape {CPU_SHAPE}, {n / 1e6:.1f}M params, B={args.batch}, T={args.seq}, "
               f"fp32, threads={args.threads or 'default'}")  # fmt: skip
         argv = _common_argv(args) + ["--ckpt", ckpt]
-        runs = _harness.alternate(__file__, {"torch-eager": argv, "mojax": argv}, args.rounds, env)
+        sides = {"torch-eager": argv, "mojax": argv, "mojax-unrolled": argv}
+        runs = _harness.alternate(__file__, sides, args.rounds, env)
     _harness.report(f"train step B={args.batch} T={args.seq}", runs, "step", "torch-eager",
-                    ["mojax"], target=1.5)  # fmt: skip
+                    ["mojax", "mojax-unrolled"], target=1.5)  # fmt: skip
     tokens = args.batch * args.seq
     for side, res in runs.items():
         lo, med, hi = _harness.spread([tokens / r["step"] for r in res])
@@ -324,7 +326,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.worker:
         workers = {"prepare": prepare_worker, "torch-eager": torch_worker,
-                   "mojax": mojax_worker, "mojax-gpu": mojax_gpu_worker}  # fmt: skip
+                   "mojax": mojax_worker, "mojax-unrolled": mojax_worker,
+                   "mojax-gpu": mojax_gpu_worker}  # fmt: skip
         return workers[args.worker](args)
     print(_harness.machine_info())
     _harness.check_load(args.force, args.rounds)
