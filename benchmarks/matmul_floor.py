@@ -11,7 +11,11 @@ behind the CPU sampler target in ``docs/performance.md`` section 2.
 
 ``--mode train`` times the same chain forward and backward (the gradient of every weight, as a
 train step computes it) at ``benchmarks/train_step.py``'s ``CPU_SHAPE`` with ``--batch`` = B * T
-rows (default 8 * 128): the matmul floor of that benchmark's PPO step (section 4)::
+rows (default 8 * 128): the matmul floor of that benchmark's PPO step (section 4). The jax side
+also times three other parts every such step has, alone: the optimizer update (mojax's AdamW with
+global-norm clipping over the model's weights), the token log-prob forward and backward over the
+``[B * T, V]`` logits (``mojax.models.qwen.token_logprobs``) and the causal attention's forward and
+backward of all layers (``mojax.models.layers.attend``, B = 8 rows of T = rows / 8 tokens)::
 
     python benchmarks/matmul_floor.py                       # bench-qwen3-50m decode, B = 128
     python benchmarks/matmul_floor.py --mode train          # train_step.py's shape, 1024 rows
@@ -80,6 +84,58 @@ def chain(h, ws):
     return (h @ ws[-1]).sum()
 
 
+def _train_extras(args, ws, rng) -> dict:
+    """Seconds of the optimizer update, the log-prob and the attention forward + backward, each
+    alone."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import mojax.rl as rl
+    from mojax.models.layers import attend
+    from mojax.models.qwen import token_logprobs
+
+    shape = _shape(args)
+    # the model's weights: the products' matrices, the input embedding, and the norm scales
+    params = ws + [jnp.zeros((shape["vocab_size"], shape["hidden_size"]), jnp.float32)]
+    params += [jnp.ones((shape["hidden_size"],), jnp.float32)] * (2 * shape["num_layers"] + 1)
+    opt_config = rl.OptimizerConfig(learning_rate=1e-5, max_grad_norm=1.0, weight_decay=0.0)
+    tx = rl.make_optimizer(opt_config)  # as benchmarks/train_step.py
+    opt = tx.init(params)
+    grads = [1e-3 * jnp.ones_like(p) for p in params]
+
+    @jax.jit
+    def update(params, opt, grads):
+        updates, opt = tx.update(grads, opt, params)
+        return optax.apply_updates(params, updates), opt
+
+    logits = jnp.asarray(rng.randn(args.batch, shape["vocab_size"]).astype("float32"))
+    targets = jnp.asarray(rng.randint(0, shape["vocab_size"], args.batch))
+    logp_grad = jax.jit(jax.grad(lambda z: jnp.sum(token_logprobs(z, targets))))
+    b, h, k, d = 8, shape["num_heads"], shape["num_kv_heads"], shape["head_dim"]
+    t = args.batch // b
+    q = jnp.asarray(rng.randn(shape["num_layers"], b, t, k, h // k, d).astype("float32"))
+    kv = jnp.asarray(rng.randn(2, shape["num_layers"], b, t, k, d).astype("float32"))
+    causal = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), bool)), (b, t, t))
+
+    def attention(q, kv):  # every layer's attention (one call per layer, as unrolled), summed
+        layers = range(shape["num_layers"])
+        return sum(jnp.sum(attend(q[i], kv[0, i], kv[1, i], causal, jnp.float32)) for i in layers)
+
+    attn_grad = jax.jit(jax.grad(attention, argnums=(0, 1)))
+    return {
+        "attention": _harness.time_calls(
+            lambda: jax.block_until_ready(attn_grad(q, kv)), args.iters
+        ),
+        "optimizer": _harness.time_calls(
+            lambda: jax.block_until_ready(update(params, opt, grads)), args.iters
+        ),
+        "logprobs": _harness.time_calls(
+            lambda: jax.block_until_ready(logp_grad(logits)), args.iters
+        ),
+    }
+
+
 def jax_worker(args):
     import jax
     import jax.numpy as jnp
@@ -91,7 +147,8 @@ def jax_worker(args):
     a = jnp.asarray(rng.randn(args.square, args.square).astype("float32"))
     sq = jax.jit(lambda a: a @ a)
     square = _harness.time_calls(lambda: sq(a).block_until_ready(), args.iters)
-    _harness.emit({"step": step, "square": square})
+    extras = _train_extras(args, ws, rng) if args.mode == "train" else {}
+    _harness.emit({"step": step, "square": square, **extras})
 
 
 def torch_worker(args):
@@ -146,6 +203,10 @@ def main(argv=None):
     _harness.report(f"{args.mode}-step matmul chain", runs, "step", "torch", ["jax"])
     _harness.report(f"square {args.square} product", runs, "square", "torch", ["jax"])
     sq_gflop = 2 * args.square**3 / 1e9
+    if args.mode == "train":
+        for part in ("optimizer", "logprobs", "attention"):
+            lo, med, hi = _harness.spread([1e3 * r[part] for r in runs["jax"]])
+            print(f"  jax {part} alone (ms): min {lo:.2f} median {med:.2f} max {hi:.2f}")
     for side, res in runs.items():
         lo, med, hi = _harness.spread([gflop / r["step"] for r in res])
         slo, smed, shi = _harness.spread([sq_gflop / r["square"] for r in res])
