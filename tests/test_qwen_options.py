@@ -51,6 +51,23 @@ def test_unrolled_layers_equal_scanned(base, tmp_path):
         base.replace_config(scan_layers=False)
 
 
+def test_unstack_layers_equals_loading_unrolled(base, tmp_path):
+    """``unstack_layers`` (the CPU decode loop's layout) = the checkpoint loaded unrolled."""
+    from mojax.models.qwen import unstack_layers
+
+    mm.save_pretrained(base, tmp_path)
+    loaded = mm.from_pretrained(tmp_path, scan_layers=False)
+    unstacked = jax.jit(unstack_layers)(base)
+    assert not unstacked.config.scan_layers and unstacked.config == loaded.config
+    assert jax.tree.structure(unstacked.params) == jax.tree.structure(loaded.params)
+    jax.tree.map(np.testing.assert_array_equal, unstacked.params, loaded.params)
+    assert unstack_layers(loaded) is loaded  # already unrolled: unchanged
+    tokens, mask = _batch(base.config, seed=3)
+    np.testing.assert_allclose(
+        unstacked(tokens, attention_mask=mask), base(tokens, attention_mask=mask), atol=1e-5
+    )
+
+
 def test_dtype_policy(base, tmp_path):
     mm.save_pretrained(base, tmp_path)
     tokens, mask = _batch(base.config, seed=2)

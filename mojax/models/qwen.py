@@ -248,6 +248,24 @@ class QwenModel:
         return self.replace(config=self.config.replace(**kwargs))
 
 
+def unstack_layers(model: QwenModel) -> QwenModel:
+    """The same model with unrolled layers (``scan_layers=False``): ``params["layers"]``, stacked
+    on a leading L axis, becomes ``layers_0 .. layers_{L-1}``. Pure; works on traced params.
+
+    A scanned layer slices its weights out of the stacked arrays on every call; in a decode loop
+    that is a copy of all weights per token (XLA CPU materialises each slice before its dot).
+    Unstacked once before the loop, the slices are loop-invariant.
+    """
+    if not model.config.scan_layers:
+        return model
+    stacked = model.params["layers"]
+    params = {k: v for k, v in model.params.items() if k != "layers"}
+    for i in range(model.config.num_layers):
+        params[f"layers_{i}"] = jax.tree.map(lambda x, i=i: x[i], stacked)
+    # ``replace`` keeps a subclass and its fields (e.g. a test's scripted model)
+    return model.replace(config=model.config.replace(scan_layers=False), params=params)
+
+
 @jax.jit
 def _forward(model: QwenModel, tokens, attention_mask, positions, cache):
     return model.apply_fn(

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from mojax.models.cache import CACHE_LOGICAL_AXES, KVCache, init_cache
-from mojax.models.qwen import Qwen, QwenModel
+from mojax.models.qwen import Qwen, QwenModel, unstack_layers
 from mojax.sampling import state as state_lib
 from mojax.sampling.processors import SamplingParams, sample_step
 from mojax.sampling.state import LENGTH, RUNNING, STOP, SamplingState
@@ -117,7 +117,14 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
 
 
 def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ...]):
-    """Runs the decode loop segment by segment until every row is done (or the cache is full)."""
+    """Runs the decode loop segment by segment until every row is done (or the cache is full).
+
+    On the CPU backend the loop runs unrolled layers (``unstack_layers``, once before the loop):
+    a scanned layer's weight slices were copied on every token, 6.5 of ~171 ms per step at
+    bench-qwen3-50m, B = 128 (``docs/performance.md`` §2). Other backends keep the model as is.
+    """
+    if jax.default_backend() == "cpu":
+        model = unstack_layers(model)
     max_len = s.cache.max_len
     step = functools.partial(_decode_step, model, params, max_len)
     for cap in caps:
