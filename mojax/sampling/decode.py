@@ -6,10 +6,10 @@ the next-token logits are repeated to the B = P*G rows (``broadcast_cache``), th
 runs until every row is done, with no host round-trip per token.
 
 Decode segments: the loop is split into segments over cache prefixes of growing size
-(``buckets.segment_caps``, x1.25 by default), so a step attends over at most 1.25x the slots in use
-instead of all S
-(the Tunix "vanilla" sampler attends over the whole cache every step). Each segment truncates the
-cache once and writes it back once (``dynamic_update_slice``, in place), O(log S) copies in all.
+(``buckets.segment_caps``, x1.25 by default), so a step attends over at most ~1.25x the slots in
+use instead of all S (the Tunix "vanilla" sampler attends over the whole cache every step). Each
+segment truncates the cache once and writes it back once (``dynamic_update_slice``, in place),
+O(log S) copies in all.
 
 Each loop step, for every row still running: draw a token from the current logits
 (``processors.sample_step``), append it to the response buffer, mark the row done on a stop id, on
