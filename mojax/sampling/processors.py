@@ -63,8 +63,8 @@ class SamplingParams:
       min_p: ``0.0`` = off.
       logprobs: "policy" (log-softmax of the raw logits, temperature 1; the default) or "sampling"
         (log-prob under the processed distribution).
-      draw: "gumbel" (the tokens of ``jax.random.categorical``; the default) or "inverse_cdf" (one uniform per
-        row, two-level inverse CDF); see the module docstring.
+      draw: "gumbel" (the tokens of ``jax.random.categorical``; the default) or "inverse_cdf"
+        (one uniform per row, two-level inverse CDF); see the module docstring.
     """
 
     temperature: float = 1.0
@@ -147,9 +147,7 @@ def process_logits(logits: jax.Array, params: SamplingParams) -> jax.Array:
 def _argmax_keys(x: jax.Array) -> jax.Array:
     """uint32 keys ordered as ``jnp.argmax`` compares floats: NaN largest, ``-0.0 == +0.0``."""
     x = x.astype(jnp.float32)
-    x = jnp.where(x == 0, jnp.float32(0), x)  # -0.0 -> +0.0
-    bits = jax.lax.bitcast_convert_type(x, jnp.uint32)
-    keys = jnp.where(bits >> 31 == 1, ~bits, bits | jnp.uint32(0x80000000))
+    keys = _sortable(jnp.where(x == 0, jnp.float32(0), x))  # -0.0 -> +0.0 first
     return jnp.where(jnp.isnan(x), jnp.uint32(0xFFFFFFFF), keys)
 
 
