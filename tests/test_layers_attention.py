@@ -1,0 +1,106 @@
+"""``layers.attend`` and the query-blocked ``layers.attend_causal`` against a numpy float64 loop
+written from the equations (softmax(q k^T / sqrt(D)) v over the visible keys, grouped queries).
+
+Rows are full, left-padded and right-padded. A query that sees no key (left padding) is garbage in
+both functions and is left out, as in the transformers parity tests.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from mojax.models import layers
+
+B, T, K, G, D = 3, 100, 2, 3, 8
+
+
+def _inputs(seed=0, t=T):
+    rng = np.random.RandomState(seed)
+    qg = rng.randn(B, t, K, G, D).astype(np.float32)
+    keys = rng.randn(B, t, K, D).astype(np.float32)
+    values = rng.randn(B, t, K, D).astype(np.float32)
+    mask = np.ones((B, t), bool)
+    mask[1, :9] = False  # left padding
+    mask[2, t - 13 :] = False  # right padding
+    idx = np.arange(t)
+    visible = (idx[None, None, :] <= idx[None, :, None]) & mask[:, None, :]  # [B, T, S]
+    return qg, keys, values, visible
+
+
+def _reference(qg, keys, values, visible):
+    """float64 loop over rows, query tokens and heads; NaN where a query sees no key."""
+    out = np.full(qg.shape, np.nan)
+    for b in range(qg.shape[0]):
+        for t in range(qg.shape[1]):
+            seen = np.flatnonzero(visible[b, t])
+            if seen.size == 0:
+                continue
+            for k in range(K):
+                kk = keys[b, seen, k].astype(np.float64)  # [S', D]
+                vv = values[b, seen, k].astype(np.float64)
+                for g in range(G):
+                    s = kk @ qg[b, t, k, g].astype(np.float64) / np.sqrt(D)
+                    p = np.exp(s - s.max())
+                    out[b, t, k, g] = (p / p.sum()) @ vv
+    return out
+
+
+def _seen(visible):
+    return visible.any(-1)  # [B, T]: queries that see at least one key
+
+
+@pytest.mark.parametrize("block", [None, 3, 7, 32, 64, 100, 128])
+def test_attend_causal_equals_float64_reference(block):
+    qg, keys, values, visible = _inputs()
+    ref = _reference(qg, keys, values, visible)
+    args = [jnp.asarray(a) for a in (qg, keys, values, visible)]
+    outs = {"attend": jax.jit(layers.attend, static_argnums=4)(*args, jnp.float32)}
+    if block is not None:
+        blocked = jax.jit(layers.attend_causal, static_argnums=(4, 5))
+        outs["attend_causal"] = blocked(*args, jnp.float32, block)
+    seen = _seen(visible)
+    assert (~seen).sum() == 9  # the left-padded row's first 9 queries see nothing
+    for name, out in outs.items():
+        out = np.asarray(out)
+        assert out.shape == qg.shape and out.dtype == np.float32, name
+        assert np.isfinite(out).all(), name  # fully masked queries are finite garbage, not NaN
+        np.testing.assert_allclose(out[seen], ref[seen], rtol=0, atol=2e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("block", [16, 33])
+def test_attend_causal_gradients_equal_attend(block):
+    qg, keys, values, visible = _inputs(seed=1)
+    rng = np.random.RandomState(2)
+    # cotangents only on queries that see a key (the others' outputs differ by design)
+    ct = rng.randn(*qg.shape).astype(np.float32) * _seen(visible)[:, :, None, None, None]
+    vis = jnp.asarray(visible)
+
+    def loss(fn, q, k, v):
+        return jnp.sum(fn(q, k, v, vis, jnp.float32) * ct)
+
+    blocked = jax.tree_util.Partial(layers.attend_causal, block=block)
+    grad = jax.jit(jax.grad(loss, argnums=(1, 2, 3)), static_argnums=0)
+    ref = grad(layers.attend, qg, keys, values)
+    got = grad(blocked, qg, keys, values)
+    for name, r, g in zip(("dq", "dk", "dv"), ref, got):
+        scale = float(jnp.max(jnp.abs(r)))
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=0, atol=1e-5 * scale,
+                                   err_msg=name)  # fmt: skip
+
+
+def test_default_block_is_used_on_cpu_only_for_long_chunks(monkeypatch):
+    """``block=None`` takes ``CAUSAL_BLOCK`` on the CPU backend; a chunk no longer than it is one
+    block (the same jaxpr as ``attend``)."""
+    qg, keys, values, visible = (jnp.asarray(a) for a in _inputs(t=40))
+    one = jax.make_jaxpr(lambda *a: layers.attend(*a, jnp.float32))(qg, keys, values, visible)
+    monkeypatch.setattr(layers, "CAUSAL_BLOCK", 64)
+    same = jax.make_jaxpr(lambda *a: layers.attend_causal(*a, jnp.float32))(
+        qg, keys, values, visible
+    )
+    assert str(same) == str(one)
+    monkeypatch.setattr(layers, "CAUSAL_BLOCK", 16)
+    split = jax.make_jaxpr(lambda *a: layers.attend_causal(*a, jnp.float32))(
+        qg, keys, values, visible
+    )
+    assert str(split).count("concatenate") == (1 if jax.default_backend() == "cpu" else 0)
