@@ -99,6 +99,6 @@ def test_query_blocked_attention_matches_transformers(block, t, tmp_path, monkey
     for scan_layers in (True, False):
         model = mm.from_pretrained(tmp_path, dtype="float32", scan_layers=scan_layers)
         # a fresh jit: ``model(...)``'s compiled forward may predate the patched block size
-        fwd = jax.jit(lambda p, x, m: model.apply_fn({"params": p}, x, attention_mask=m))
+        fwd = jax.jit(lambda p, x, m, f=model.apply_fn: f({"params": p}, x, attention_mask=m))
         ours = np.asarray(fwd(model.params, jnp.asarray(tokens), jnp.asarray(mask)))
         assert max_masked_diff(ours, ref, mask) <= ATOL, scan_layers
