@@ -90,17 +90,21 @@ def test_attend_causal_gradients_equal_attend(block):
 
 
 def test_default_block_is_used_on_cpu_only_for_long_chunks(monkeypatch):
-    """``block=None`` takes ``CAUSAL_BLOCK`` on the CPU backend; a chunk no longer than it is one
-    block (the same jaxpr as ``attend``)."""
+    """``block=None`` takes ``CAUSAL_BLOCK`` rows on the CPU backend, at most ``CAUSAL_MAX_BLOCKS``
+    blocks; a chunk no longer than a block is one block (the same jaxpr as ``attend``)."""
     qg, keys, values, visible = (jnp.asarray(a) for a in _inputs(t=40))
-    one = jax.make_jaxpr(lambda *a: layers.attend(*a, jnp.float32))(qg, keys, values, visible)
+    on_cpu = jax.default_backend() == "cpu"
+
+    def jaxpr(fn):
+        return str(jax.make_jaxpr(lambda *a: fn(*a, jnp.float32))(qg, keys, values, visible))
+
+    one = jaxpr(layers.attend)
+    assert one.count("= exp ") == 1  # one softmax per block
     monkeypatch.setattr(layers, "CAUSAL_BLOCK", 64)
-    same = jax.make_jaxpr(lambda *a: layers.attend_causal(*a, jnp.float32))(
-        qg, keys, values, visible
-    )
-    assert str(same) == str(one)
-    monkeypatch.setattr(layers, "CAUSAL_BLOCK", 16)
-    split = jax.make_jaxpr(lambda *a: layers.attend_causal(*a, jnp.float32))(
-        qg, keys, values, visible
-    )
-    assert str(split).count("concatenate") == (1 if jax.default_backend() == "cpu" else 0)
+    assert jaxpr(layers.attend_causal) == one
+    monkeypatch.setattr(layers, "CAUSAL_BLOCK", 16)  # blocks of 16, 16, 8
+    assert jaxpr(layers.attend_causal).count("= exp ") == (3 if on_cpu else 1)
+    monkeypatch.setattr(layers, "CAUSAL_BLOCK", 1)  # capped: 8 blocks of 5
+    assert jaxpr(layers.attend_causal).count("= exp ") == (8 if on_cpu else 1)
+    monkeypatch.setattr(layers, "CAUSAL_BLOCK", None)
+    assert jaxpr(layers.attend_causal) == one

@@ -200,8 +200,10 @@ def attend(qg, keys, values, visible, dtype):
     return jnp.einsum("bkgts,bskd->btkgd", probs, values)
 
 
-#: Query block of ``attend_causal`` on the CPU backend (``None``: one block; see its docstring).
-CAUSAL_BLOCK = 64
+#: Query block of ``attend_causal`` on the CPU backend (``None``: one block; see its docstring),
+#: grown to ``ceil(T / CAUSAL_MAX_BLOCKS)`` for long chunks to bound the program's size.
+CAUSAL_BLOCK = 32
+CAUSAL_MAX_BLOCKS = 8
 
 
 def attend_causal(qg, keys, values, visible, dtype, block=None):
@@ -209,21 +211,22 @@ def attend_causal(qg, keys, values, visible, dtype, block=None):
     only if ``j <= t``), one query block at a time.
 
     Query block ``[a, a + block)`` can see keys ``[0, a + block)`` only, so it attends over that
-    prefix and never computes the scores above it: at T = 256 with 64-row blocks, 10 / 16 of the
-    ``[T, T]`` scores. Each block's scores also stay small enough to be reused from the CPU's caches
-    by the softmax passes. In-process at bench-qwen3-50m (``[8, 256]`` tokens, 8 heads, 4 kv heads,
-    fp32), one layer's attention forward + backward took 50-56 ms in one block and 30-37 ms in
-    64-row blocks (``docs/performance.md`` §3).
+    prefix and never computes the scores above it: in 8 blocks, 36 / 64 of the ``[T, T]`` scores.
+    Each block's scores also stay small enough to be reused from the CPU's caches by the softmax
+    passes. In-process at bench-qwen3-50m (``[8, 256]`` tokens, 8 heads, 4 kv heads,
+    fp32), one layer's attention forward + backward took 50-56 ms in one block and 31-41 ms in
+    32- or 64-row blocks (``docs/performance.md`` §3).
 
     Same values as ``attend`` up to fp32 summation order, except for a query that sees no key at
     all (a left-padding position): ``attend`` returns the mean of all T values there and this the
     mean of its block's prefix. Such positions are padding, masked out of every loss and score.
-    Used on the CPU backend only (``block`` defaults to ``CAUSAL_BLOCK`` there and to one block
-    elsewhere: many small kernels were not measured on accelerators).
+    Used on the CPU backend only (``block`` defaults to ``CAUSAL_BLOCK`` rows there, at most
+    ``CAUSAL_MAX_BLOCKS`` blocks, and to one block elsewhere: many small kernels were not measured
+    on accelerators).
     """
-    if block is None:
-        block = CAUSAL_BLOCK if jax.default_backend() == "cpu" else None
     t = qg.shape[1]
+    if block is None and CAUSAL_BLOCK is not None and jax.default_backend() == "cpu":
+        block = max(CAUSAL_BLOCK, -(-t // CAUSAL_MAX_BLOCKS))
     if block is None or t <= block:
         return attend(qg, keys, values, visible, dtype)
     outs = [
