@@ -164,6 +164,14 @@ class Projection(nn.Module):
         return y.reshape(*lead, *out_shape)
 
 
+def _zero_unseen(out, visible):
+    """``out [B, T, K, G, D]`` with zeros where a query sees no key (``visible [B, T, S]``): a
+    left-padding position, whose softmax would otherwise average every value it is given, so
+    its output would depend on how many keys (or key blocks) the call passed."""
+    seen = jnp.any(visible, axis=-1)[:, :, None, None, None]
+    return jnp.where(seen, out, jnp.zeros((), out.dtype))
+
+
 def _attend_one_query(qg, keys, values, visible, dtype):
     """``attend`` for one query token (T = 1, a decode step) as fused multiply-reduces.
 
@@ -180,15 +188,16 @@ def _attend_one_query(qg, keys, values, visible, dtype):
     # probs rounded to ``dtype`` as the einsum path feeds them (a no-op in fp32)
     probs = jax.nn.softmax(scores, axis=1).astype(dtype).astype(jnp.float32)
     out = jnp.sum(probs[..., None] * values.astype(jnp.float32)[:, :, :, None, :], axis=1)
-    return out[:, None].astype(dtype)  # [B, 1, K, G, D]
+    return _zero_unseen(out[:, None].astype(dtype), visible)  # [B, 1, K, G, D]
 
 
 def attend(qg, keys, values, visible, dtype):
     """Softmax attention of grouped queries ``qg [B, T, K, G, D]`` over ``keys`` / ``values``
     ``[B, S, K, D]`` where ``visible [B, T, S]``; fp32 scores, output ``[B, T, K, G, D]``.
 
-    On the CPU backend a single query token takes ``_attend_one_query`` (same values up to fp32
-    summation order); elsewhere, and for T > 1, two einsums.
+    A query that sees no key (a left-padding position) gets zeros. On the CPU backend a single
+    query token takes ``_attend_one_query`` (same values up to fp32 summation order); elsewhere,
+    and for T > 1, two einsums.
     """
     if qg.shape[1] == 1 and jax.default_backend() == "cpu":
         return _attend_one_query(qg, keys, values, visible, dtype)
@@ -197,7 +206,7 @@ def attend(qg, keys, values, visible, dtype):
     scores = scores * (d**-0.5)
     scores = jnp.where(visible[:, None, None], scores, _NEG)  # [B, K, G, T, S]
     probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
-    return jnp.einsum("bkgts,bskd->btkgd", probs, values)
+    return _zero_unseen(jnp.einsum("bkgts,bskd->btkgd", probs, values), visible)
 
 
 #: Query block of ``attend_causal`` on the CPU backend (``None``: one block; see its docstring),
@@ -217,10 +226,8 @@ def attend_causal(qg, keys, values, visible, dtype, block=None):
     fp32), one layer's attention forward + backward took 50-56 ms in one block and 31-41 ms in
     32- or 64-row blocks (``docs/performance.md`` §3).
 
-    Same values as ``attend`` up to fp32 summation order, except for a query that sees no key at
-    all (a left-padding position): ``attend`` returns the mean of all T values there and this the
-    mean of its block's prefix. Such positions are padding, masked out of every loss and score.
-    Used on the CPU backend only (``block`` defaults to ``CAUSAL_BLOCK`` rows there, at most
+    Same values as ``attend`` up to fp32 summation order (zeros, in both, for a query that sees no
+    key). Used on the CPU backend only (``block`` defaults to ``CAUSAL_BLOCK`` rows there, at most
     ``CAUSAL_MAX_BLOCKS`` blocks, and to one block elsewhere: many small kernels were not measured
     on accelerators).
     """
