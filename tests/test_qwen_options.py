@@ -68,6 +68,38 @@ def test_unstack_layers_equals_loading_unrolled(base, tmp_path):
     )
 
 
+def test_policy_logprobs_through_unstacked_layers_equal_scanned(base):
+    """``mojax.rl.token_logprobs`` unstacks scanned layers on the CPU backend: its log-probs and
+    its gradient with respect to the *stacked* parameters equal those of the scanned model applied
+    as is (the hidden states by ``Qwen.apply`` with ``scan_layers=True``, the same head)."""
+    from mojax.rl import logprobs as lp_lib
+
+    assert base.config.scan_layers
+    tokens, mask = _batch(base.config, seed=5)
+    weights = jnp.asarray(np.random.RandomState(6).rand(*tokens.shape), jnp.float32)
+
+    def scanned(params):
+        hidden = mm.Qwen(base.config).apply(
+            {"params": params}, tokens, attention_mask=mask, return_hidden=True
+        )
+        lp, _ = lp_lib.logprobs_from_hidden(base.config, params, hidden, tokens)
+        return jnp.sum(lp * weights), lp
+
+    def policy(params):
+        lp, _ = lp_lib.token_logprobs(base.config, params, tokens, attention_mask=mask)
+        return jnp.sum(lp * weights), lp
+
+    (_, want), g_want = jax.jit(jax.value_and_grad(scanned, has_aux=True))(base.params)
+    (_, got), g_got = jax.jit(jax.value_and_grad(policy, has_aux=True))(base.params)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    assert jax.tree.structure(g_got) == jax.tree.structure(base.params)  # stacked, as given
+    for path, a, b in zip(
+        jax.tree_util.tree_leaves_with_path(g_got), jax.tree.leaves(g_got), jax.tree.leaves(g_want)
+    ):
+        scale = float(np.abs(np.asarray(b)).max()) or 1.0
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * scale, err_msg=str(path[0]))
+
+
 def test_dtype_policy(base, tmp_path):
     mm.save_pretrained(base, tmp_path)
     tokens, mask = _batch(base.config, seed=2)

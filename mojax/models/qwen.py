@@ -254,14 +254,21 @@ def unstack_layers(model: QwenModel) -> QwenModel:
 
     A scanned layer slices its weights out of the stacked arrays on every call; in a decode loop
     that is a copy of all weights per token (XLA CPU materialises each slice before its dot).
-    Unstacked once before the loop, the slices are loop-invariant.
+    Unstacked once before the loop, the slices are loop-invariant. The policy log-probs of the
+    train step unstack too on the CPU (``mojax.rl.logprobs.token_logprobs``); the gradient flows
+    back into the stacked parameters through one concatenate.
     """
     if not model.config.scan_layers:
         return model
-    stacked = model.params["layers"]
+    n = model.config.num_layers
+    # ``split``, not ``x[i]``: its transpose (for gradients) is one concatenate, where the sum of
+    # L zero-padded slices would touch every layer's weights L times
+    parts = jax.tree.map(lambda x: jnp.split(x, n, axis=0), model.params["layers"])
     params = {k: v for k, v in model.params.items() if k != "layers"}
-    for i in range(model.config.num_layers):
-        params[f"layers_{i}"] = jax.tree.map(lambda x, i=i: x[i], stacked)
+    for i in range(n):
+        params[f"layers_{i}"] = jax.tree.map(
+            lambda p, i=i: p[i][0], parts, is_leaf=lambda p: isinstance(p, list)
+        )
     # ``replace`` keeps a subclass and its fields (e.g. a test's scripted model)
     return model.replace(config=model.config.replace(scan_layers=False), params=params)
 

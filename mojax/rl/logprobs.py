@@ -24,7 +24,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mojax.models import Qwen, QwenConfig
+from mojax.models import Qwen, QwenConfig, QwenModel
+from mojax.models.qwen import unstack_layers
 
 
 def _chunk_terms(
@@ -133,8 +134,14 @@ def token_logprobs(
       need: optional bool [B, T], the positions whose values are used (e.g. the loss mask):
         chunks with none skip the vocabulary projection and return 0 (see the module docstring).
     """
-    hidden = Qwen(config).apply(
-        {"params": params}, tokens, attention_mask=attention_mask, return_hidden=True
+    body = QwenModel(config, params)
+    if config.scan_layers and jax.default_backend() == "cpu":
+        # XLA CPU runs the scanned layers' backward ~10 % slower than unrolled ones (weight
+        # slices, stacked residuals; ``docs/performance.md`` §3); the gradient flows back
+        # through the split into the stacked parameters
+        body = unstack_layers(body)
+    hidden = Qwen(body.config).apply(
+        {"params": body.params}, tokens, attention_mask=attention_mask, return_hidden=True
     )
     return logprobs_from_hidden(
         config,
