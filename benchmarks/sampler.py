@@ -197,7 +197,7 @@ def cpu_main(args):
             runs = _harness.alternate(__file__, sides, args.rounds, env=_env(args))
         title = f"{name} ({n_params / 1e6:.1f}M params)"
         subj = [s for s in sides if s != "transformers"]
-        target = TARGETS.get(name, args.target) if args.target is None else args.target
+        target = TARGETS.get(name) if args.target is None else args.target
         _harness.report(f"{title}: whole call", runs, "secs", "transformers", subj, unit="s",
                         scale=1.0, target=target)  # fmt: skip
         _harness.report(f"{title}: per decode step", runs, "step", "transformers", subj)

@@ -263,12 +263,11 @@ def unstack_layers(model: QwenModel) -> QwenModel:
     n = model.config.num_layers
     # ``split``, not ``x[i]``: its transpose (for gradients) is one concatenate, where the sum of
     # L zero-padded slices would touch every layer's weights L times
-    parts = jax.tree.map(lambda x: jnp.split(x, n, axis=0), model.params["layers"])
+    leaves, treedef = jax.tree.flatten(model.params["layers"])
+    parts = [jnp.split(x, n, axis=0) for x in leaves]  # per leaf: n arrays [1, ...]
     params = {k: v for k, v in model.params.items() if k != "layers"}
     for i in range(n):
-        params[f"layers_{i}"] = jax.tree.map(
-            lambda p, i=i: p[i][0], parts, is_leaf=lambda p: isinstance(p, list)
-        )
+        params[f"layers_{i}"] = treedef.unflatten([p[i][0] for p in parts])
     # ``replace`` keeps a subclass and its fields (e.g. a test's scripted model)
     return model.replace(config=model.config.replace(scan_layers=False), params=params)
 
