@@ -5,7 +5,8 @@ Per batch size, three jitted ``lax.fori_loop`` programs of N steps over one bf16
 per step (min of ``--iters`` calls after a warm-up):
 
 * ``forward``: the model's cached forward of one token per row (feeds a fixed token; no sampling),
-  plus the projection of the hidden state to fp32 logits;
+  plus the projection of the hidden state to fp32 logits; on the CPU backend with the model and
+  cache layouts the sampler's decode loop uses there (unrolled layers, ``LayerKVCache``);
 * ``forward+sample``: the same, then the logits processors, the categorical draw and the log-prob
   of the drawn token (``mojax.sampling.sample_step``), the drawn token fed back;
 * ``sampler``: ``mojax.sampling.generate`` (prefill excluded: budgets 1 and N, per-step difference).
@@ -35,7 +36,7 @@ def _loops(model, b, prompt, n, dtype, draw):
     import jax
     import jax.numpy as jnp
 
-    from mojax.models import init_cache
+    from mojax.models import init_cache, to_layer_major
     from mojax.sampling import SamplingParams, sample_step
     from mojax.sampling.decode import _forward
 
@@ -49,6 +50,8 @@ def _loops(model, b, prompt, n, dtype, draw):
         slot_mask=jnp.broadcast_to(jnp.arange(full) < prompt, (b, full)),
         end=jnp.full((b,), prompt, jnp.int32),
     )
+    if jax.default_backend() == "cpu":  # as ``mojax.sampling.decode._decode`` runs there
+        cache = to_layer_major(cache)
     params = SamplingParams(1.0, 0, 1.0, 0.0, "policy", draw)
     ones = jnp.ones((b, 1), bool)
     zeros = jnp.zeros((b,), jnp.int32)
@@ -90,20 +93,22 @@ def worker(args):
     import mojax.sampling as ms
 
     model = mm.from_pretrained(args.variant, dtype=args.dtype, seed=0)
+    # the bare loops run the layers as the sampler's decode loop does on this backend
+    fmodel = mm.unstack_layers(model) if jax.default_backend() == "cpu" else model
     dtype = jnp.dtype(args.dtype)
     n = args.new_tokens
     out = {"device": jax.devices()[0].device_kind}
     for b in [int(x) for x in args.batches.split(",")]:
-        forward, forward_sample, cache = _loops(model, b, args.prompt, n, dtype, args.draw)
+        forward, forward_sample, cache = _loops(fmodel, b, args.prompt, n, dtype, args.draw)
         out[f"forward_b{b}"] = (
             _harness.time_calls(
-                lambda f=forward, c=cache: jax.block_until_ready(f(model, c)), args.iters
+                lambda f=forward, c=cache: jax.block_until_ready(f(fmodel, c)), args.iters
             )
             / n
         )
         out[f"forward+sample_b{b}"] = (
             _harness.time_calls(
-                lambda f=forward_sample, c=cache: jax.block_until_ready(f(model, c)),
+                lambda f=forward_sample, c=cache: jax.block_until_ready(f(fmodel, c)),
                 args.iters,
             )
             / n

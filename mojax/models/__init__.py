@@ -23,7 +23,10 @@ Functional core (inside jit)::
 attends causally (by slot index) over the valid slots. Default positions continue each row from its
 number of valid tokens, so prefill (T = prompt bucket), decode (T = 1) and per-row appends of tool
 observations all use this one path. ``cache.repeat_rows(G)`` shares one prefill across G samples
-(prompt-major). See ``mojax.models.cache``.
+(prompt-major). See ``mojax.models.cache``. The CPU decode loop carries it as a ``LayerKVCache``
+(one array per layer, keys ``[B, K, D, S_max]``, values ``[B, K, S_max, D]``; unrolled layers
+only, ``unstack_layers(model)``): ``to_layer_major(cache)`` / ``to_stacked(cache)`` convert exactly.
+See ``mojax.models.layer_cache``.
 
 Loss helper: ``token_logprobs(logits, targets)`` (fp32, scatter-free gradient); score next tokens by
 shifting the targets (``roll(tokens, -1)``, last position masked) rather than slicing the logits.
@@ -48,6 +51,7 @@ Param pytree (``scan_layers=True``, the default; leading L axis under "layers"):
 from mojax.models.cache import KVCache, init_cache
 from mojax.models.config import QwenConfig
 from mojax.models.hf import from_pretrained, load_params, param_count, save_pretrained
+from mojax.models.layer_cache import LayerKVCache, to_layer_major, to_stacked
 from mojax.models.qwen import (
     DEFAULT_LOGICAL_AXIS_RULES,
     Qwen,
@@ -57,6 +61,7 @@ from mojax.models.qwen import (
     param_shapes,
     param_shardings,
     token_logprobs,
+    unstack_layers,
 )
 from mojax.models.tokenizer import HFTokenizer, SentencePieceTokenizer, load_tokenizer
 from mojax.models.variants import VARIANTS, get_variant
@@ -64,6 +69,7 @@ from mojax.models.variants import VARIANTS, get_variant
 __all__ = [
     "DEFAULT_LOGICAL_AXIS_RULES",
     "KVCache",
+    "LayerKVCache",
     "Qwen",
     "QwenConfig",
     "QwenModel",
@@ -81,5 +87,8 @@ __all__ = [
     "param_shapes",
     "param_shardings",
     "save_pretrained",
+    "to_layer_major",
+    "to_stacked",
     "token_logprobs",
+    "unstack_layers",
 ]

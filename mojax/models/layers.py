@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.models import cache as cache_lib
+from mojax.models import layer_cache
 from mojax.models.config import QwenConfig
 
 _NEG = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) softmax
@@ -209,6 +210,44 @@ def attend(qg, keys, values, visible, dtype):
     return _zero_unseen(jnp.einsum("bkgts,bskd->btkgd", probs, values), visible)
 
 
+def _attend_one_query_layer_major(qg, keys_t, values, visible, dtype):
+    """``attend_layer_major`` for one query token (a decode step) as fused multiply-reduces.
+
+    The scores reduce over D and the output over S, both non-minor axes of their operands, so
+    each reduction is vectorised along the minor axis (``mojax/models/layer_cache.py``).
+    """
+    d = qg.shape[-1]
+    q = qg[:, 0].astype(jnp.float32)  # [B, K, G, D]
+    keys = keys_t.astype(jnp.float32)[:, :, None]  # [B, K, 1, D, S]
+    scores = jnp.sum(q[..., None] * keys, axis=3)  # [B, K, G, S]
+    scores = jnp.where(visible[:, :, None], scores * (d**-0.5), _NEG)  # visible [B, 1, 1, S]
+    # probs rounded to ``dtype`` as the einsum path feeds them (a no-op in fp32)
+    probs = jax.nn.softmax(scores, axis=-1).astype(dtype).astype(jnp.float32)
+    vals = values.astype(jnp.float32)[:, :, None]  # [B, K, 1, S, D]
+    out = jnp.sum(probs[..., None] * vals, axis=3)  # [B, K, G, D]
+    return _zero_unseen(out[:, None].astype(dtype), visible)
+
+
+def attend_layer_major(qg, keys_t, values, visible, dtype):
+    """``attend`` over one layer of a ``LayerKVCache``: ``keys_t [B, K, D, S]`` (slot axis minor),
+    ``values [B, K, S, D]``; ``qg [B, T, K, G, D]``, ``visible [B, T, S]``; output ``[B, T, K, G,
+    D]``, fp32 scores, zeros for a query that sees no key.
+
+    One query token on the CPU backend takes ``_attend_one_query_layer_major``; otherwise two
+    einsums whose batch axes (B, K) lead in every operand (no transposing copies). Same values as
+    ``attend`` up to fp32 summation order.
+    """
+    if qg.shape[1] == 1 and jax.default_backend() == "cpu":
+        return _attend_one_query_layer_major(qg, keys_t, values, visible, dtype)
+    d = qg.shape[-1]
+    scores = jnp.einsum("btkgd,bkds->bkgts", qg, keys_t.astype(qg.dtype),
+                        preferred_element_type=jnp.float32)  # fmt: skip
+    scores = jnp.where(visible[:, None, None], scores * (d**-0.5), _NEG)  # [B, K, G, T, S]
+    probs = jax.nn.softmax(scores, axis=-1).astype(dtype)
+    out = jnp.einsum("bkgts,bksd->btkgd", probs, values.astype(dtype))
+    return _zero_unseen(out, visible)
+
+
 #: Query block of ``attend_causal`` on the CPU backend (``None``: one block; see its docstring),
 #: grown to ``ceil(T / CAUSAL_MAX_BLOCKS)`` for long chunks to bound the program's size.
 CAUSAL_BLOCK = 32
@@ -277,6 +316,13 @@ class Attention(nn.Module):
         kk = constrain(apply_rope(kk, positions, cfg), "batch", "length", "kv_heads", "head_dim")
         vv = constrain(vv, "batch", "length", "kv_heads", "head_dim")
 
+        b, t = x.shape[:2]
+        qg = q.reshape(b, t, k, h // k, d)
+        if kv is not None and isinstance(kv[0], tuple):  # a LayerKVCache (decode layout)
+            keys_t, values, kv = layer_cache.write_layer(kv, layer, kk, vv, write_idx)
+            visible = (jnp.arange(keys_t.shape[-1]) <= q_idx[:, :, None]) & k_valid[:, None, :]
+            out = attend_layer_major(qg, keys_t, values, visible, cfg.jnp_dtype)
+            return self._output(out, b, t), kv
         if kv is None:  # full sequence: keys are this chunk
             keys, values = kk, vv
         else:  # cached: write this chunk at each row's slots, attend over the whole cache row
@@ -287,16 +333,20 @@ class Attention(nn.Module):
             keys = k_all[layer].astype(cfg.jnp_dtype)  # [B, C, K, D]
             values = v_all[layer].astype(cfg.jnp_dtype)
 
-        b, t = x.shape[:2]
         s = keys.shape[1]
-        qg = q.reshape(b, t, k, h // k, d)
         visible = (jnp.arange(s)[None, None, :] <= q_idx[:, :, None]) & k_valid[:, None, :]
         attend_fn = attend_causal if kv is None else attend  # uncached: keys are this chunk
-        out = attend_fn(qg, keys, values, visible, cfg.jnp_dtype).reshape(b, t, h, d)
-        out = constrain(out, "batch", "length", "heads", "head_dim")
+        out = attend_fn(qg, keys, values, visible, cfg.jnp_dtype)
+        return self._output(out, b, t), kv
+
+    def _output(self, out, b, t):
+        """The output projection of the attention ``out [B, T, K, G, D]``: ``[B, T, E]``."""
+        cfg = self.config
+        h, d, e = cfg.num_heads, cfg.head_dim, cfg.hidden_size
+        out = constrain(out.reshape(b, t, h, d), "batch", "length", "heads", "head_dim")
         y = Projection(cfg, 2, (h, d, e), ("heads", "head_dim", "embed"),
                        name="o_proj")(out)  # fmt: skip
-        return constrain(y, "batch", "length", "embed"), kv
+        return constrain(y, "batch", "length", "embed")
 
 
 class MLP(nn.Module):

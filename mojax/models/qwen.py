@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from mojax.models import cache as cache_lib
 from mojax.models.config import QwenConfig
+from mojax.models.layer_cache import LayerKVCache
 from mojax.models.layers import DecoderLayer, RMSNorm, constrain
 
 #: Logical axis name -> mesh axes, for a mesh with axes ("data", "fsdp", "tensor"). Rules are
@@ -58,7 +59,9 @@ class Qwen(nn.Module):
       attention_mask: [B, T], 1/True for real tokens, 0 for padding (left, right or inside a chunk);
         default all ones.
       cache: a ``KVCache``; when given, the chunk is written at each row's ``end`` and attends over
-        the cache (see ``mojax.models.cache``).
+        the cache (see ``mojax.models.cache``). With unrolled layers it may also be a
+        ``LayerKVCache`` (the CPU decode layout, ``mojax.models.layer_cache``); the updated cache
+        comes back in the layout it came in.
       return_hidden: return the final normed hidden states [B, T, E] (compute dtype) instead of
         logits, so a loss can project vocab chunks itself with ``method=Qwen.logits``.
 
@@ -110,7 +113,7 @@ class Qwen(nn.Module):
         tokens: jax.Array,
         positions: jax.Array | None = None,
         attention_mask: jax.Array | None = None,
-        cache: cache_lib.KVCache | None = None,
+        cache: cache_lib.KVCache | LayerKVCache | None = None,
         return_hidden: bool = False,
     ):
         cfg = self.config
@@ -142,7 +145,7 @@ class Qwen(nn.Module):
         out = x if return_hidden else self.logits(x)
         if cache is None:
             return out
-        new_cache = cache_lib.KVCache(k=kv[0], v=kv[1], slot_mask=k_valid, end=cache.end + t)
+        new_cache = cache.replace(k=kv[0], v=kv[1], slot_mask=k_valid, end=cache.end + t)
         return out, new_cache
 
     def logits(self, hidden: jax.Array) -> jax.Array:

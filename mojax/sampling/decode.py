@@ -31,6 +31,12 @@ import jax
 import jax.numpy as jnp
 
 from mojax.models.cache import CACHE_LOGICAL_AXES, KVCache, init_cache
+from mojax.models.layer_cache import (
+    LAYER_CACHE_LOGICAL_AXES,
+    LayerKVCache,
+    to_layer_major,
+    to_stacked,
+)
 from mojax.models.qwen import Qwen, QwenModel, unstack_layers
 from mojax.sampling import state as state_lib
 from mojax.sampling.processors import SamplingParams, sample_step
@@ -48,8 +54,16 @@ def _mesh_context(mesh):
     return contextlib.nullcontext() if mesh is None else jax.set_mesh(mesh)
 
 
-def _constrain_cache(cache: KVCache) -> KVCache:
+def _constrain_cache(cache: KVCache | LayerKVCache) -> KVCache | LayerKVCache:
     """Batch on ("data", "fsdp"), kv heads on "tensor" (no-op outside a mesh + rules context)."""
+    if isinstance(cache, LayerKVCache):
+        axes = LAYER_CACHE_LOGICAL_AXES
+        return LayerKVCache(
+            k=tuple(nn.with_logical_constraint(a, axes["k"]) for a in cache.k),
+            v=tuple(nn.with_logical_constraint(a, axes["v"]) for a in cache.v),
+            slot_mask=nn.with_logical_constraint(cache.slot_mask, axes["slot_mask"]),
+            end=nn.with_logical_constraint(cache.end, axes["end"]),
+        )
     return KVCache(
         **{
             name: nn.with_logical_constraint(getattr(cache, name), axes)
@@ -121,10 +135,14 @@ def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ..
 
     On the CPU backend the loop runs unrolled layers (``unstack_layers``, once before the loop):
     a scanned layer's weight slices were copied on every token, 6.5 of ~171 ms per step at
-    bench-qwen3-50m, B = 128 (``docs/performance.md`` §2). Other backends keep the model as is.
+    bench-qwen3-50m, B = 128 (``docs/performance.md`` §2). It also carries the cache in the
+    decode layout (``LayerKVCache``: one array per layer, keys with the slot axis minor), whose
+    attention reads no slice copies and reduces over non-minor axes; the state comes back in the
+    stacked ``KVCache`` layout. Other backends keep the model and the cache as they are.
     """
     if jax.default_backend() == "cpu":
         model = unstack_layers(model)
+        s = s.replace(cache=_constrain_cache(to_layer_major(s.cache)))
     max_len = s.cache.max_len
     step = functools.partial(_decode_step, model, params, max_len)
     for cap in caps:
@@ -135,7 +153,7 @@ def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ..
 
         part = jax.lax.while_loop(cond, step, part)
         s = _constrain_rows(part.replace(cache=state_lib.write_back_cache(s.cache, part.cache)))
-    return s
+    return _constrain_rows(s.replace(cache=to_stacked(s.cache)))
 
 
 @functools.partial(
@@ -176,6 +194,8 @@ def _generate_jit(
         mask = jnp.arange(tb)[None, :] < prompt_lengths[:, None]  # right-padded prompts
         cache = _constrain_cache(init_cache(model.config, p, tb, cache_dtype))
         logits, cache = _forward(model, prompt_tokens, mask, cache, prompt_lengths - 1)
+        if jax.default_backend() == "cpu":  # the decode layout (see ``_decode``), on P rows
+            cache = _constrain_cache(to_layer_major(cache))
         cache = _constrain_cache(state_lib.broadcast_cache(cache, num_samples, max_total_len))
         s = SamplingState(
             cache=cache,

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.models.cache import KVCache
+from mojax.models.layer_cache import LayerKVCache
 
 #: ``finish_reason`` codes. RUNNING: not finished (only seen while decoding); STOP: sampled one of
 #: the row's stop ids (the stop token is the last token of the row); LENGTH: reached
@@ -134,29 +135,38 @@ class SamplingOutput:
 # cache reshaping (pure, inside jit)
 
 
-def broadcast_cache(cache: KVCache, num_samples: int, max_len: int) -> KVCache:
+def broadcast_cache(cache: KVCache | LayerKVCache, num_samples: int, max_len: int):
     """Repeats each row ``num_samples`` times (prompt-major) and pads the slots to ``max_len``.
 
     The prefill runs on P rows and a cache of exactly the prompt bucket; this turns it into the B =
-    P*G rows x C slots decode cache (one copy, shared prefill).
+    P*G rows x C slots decode cache (one copy, shared prefill). Either cache layout.
     """
 
-    def grow(a, slot_axis):
-        a = jnp.repeat(a, num_samples, axis=1 if slot_axis == 2 else 0)
+    def grow(a, row_axis, slot_axis):
+        a = jnp.repeat(a, num_samples, axis=row_axis)
         pad = [(0, 0)] * a.ndim
         pad[slot_axis] = (0, max_len - a.shape[slot_axis])
         return jnp.pad(a, pad)
 
+    if isinstance(cache, LayerKVCache):  # keys [B, K, D, C], values [B, K, C, D]
+        return LayerKVCache(
+            k=tuple(grow(a, 0, 3) for a in cache.k),
+            v=tuple(grow(a, 0, 2) for a in cache.v),
+            slot_mask=grow(cache.slot_mask, 0, 1),
+            end=jnp.repeat(cache.end, num_samples, axis=0),
+        )
     return KVCache(
-        k=grow(cache.k, 2),
-        v=grow(cache.v, 2),
-        slot_mask=grow(cache.slot_mask, 1),
+        k=grow(cache.k, 1, 2),
+        v=grow(cache.v, 1, 2),
+        slot_mask=grow(cache.slot_mask, 0, 1),
         end=jnp.repeat(cache.end, num_samples, axis=0),
     )
 
 
-def truncate_cache(cache: KVCache, cap: int) -> KVCache:
+def truncate_cache(cache: KVCache | LayerKVCache, cap: int) -> KVCache | LayerKVCache:
     """The first ``cap`` slots of every row (a decode segment's working cache)."""
+    if isinstance(cache, LayerKVCache):
+        return cache.truncate(cap)
     if cap == cache.max_len:
         return cache
     return cache.replace(
@@ -164,8 +174,10 @@ def truncate_cache(cache: KVCache, cap: int) -> KVCache:
     )
 
 
-def write_back_cache(full: KVCache, part: KVCache) -> KVCache:
+def write_back_cache(full: KVCache | LayerKVCache, part: KVCache | LayerKVCache):
     """Writes a segment's cache (the first ``cap`` slots) back into the full cache, in place."""
+    if isinstance(full, LayerKVCache):
+        return full.write_back(part)
     if part.max_len == full.max_len:
         return part
     return KVCache(
