@@ -186,3 +186,16 @@ def test_write_layer_update_axes():
     np.testing.assert_array_equal(keys_t[0, :, :, 2], np.asarray(new_k)[0, 1])
     np.testing.assert_array_equal(values[1, :, 6], np.asarray(new_v)[1, 0])
     assert np.count_nonzero(np.abs(keys_t).sum((1, 2))) == 3  # slots (0,1), (0,2), (1,6)
+
+
+def test_rematerialised_unrolled_layers_take_the_layer_major_cache(model):
+    """``remat`` keeps the layer index a Python int for unrolled layers (``static_argnums``), so
+    the decode layout works with it (a traced index raised the ``TypeError`` above)."""
+    remat = model.replace_config(remat="full")
+    b = 2
+    toks, masks = _chunks(model.config.vocab_size, b, [4, 1], seed=5)
+    caches = {m: to_layer_major(mm.init_cache(model.config, b, max_len=6)) for m in ("a", "b")}
+    for t_, m_ in zip(toks, masks):
+        ref, caches["a"] = model(t_, attention_mask=m_, cache=caches["a"])
+        out, caches["b"] = remat(t_, attention_mask=m_, cache=caches["b"])
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(ref))

@@ -93,7 +93,11 @@ class Qwen(nn.Module):
         layer_cls = DecoderLayer
         if cfg.remat != "none":
             layer_cls = nn.remat(
-                DecoderLayer, policy=_REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers
+                DecoderLayer,
+                policy=_REMAT_POLICIES[cfg.remat],
+                prevent_cse=not cfg.scan_layers,
+                # unrolled: the layer index stays a Python int (a LayerKVCache needs one)
+                static_argnums=() if cfg.scan_layers else (6,),
             )
         if cfg.scan_layers:
             self.layers = nn.scan(
