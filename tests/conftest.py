@@ -70,3 +70,22 @@ def run_with_devices(fn, *args, devices: int = 8, timeout: float = 900, **kwargs
             )
         with open(out, "rb") as f:
             return pickle.load(f)
+
+
+def assert_cached_equals_packed_reference(model, toks, masks, outs, atol):
+    """Logits of cached chunked calls (``outs``, one ``[B, T_i, V]`` per chunk of ``toks`` /
+    ``masks``) equal the uncached forward over each row's real tokens packed to the left (right
+    padding only at the end); returns the concatenated bool mask ``[B, sum T_i]``."""
+    import numpy as np
+
+    cached, mask = np.concatenate(outs, 1), np.concatenate(masks, 1).astype(bool)
+    tokens = np.concatenate(toks, 1)
+    n = mask.sum(1)
+    packed = np.zeros_like(tokens)
+    for row in range(tokens.shape[0]):
+        packed[row, : n[row]] = tokens[row][mask[row]]
+    packed_mask = (np.arange(tokens.shape[1])[None] < n[:, None]).astype(np.int32)
+    ref = np.asarray(model(packed, attention_mask=packed_mask))
+    for row in range(tokens.shape[0]):
+        np.testing.assert_allclose(cached[row][mask[row]], ref[row, : n[row]], atol=atol, rtol=0)
+    return mask

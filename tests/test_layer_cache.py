@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import mojax.models as mm
+from conftest import assert_cached_equals_packed_reference
 from mojax.models import layer_cache, layers
 from mojax.models.layer_cache import LayerKVCache, to_layer_major, to_stacked
 
@@ -128,23 +129,13 @@ def test_cached_calls_on_layer_major_cache_equal_uncached_reference(model):
     toks, masks = _chunks(model.config.vocab_size, b, sizes, seed=2)
     stacked = mm.init_cache(model.config, b, max_len=sum(sizes) + 2)
     lm = to_layer_major(stacked)
-    outs, outs_stacked = [], []
+    outs = []
     for t_, m_ in zip(toks, masks):
         logits, lm = model(t_, attention_mask=m_, cache=lm)
-        ref_logits, stacked = model(t_, attention_mask=m_, cache=stacked)
+        _, stacked = model(t_, attention_mask=m_, cache=stacked)
         assert isinstance(lm, LayerKVCache)
         outs.append(np.asarray(logits))
-        outs_stacked.append(np.asarray(ref_logits))
-    cached, mask = np.concatenate(outs, 1), np.concatenate(masks, 1).astype(bool)
-    tokens = np.concatenate(toks, 1)
-    n = mask.sum(1)
-    packed = np.zeros_like(tokens)
-    for row in range(b):
-        packed[row, : n[row]] = tokens[row][mask[row]]
-    packed_mask = (np.arange(tokens.shape[1])[None] < n[:, None]).astype(np.int32)
-    ref = np.asarray(model(packed, attention_mask=packed_mask))
-    for row in range(b):
-        np.testing.assert_allclose(cached[row][mask[row]], ref[row, : n[row]], atol=ATOL, rtol=0)
+    assert_cached_equals_packed_reference(model, toks, masks, outs, ATOL)
     # both layouts hold the same keys and values (up to fp32 summation order upstream)
     back = to_stacked(lm)
     np.testing.assert_allclose(np.asarray(back.k), np.asarray(stacked.k), atol=1e-5, rtol=0)

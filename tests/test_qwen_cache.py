@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import mojax.models as mm
+from conftest import assert_cached_equals_packed_reference
 
 ATOL = 2e-5
 
@@ -63,17 +64,8 @@ def test_chunked_appends_equal_one_shot(model):
     for t_, m_ in zip(toks, masks):
         logits, cache = model(t_, attention_mask=m_, cache=cache)
         outs.append(np.asarray(logits))
-    cached, mask = np.concatenate(outs, 1), np.concatenate(masks, 1).astype(bool)
-    tokens = np.concatenate(toks, 1)
     # reference: each row's real tokens packed to the left (right padding only at the end)
-    n = mask.sum(1)
-    packed = np.zeros_like(tokens)
-    for row in range(b):
-        packed[row, : n[row]] = tokens[row][mask[row]]
-    packed_mask = (np.arange(tokens.shape[1])[None] < n[:, None]).astype(np.int32)
-    ref = np.asarray(model(packed, attention_mask=packed_mask))
-    for row in range(b):
-        np.testing.assert_allclose(cached[row][mask[row]], ref[row, : n[row]], atol=ATOL, rtol=0)
+    mask = assert_cached_equals_packed_reference(model, toks, masks, outs, ATOL)
     np.testing.assert_array_equal(np.asarray(cache.num_valid), mask.sum(1))
 
 
