@@ -64,9 +64,44 @@ class KVCache:
             end=jnp.repeat(self.end, n, axis=0),
         )
 
+    def broadcast(self, num_samples: int, max_len: int) -> KVCache:
+        """Each row repeated ``num_samples`` times (``repeat_rows``), slots padded to ``max_len``."""
+        rep = self.repeat_rows(num_samples)
+        return rep.replace(
+            k=pad_slots(rep.k, 2, max_len),
+            v=pad_slots(rep.v, 2, max_len),
+            slot_mask=pad_slots(rep.slot_mask, 1, max_len),
+        )
+
+    def truncate(self, cap: int) -> KVCache:
+        """The first ``cap`` slots of every row (a decode segment's working cache)."""
+        if cap == self.max_len:
+            return self
+        return self.replace(
+            k=self.k[:, :, :cap], v=self.v[:, :, :cap], slot_mask=self.slot_mask[:, :cap]
+        )
+
+    def write_back(self, part: KVCache) -> KVCache:
+        """Writes a segment's cache (its first ``cap`` slots) back into this one, in place."""
+        if part.max_len == self.max_len:
+            return part
+        return jax.tree.map(put_prefix, self.replace(end=part.end), part)
+
     def logical_axes(self) -> KVCache:
         """A KVCache of ``PartitionSpec``s of logical names, for ``nn.logical_to_mesh_sharding``."""
         return KVCache(**{k: PartitionSpec(*v) for k, v in CACHE_LOGICAL_AXES.items()})
+
+
+def pad_slots(a: jax.Array, slot_axis: int, max_len: int) -> jax.Array:
+    """``a`` zero-padded along ``slot_axis`` to ``max_len`` slots."""
+    pad = [(0, 0)] * a.ndim
+    pad[slot_axis] = (0, max_len - a.shape[slot_axis])
+    return jnp.pad(a, pad)
+
+
+def put_prefix(full: jax.Array, part: jax.Array) -> jax.Array:
+    """``full`` with ``part`` written at its origin (``dynamic_update_slice``, in place)."""
+    return jax.lax.dynamic_update_slice(full, part, (0,) * full.ndim)
 
 
 def init_cache(config: QwenConfig, batch: int, max_len: int, dtype=None) -> KVCache:

@@ -35,7 +35,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from mojax.models.cache import KVCache
+from mojax.models.cache import KVCache, pad_slots, put_prefix
 
 #: Logical axis names of one layer's arrays (map them with the model's logical axis rules).
 LAYER_CACHE_LOGICAL_AXES = {
@@ -87,15 +87,19 @@ class LayerKVCache:
         """Writes a segment's cache (its first ``cap`` slots) back into this one, in place."""
         if part.max_len == self.max_len:
             return part
+        return jax.tree.map(put_prefix, self.replace(end=part.end), part)
 
-        def put(full, new):
-            return jax.lax.dynamic_update_slice(full, new, (0,) * full.ndim)
+    def broadcast(self, num_samples: int, max_len: int) -> LayerKVCache:
+        """Each row repeated ``num_samples`` times (prompt-major), slots padded to ``max_len``."""
+
+        def grow(a, slot_axis):
+            return pad_slots(jnp.repeat(a, num_samples, axis=0), slot_axis, max_len)
 
         return LayerKVCache(
-            k=tuple(map(put, self.k, part.k)),
-            v=tuple(map(put, self.v, part.v)),
-            slot_mask=put(self.slot_mask, part.slot_mask),
-            end=part.end,
+            k=tuple(grow(a, 3) for a in self.k),
+            v=tuple(grow(a, 2) for a in self.v),
+            slot_mask=grow(self.slot_mask, 1),
+            end=jnp.repeat(self.end, num_samples, axis=0),
         )
 
 

@@ -316,15 +316,11 @@ class Attention(nn.Module):
         kk = constrain(apply_rope(kk, positions, cfg), "batch", "length", "kv_heads", "head_dim")
         vv = constrain(vv, "batch", "length", "kv_heads", "head_dim")
 
-        b, t = x.shape[:2]
-        qg = q.reshape(b, t, k, h // k, d)
-        if kv is not None and isinstance(kv[0], tuple):  # a LayerKVCache (decode layout)
-            keys_t, values, kv = layer_cache.write_layer(kv, layer, kk, vv, write_idx)
-            visible = (jnp.arange(keys_t.shape[-1]) <= q_idx[:, :, None]) & k_valid[:, None, :]
-            out = attend_layer_major(qg, keys_t, values, visible, cfg.jnp_dtype)
-            return self._output(out, b, t), kv
         if kv is None:  # full sequence: keys are this chunk
-            keys, values = kk, vv
+            keys, values, s, attend_fn = kk, vv, kk.shape[1], attend_causal
+        elif isinstance(kv[0], tuple):  # a LayerKVCache (the decode layout)
+            keys, values, kv = layer_cache.write_layer(kv, layer, kk, vv, write_idx)
+            s, attend_fn = keys.shape[-1], attend_layer_major  # keys [B, K, D, C]
         else:  # cached: write this chunk at each row's slots, attend over the whole cache row
             k_all, v_all = kv
             k_all = cache_lib.write_layer(k_all, layer, kk, write_idx)
@@ -332,21 +328,16 @@ class Attention(nn.Module):
             kv = (k_all, v_all)
             keys = k_all[layer].astype(cfg.jnp_dtype)  # [B, C, K, D]
             values = v_all[layer].astype(cfg.jnp_dtype)
+            s, attend_fn = keys.shape[1], attend
 
-        s = keys.shape[1]
+        b, t = x.shape[:2]
+        qg = q.reshape(b, t, k, h // k, d)
         visible = (jnp.arange(s)[None, None, :] <= q_idx[:, :, None]) & k_valid[:, None, :]
-        attend_fn = attend_causal if kv is None else attend  # uncached: keys are this chunk
-        out = attend_fn(qg, keys, values, visible, cfg.jnp_dtype)
-        return self._output(out, b, t), kv
-
-    def _output(self, out, b, t):
-        """The output projection of the attention ``out [B, T, K, G, D]``: ``[B, T, E]``."""
-        cfg = self.config
-        h, d, e = cfg.num_heads, cfg.head_dim, cfg.hidden_size
-        out = constrain(out.reshape(b, t, h, d), "batch", "length", "heads", "head_dim")
+        out = attend_fn(qg, keys, values, visible, cfg.jnp_dtype).reshape(b, t, h, d)
+        out = constrain(out, "batch", "length", "heads", "head_dim")
         y = Projection(cfg, 2, (h, d, e), ("heads", "head_dim", "embed"),
                        name="o_proj")(out)  # fmt: skip
-        return constrain(y, "batch", "length", "embed")
+        return constrain(y, "batch", "length", "embed"), kv
 
 
 class MLP(nn.Module):

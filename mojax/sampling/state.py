@@ -141,48 +141,14 @@ def broadcast_cache(cache: KVCache | LayerKVCache, num_samples: int, max_len: in
     The prefill runs on P rows and a cache of exactly the prompt bucket; this turns it into the B =
     P*G rows x C slots decode cache (one copy, shared prefill). Either cache layout.
     """
-
-    def grow(a, row_axis, slot_axis):
-        a = jnp.repeat(a, num_samples, axis=row_axis)
-        pad = [(0, 0)] * a.ndim
-        pad[slot_axis] = (0, max_len - a.shape[slot_axis])
-        return jnp.pad(a, pad)
-
-    if isinstance(cache, LayerKVCache):  # keys [B, K, D, C], values [B, K, C, D]
-        return LayerKVCache(
-            k=tuple(grow(a, 0, 3) for a in cache.k),
-            v=tuple(grow(a, 0, 2) for a in cache.v),
-            slot_mask=grow(cache.slot_mask, 0, 1),
-            end=jnp.repeat(cache.end, num_samples, axis=0),
-        )
-    return KVCache(
-        k=grow(cache.k, 1, 2),
-        v=grow(cache.v, 1, 2),
-        slot_mask=grow(cache.slot_mask, 0, 1),
-        end=jnp.repeat(cache.end, num_samples, axis=0),
-    )
+    return cache.broadcast(num_samples, max_len)
 
 
 def truncate_cache(cache: KVCache | LayerKVCache, cap: int) -> KVCache | LayerKVCache:
     """The first ``cap`` slots of every row (a decode segment's working cache)."""
-    if isinstance(cache, LayerKVCache):
-        return cache.truncate(cap)
-    if cap == cache.max_len:
-        return cache
-    return cache.replace(
-        k=cache.k[:, :, :cap], v=cache.v[:, :, :cap], slot_mask=cache.slot_mask[:, :cap]
-    )
+    return cache.truncate(cap)
 
 
 def write_back_cache(full: KVCache | LayerKVCache, part: KVCache | LayerKVCache):
     """Writes a segment's cache (the first ``cap`` slots) back into the full cache, in place."""
-    if isinstance(full, LayerKVCache):
-        return full.write_back(part)
-    if part.max_len == full.max_len:
-        return part
-    return KVCache(
-        k=jax.lax.dynamic_update_slice(full.k, part.k, (0,) * 5),
-        v=jax.lax.dynamic_update_slice(full.v, part.v, (0,) * 5),
-        slot_mask=jax.lax.dynamic_update_slice(full.slot_mask, part.slot_mask, (0, 0)),
-        end=part.end,
-    )
+    return full.write_back(part)
