@@ -51,12 +51,36 @@ def add_args(parser, rounds: int = MIN_ROUNDS) -> None:
     parser.add_argument("--worker", default=None, help="internal: run one side in this process")
 
 
+def cpu_model() -> str:
+    """The CPU's model name and widest x86 vector extension from ``/proc/cpuinfo`` ("" elsewhere).
+
+    Two VMs of the same "2-core x86_64" kind can differ here (e.g. AVX2 vs AVX-512), which moves
+    XLA's and torch's kernels by different amounts, so every log names it.
+    """
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return ""
+    name = flags = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not name:
+            name = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = value.split()
+    vec = next((v for v in ("avx512f", "avx2", "avx") if v in flags), "")
+    return f"{name} ({vec})" if vec else name
+
+
 def machine_info() -> str:
-    """One line: host, cores, load, Python and the date (UTC), for the table headers."""
+    """One line: host, CPU, cores, load, Python and the date (UTC), for the table headers."""
     load1 = os.getloadavg()[0]
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    cpu = cpu_model()
     return (
         f"machine: {platform.node()} {platform.machine()} {platform.processor() or ''}".rstrip()
+        + (f", {cpu}" if cpu else "")
         + f", {os.cpu_count()} cores, load1 {load1:.2f}, python {platform.python_version()}, {now}"
     )
 

@@ -134,19 +134,22 @@ def _peel(words: jax.Array, valid: jax.Array, k: int) -> jax.Array:
     """
     w = words.shape[1]
 
-    def round_(remaining):
-        rem_words = _pack_rows(remaining, w, k)  # [N, W]
-        return remaining & jnp.any((words & rem_words[:, :, None]) != 0, axis=1)
+    def round_(remaining, rem_words):
+        remaining = remaining & jnp.any((words & rem_words[:, :, None]) != 0, axis=1)
+        return remaining, _pack_rows(remaining, w, k)  # [N, G], [N, W]
 
     def body(carry):
-        ranks, remaining = carry
+        ranks, remaining, rem_words = carry
         for _ in range(_ROUNDS_PER_ITERATION):
-            remaining = round_(remaining)
+            remaining, rem_words = round_(remaining, rem_words)
             ranks = ranks + remaining.astype(jnp.int32)
-        return ranks, remaining
+        return ranks, remaining, rem_words
 
+    # the loop test reads the packed words (N * W), not the [N, G] booleans: XLA CPU splits the
+    # larger any-reduction into a reduce-window and a reduce (~19 us per test at [1024, 64])
     ranks0 = jnp.where(valid, 0, -1).astype(jnp.int32)
-    ranks, _ = jax.lax.while_loop(lambda c: jnp.any(c[1]), body, (ranks0, valid))
+    carry = (ranks0, valid, _pack_rows(valid, w, k))
+    ranks, _, _ = jax.lax.while_loop(lambda c: jnp.any(c[2] != 0), body, carry)
     return ranks
 
 
