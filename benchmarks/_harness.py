@@ -62,7 +62,7 @@ def cpu_model() -> str:
             text = f.read()
     except OSError:
         return ""
-    name = flags = ""
+    name, flags = "", []
     for line in text.splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "model name" and not name:
