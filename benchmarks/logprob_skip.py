@@ -29,7 +29,7 @@ def worker(args) -> None:
     import numpy as np
 
     from mojax import defaults, models
-    from mojax.rl import losses, token_logprobs
+    from mojax.learner import losses, token_logprobs
 
     shape = dict(defaults.TINY_CALC_MODEL, vocab_size=151936, max_position_embeddings=8192)
     shape["tie_word_embeddings"] = True

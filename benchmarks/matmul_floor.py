@@ -91,7 +91,7 @@ def _train_extras(args, ws, rng) -> dict:
     import jax.numpy as jnp
     import optax
 
-    import mojax.rl as rl
+    from mojax import learner
     from mojax.models.layers import attend
     from mojax.models.qwen import token_logprobs
 
@@ -99,8 +99,8 @@ def _train_extras(args, ws, rng) -> dict:
     # the model's weights: the products' matrices, the input embedding, and the norm scales
     params = ws + [jnp.zeros((shape["vocab_size"], shape["hidden_size"]), jnp.float32)]
     params += [jnp.ones((shape["hidden_size"],), jnp.float32)] * (2 * shape["num_layers"] + 1)
-    opt_config = rl.OptimizerConfig(learning_rate=1e-5, max_grad_norm=1.0, weight_decay=0.0)
-    tx = rl.make_optimizer(opt_config)  # as benchmarks/train_step.py
+    opt_config = learner.OptimizerConfig(learning_rate=1e-5, max_grad_norm=1.0, weight_decay=0.0)
+    tx = learner.make_optimizer(opt_config)  # as benchmarks/train_step.py
     opt = tx.init(params)
     grads = [1e-3 * jnp.ones_like(p) for p in params]
 

@@ -102,21 +102,21 @@ def mojax_step_fn(config, params, batch, args):
     """A no-arg callable running one jitted mojax train step (compiled on the first call)."""
     import jax
 
-    import mojax.rl as rl
+    from mojax import learner
     from mojax import sharding as shl
 
     mesh = shl.make_mesh(-1, 1, 1) if args.mode == "gpu" else shl.make_mesh(1, 1, 1)
-    opt = rl.OptimizerConfig(learning_rate=1e-5, max_grad_norm=1.0, weight_decay=0.0)
-    tx = rl.make_optimizer(opt)
-    ppo = rl.PPOConfig(
+    opt = learner.OptimizerConfig(learning_rate=1e-5, max_grad_norm=1.0, weight_decay=0.0)
+    tx = learner.make_optimizer(opt)
+    ppo = learner.PPOConfig(
         clip_high=0.28,
         num_microbatches=args.microbatches,
         logprob_chunk=args.logprob_chunk,
         log_entropy=False,
         shuffle=False,
     )
-    step = rl.make_train_step(config, tx, ppo, mesh)
-    state = rl.create_train_state(config, tx, seed=0, mesh=mesh, params=params)
+    step = learner.make_train_step(config, tx, ppo, mesh)
+    state = learner.create_train_state(config, tx, seed=0, mesh=mesh, params=params)
     batch = shl.shard_batch(batch, mesh, shl.logical_axis_rules())
     box = {"state": state}
 

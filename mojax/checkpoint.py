@@ -8,7 +8,7 @@ position. ``Checkpointer`` saves both under one step with orbax's ``CheckpointMa
     ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=3)      # async by default
     ckpt.save(step, state, host_state={"data": {"position": 123}, "pareto": {...}})
     ...
-    target = mojax.rl.abstract_train_state(model_config, tx, mesh, rules)   # any mesh shape
+    target = mojax.learner.abstract_train_state(model_config, tx, mesh, rules)   # any mesh shape
     state, host_state, step = ckpt.restore(target, fallback=True)        # latest good step
     ckpt.close()                                                           # waits for saves
 
@@ -296,7 +296,7 @@ class Checkpointer:
 
         Args:
           target: the state to restore into — a ``TrainState`` of ``jax.ShapeDtypeStruct`` with
-            shardings (``mojax.rl.abstract_train_state``) or of arrays; the checkpoint is read
+            shardings (``mojax.learner.abstract_train_state``) or of arrays; the checkpoint is read
             straight into those shardings, whatever mesh it was saved from.
           step: the step to read (default the latest committed one).
           fallback: if the step is corrupt, move it aside (``move_aside``: process 0 renames it to

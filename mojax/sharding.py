@@ -201,7 +201,7 @@ def host_memory_kind(mesh: Mesh) -> str | None:
 def offload(tree: Any, shardings: Any) -> Any:
     """Place ``tree`` with ``shardings`` in pinned host memory when the backend supports it.
 
-    Used for the frozen reference params (``mojax.rl.make_logprob_fn(..., offload=True)`` streams them
+    Used for the frozen reference params (``mojax.learner.make_logprob_fn(..., offload=True)`` streams them
     to the devices inside the jitted call). Returns ``(tree, offloaded: bool)``.
     """
     leaves = jax.tree.leaves(shardings)

@@ -16,21 +16,21 @@ import numpy as np
 
 N = 4
 
-import mojax.rl as rl  # noqa: E402
+from mojax import learner  # noqa: E402
 from mojax import sharding as shl  # noqa: E402
 from mojax.checkpoint import Checkpointer, encode_host_state  # noqa: E402
 from mojax.models import get_variant  # noqa: E402
 
 CFG = get_variant("tiny-qwen3")
-OPT = rl.OptimizerConfig(learning_rate=1e-3, schedule="cosine", warmup_steps=1, total_steps=40)
-PPO = rl.PPOConfig(clip_high=0.28, ppo_epochs=2, num_minibatches=2, kl_coef=0.02)
+OPT = learner.OptimizerConfig(learning_rate=1e-3, schedule="cosine", warmup_steps=1, total_steps=40)
+PPO = learner.PPOConfig(clip_high=0.28, ppo_epochs=2, num_minibatches=2, kl_coef=0.02)
 B, T = 8, 16
 
 
 def setup():
     mesh = shl.make_mesh(1, 1, 1, devices=jax.devices()[:1])
-    tx = rl.make_optimizer(OPT)
-    step = rl.make_train_step(CFG, tx, PPO, mesh, lr_schedule=rl.make_schedule(OPT))
+    tx = learner.make_optimizer(OPT)
+    step = learner.make_train_step(CFG, tx, PPO, mesh, lr_schedule=learner.make_schedule(OPT))
     return mesh, tx, step
 
 
@@ -80,7 +80,7 @@ def resume_in_fresh_process(ckdir: str, n: int) -> tuple[list, dict]:
     return the state's leaves and the encoded host state."""
     mesh, tx, step = setup()
     with Checkpointer(ckdir) as ck:
-        target = rl.abstract_train_state(CFG, tx, mesh, shl.logical_axis_rules())
+        target = learner.abstract_train_state(CFG, tx, mesh, shl.logical_axis_rules())
         state, host, saved_step = ck.restore(target)
     assert saved_step == int(state.step), (saved_step, int(state.step))
     state, host = run(state, host, step, n)
@@ -93,7 +93,7 @@ def test_resume_in_new_process_is_bitwise_identical(tmp_path):
     from conftest import run_with_devices
 
     mesh, tx, step = setup()
-    state0 = rl.create_train_state(CFG, tx, seed=0, mesh=mesh)
+    state0 = learner.create_train_state(CFG, tx, seed=0, mesh=mesh)
     # straight run (on a copy: the step donates its input state)
     straight, host_a = run(jax.tree.map(jnp.copy, state0), initial_host(), step, N)
     # half run, then save

@@ -3,7 +3,7 @@ greedy ``generate`` equals ``mojax.sampling.generate(temperature=0.0)`` token fo
 task's own sentencepiece tokenizer converted to an HF tokenizer with the same ids.
 
 The run is made the way the trainer makes one: config -> ``builders`` tokenizer (written to
-``<workdir>/tokenizer.model``) and model config -> ``rl.create_train_state`` -> ``Checkpointer`` in
+``<workdir>/tokenizer.model``) and model config -> ``learner.create_train_state`` -> ``Checkpointer`` in
 ``<workdir>/checkpoints``, plus ``config.json`` from ``mojax.logging.write_config``.
 """
 
@@ -23,8 +23,8 @@ transformers = pytest.importorskip("transformers")
 
 from mojax import checkpoint as ckpt_lib  # noqa: E402
 from mojax import export as export_lib  # noqa: E402
+from mojax import learner, models  # noqa: E402
 from mojax import logging as log_lib  # noqa: E402
-from mojax import models, rl  # noqa: E402
 from mojax import sampling as ms  # noqa: E402
 from mojax import sharding as sharding_lib  # noqa: E402
 from mojax.rl import builders  # noqa: E402
@@ -51,11 +51,11 @@ def make_run(workdir: pathlib.Path, config, steps=(3, 5)):
     mc = builders.build_model_config(config, tok)
     mesh = sharding_lib.mesh_from_config(config.mesh)
     rules = sharding_lib.logical_axis_rules(config)
-    tx = rl.make_optimizer(rl.OptimizerConfig.from_config(config.optimizer))
+    tx = learner.make_optimizer(learner.OptimizerConfig.from_config(config.optimizer))
     saved = {}
     with ckpt_lib.Checkpointer(workdir / "checkpoints") as ckpt:
         for i, step in enumerate(steps):
-            state = rl.create_train_state(mc, tx, seed=config.seed + i, mesh=mesh, rules=rules)
+            state = learner.create_train_state(mc, tx, seed=config.seed + i, mesh=mesh, rules=rules)
             ckpt.save(step, state, {"rl_step": step}, force=True)
             saved[step] = jax.device_get(state.params)
     log_lib.write_config(workdir, config)

@@ -35,14 +35,14 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 def unread_sft_loop(steps: int, mesh_shape=(2, 2, 2), max_in_flight=None):
     """``steps`` SFT steps of tiny-qwen3 on random tokens, no result read until the end; the
     per-step losses."""
-    from mojax import models, rl
+    from mojax import learner, models
     from mojax import sharding as shl
 
     cfg = models.get_variant("tiny-qwen3", vocab_size=160)
     mesh, rules = shl.make_mesh(*mesh_shape), shl.logical_axis_rules()
-    tx = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-3))
-    state = rl.create_train_state(cfg, tx, seed=0, mesh=mesh, rules=rules)
-    step = rl.make_sft_step(cfg, tx, mesh, rules)
+    tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=1e-3))
+    state = learner.create_train_state(cfg, tx, seed=0, mesh=mesh, rules=rules)
+    step = learner.make_sft_step(cfg, tx, mesh, rules)
     if max_in_flight is not None:
         step.max_in_flight = max_in_flight
     rng = np.random.default_rng(0)
@@ -56,15 +56,15 @@ def unread_sft_loop(steps: int, mesh_shape=(2, 2, 2), max_in_flight=None):
 
 def test_dispatch_is_bounded():
     """After call i returns, the results of calls <= i - max_in_flight are ready."""
-    from mojax import models, rl
+    from mojax import learner, models
     from mojax import sharding as shl
-    from mojax.rl.train_step import ShardedStep
+    from mojax.learner.step import ShardedStep
 
     cfg = models.get_variant("tiny-qwen3", vocab_size=160)
     mesh, rules = shl.make_mesh(devices=jax.devices()[:1]), shl.logical_axis_rules()
-    tx = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-3))
-    state = rl.create_train_state(cfg, tx, seed=0, mesh=mesh, rules=rules)
-    step = rl.make_sft_step(cfg, tx, mesh, rules)
+    tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=1e-3))
+    state = learner.create_train_state(cfg, tx, seed=0, mesh=mesh, rules=rules)
+    step = learner.make_sft_step(cfg, tx, mesh, rules)
     assert step.max_in_flight == 2
     tokens = np.full((4, 16), 5, np.int32)
     out = []
@@ -89,19 +89,19 @@ def _constraint_specs(jaxpr) -> list[str]:
 
 def traced_constraints(mesh_shape) -> list[list[str]]:
     """The partition specs of the sharding constraints in the traced SFT and PPO steps."""
-    from mojax import models, rl
+    from mojax import learner, models
     from mojax import sharding as shl
 
     cfg = models.get_variant("tiny-qwen3", vocab_size=160)
     mesh, rules = shl.make_mesh(*mesh_shape), shl.logical_axis_rules()
-    tx = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-3))
-    state = rl.abstract_train_state(cfg, tx, mesh, rules)
+    tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=1e-3))
+    state = learner.abstract_train_state(cfg, tx, mesh, rules)
     rows = jax.ShapeDtypeStruct((8, 16), np.float32)
     batch = {"tokens": jax.ShapeDtypeStruct((8, 16), np.int32), "loss_mask": rows}
     ppo = {**batch, "old_logprobs": rows, "advantages": jax.ShapeDtypeStruct((8,), np.float32)}
     steps = [
-        (rl.make_sft_step(cfg, tx, mesh, rules), batch),
-        (rl.make_train_step(cfg, tx, rl.PPOConfig(), mesh, rules), ppo),
+        (learner.make_sft_step(cfg, tx, mesh, rules), batch),
+        (learner.make_train_step(cfg, tx, learner.PPOConfig(), mesh, rules), ppo),
     ]
     return [_constraint_specs(jax.make_jaxpr(st._traced)(state, b).jaxpr) for st, b in steps]
 

@@ -72,7 +72,7 @@ def test_policy_logprobs_through_unstacked_layers_equal_scanned(base):
     """``mojax.rl.token_logprobs`` unstacks scanned layers on the CPU backend: its log-probs and
     its gradient with respect to the *stacked* parameters equal those of the scanned model applied
     as is (the hidden states by ``Qwen.apply`` with ``scan_layers=True``, the same head)."""
-    from mojax.rl import logprobs as lp_lib
+    from mojax.learner import logprobs as lp_lib
 
     assert base.config.scan_layers
     tokens, mask = _batch(base.config, seed=5)

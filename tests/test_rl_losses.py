@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mojax.rl import losses
-from mojax.rl.losses import ppo_clip_loss
+from mojax.learner import losses
+from mojax.learner.losses import ppo_clip_loss
 
 AGGS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 # log-ratios: far below 1-ε (ρ=0.22), just below, inside, 1, inside, above 1+ε_high, above c=3 (ρ=4.5)

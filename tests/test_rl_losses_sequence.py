@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mojax.rl.losses import aggregation_weights, ppo_clip_loss
+from mojax.learner.losses import aggregation_weights, ppo_clip_loss
 
 
 def np_awpo_eq30(lp, old, adv, mask, eps, dual_clip=None):
@@ -90,7 +90,7 @@ def test_sequence_ratio_needs_mask_and_valid_level():
     z = jnp.zeros((2, 3))
     with pytest.raises(ValueError, match="ratio_level"):
         ppo_clip_loss(z, z, jnp.ones(2), z, ratio_level="group")
-    from mojax.rl.losses import ppo_token_terms
+    from mojax.learner.losses import ppo_token_terms
 
     with pytest.raises(ValueError, match="loss_mask"):
         ppo_token_terms(z, z, jnp.ones(2), ratio_level="sequence")

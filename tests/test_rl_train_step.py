@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from mojax_test_utils import build_hf, hf_config  # noqa: E402
 
 import mojax.models as mm  # noqa: E402
-import mojax.rl as rl  # noqa: E402
+from mojax import learner  # noqa: E402
 from mojax import sharding as shl  # noqa: E402
 
 B, T = 8, 16
@@ -74,7 +74,7 @@ def test_token_logprobs_match_transformers(hf_and_model, chunk):
     hf, model = hf_and_model
     batch = rollout_batch(0)
     want_lp, want_ent = torch_logprobs(hf, batch["tokens"], batch["attention_mask"])
-    fn = jax.jit(lambda p, t, m: rl.token_logprobs(model.config, p, t, m, chunk_size=chunk,
+    fn = jax.jit(lambda p, t, m: learner.token_logprobs(model.config, p, t, m, chunk_size=chunk,
                                                    with_entropy=True))  # fmt: skip
     lp, ent = fn(model.params, batch["tokens"], batch["attention_mask"])
     valid = np.concatenate([np.zeros((B, 1)), batch["attention_mask"][:, 1:]], 1) > 0
@@ -96,7 +96,7 @@ def test_chunks_nobody_needs_are_skipped_and_used_values_unchanged(hf_and_model)
     want_lp, _ = torch_logprobs(hf, batch["tokens"], batch["attention_mask"])
 
     def lps(p, skip):
-        return rl.token_logprobs(model.config, p, jnp.asarray(batch["tokens"]), chunk_size=3,
+        return learner.token_logprobs(model.config, p, jnp.asarray(batch["tokens"]), chunk_size=3,
                                  need=jnp.asarray(need) if skip else None)[0]  # fmt: skip
 
     full, skipped = np.asarray(lps(model.params, False)), np.asarray(lps(model.params, True))
@@ -120,11 +120,13 @@ def test_logprob_fn_offloaded_equals_on_device(hf_and_model, mesh):
     _, model = hf_and_model
     batch = rollout_batch(1)
     p_sh = mm.param_shardings(model.config, mesh, shl.logical_axis_rules())
-    want = rl.make_logprob_fn(model.config, mesh)(model.params, batch["tokens"])
+    want = learner.make_logprob_fn(model.config, mesh)(model.params, batch["tokens"])
     host_params, offloaded = shl.offload(model.params, p_sh)
-    got = rl.make_logprob_fn(model.config, mesh, offloaded=offloaded)(host_params, batch["tokens"])
+    got = learner.make_logprob_fn(model.config, mesh, offloaded=offloaded)(
+        host_params, batch["tokens"]
+    )
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    direct = rl.token_logprobs(model.config, model.params, jnp.asarray(batch["tokens"]))[0]
+    direct = learner.token_logprobs(model.config, model.params, jnp.asarray(batch["tokens"]))[0]
     np.testing.assert_allclose(np.asarray(got), np.asarray(direct), atol=1e-6)
 
 
@@ -141,8 +143,8 @@ def test_grad_accumulation_4_micro_equals_one_batch(hf_and_model, mesh):
     lp, _ = torch_logprobs(hf, batch["tokens"], batch["attention_mask"])
     batch["ref_logprobs"] = (lp + 0.05 * np.random.RandomState(0).randn(B, T)).astype(np.float32)
     kw = dict(agg="seq-mean-token-mean", kl_coef=0.05, entropy_coef=0.01, dual_clip=3.0)
-    g1, m1 = rl.make_grad_fn(model.config, rl.PPOConfig(**kw), mesh)(model.params, batch)
-    g4, m4 = rl.make_grad_fn(model.config, rl.PPOConfig(num_microbatches=4, **kw), mesh)(
+    g1, m1 = learner.make_grad_fn(model.config, learner.PPOConfig(**kw), mesh)(model.params, batch)
+    g4, m4 = learner.make_grad_fn(model.config, learner.PPOConfig(num_microbatches=4, **kw), mesh)(
         model.params, batch
     )
     keys = ("loss", "pg_loss", "kl", "entropy", "clip_frac_low", "ratio_mean", "ratio_min",
@@ -158,11 +160,15 @@ def test_grad_accumulation_4_micro_equals_one_batch(hf_and_model, mesh):
 
 def test_train_step_traces_once_counts_updates_and_guards_nan(hf_and_model, mesh):
     _, model = hf_and_model
-    opt = rl.OptimizerConfig(learning_rate=1e-3, schedule="cosine", warmup_steps=2, total_steps=20)
-    tx = rl.make_optimizer(opt)
-    cfg = rl.PPOConfig(clip_high=0.28, ppo_epochs=2, num_minibatches=2, num_microbatches=2)
-    step = rl.make_train_step(model.config, tx, cfg, mesh, lr_schedule=rl.make_schedule(opt))
-    state = rl.create_train_state(model.config, tx, seed=0, mesh=mesh, params=model.params)
+    opt = learner.OptimizerConfig(
+        learning_rate=1e-3, schedule="cosine", warmup_steps=2, total_steps=20
+    )
+    tx = learner.make_optimizer(opt)
+    cfg = learner.PPOConfig(clip_high=0.28, ppo_epochs=2, num_minibatches=2, num_microbatches=2)
+    step = learner.make_train_step(
+        model.config, tx, cfg, mesh, lr_schedule=learner.make_schedule(opt)
+    )
+    state = learner.create_train_state(model.config, tx, seed=0, mesh=mesh, params=model.params)
     rngs = [np.asarray(state.rng)]
     for i in range(3):
         batch = rollout_batch(10 + i)
@@ -175,7 +181,9 @@ def test_train_step_traces_once_counts_updates_and_guards_nan(hf_and_model, mesh
     assert step.trace_count == 1
     assert int(state.step) == 12
     assert len({r.tobytes() for r in rngs}) == 4
-    np.testing.assert_allclose(float(metrics["learning_rate"]), float(rl.make_schedule(opt)(11)))
+    np.testing.assert_allclose(
+        float(metrics["learning_rate"]), float(learner.make_schedule(opt)(11))
+    )
 
     # NaN guard: a non-finite advantage poisons the one mini-batch holding that row (per epoch)
     bad = rollout_batch(20)
@@ -199,8 +207,8 @@ def test_train_step_traces_once_counts_updates_and_guards_nan(hf_and_model, mesh
 
 def test_batch_validation_names_the_key(hf_and_model, mesh):
     _, model = hf_and_model
-    tx = rl.make_optimizer(rl.OptimizerConfig())
-    step = rl.make_train_step(model.config, tx, rl.PPOConfig(kl_coef=0.1), mesh)
+    tx = learner.make_optimizer(learner.OptimizerConfig())
+    step = learner.make_train_step(model.config, tx, learner.PPOConfig(kl_coef=0.1), mesh)
     batch = rollout_batch(0)
     with pytest.raises(KeyError, match="ref_logprobs"):
         step.check_batch(batch)
@@ -211,15 +219,15 @@ def test_batch_validation_names_the_key(hf_and_model, mesh):
         step.check_batch({**batch, "old_logprobs": batch["old_logprobs"][:, :-1]})
     with pytest.raises(ValueError, match="clip_eps"):
         step.check_batch({**batch, "clip_eps": np.ones(3)})
-    step3 = rl.make_train_step(model.config, tx, rl.PPOConfig(num_minibatches=3), mesh)
+    step3 = learner.make_train_step(model.config, tx, learner.PPOConfig(num_minibatches=3), mesh)
     with pytest.raises(ValueError, match="multiple of 3"):
         step3.check_batch(batch)
     with pytest.raises(ValueError, match="agg"):
-        rl.PPOConfig(agg="sum")
+        learner.PPOConfig(agg="sum")
     with pytest.raises(ValueError, match="clip_hihg"):
-        rl.PPOConfig.from_config({"clip_hihg": 0.3})
+        learner.PPOConfig.from_config({"clip_hihg": 0.3})
     with pytest.raises(ValueError, match="total_steps"):
-        rl.OptimizerConfig(schedule="cosine", warmup_steps=10, total_steps=5)
+        learner.OptimizerConfig(schedule="cosine", warmup_steps=10, total_steps=5)
 
 
 def test_sft_step_loss_is_torch_cross_entropy(hf_and_model, mesh):
@@ -234,9 +242,9 @@ def test_sft_step_loss_is_torch_cross_entropy(hf_and_model, mesh):
         reduction="none",
     ).reshape(B, T - 1)
     want = float((ce * torch.tensor(mask[:, 1:])).sum() / mask.sum())
-    tx = rl.make_optimizer(rl.OptimizerConfig(learning_rate=3e-3))
-    state = rl.create_train_state(model.config, tx, mesh=mesh, params=model.params)
-    sft = rl.make_sft_step(model.config, tx, mesh, num_microbatches=2)
+    tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=3e-3))
+    state = learner.create_train_state(model.config, tx, mesh=mesh, params=model.params)
+    sft = learner.make_sft_step(model.config, tx, mesh, num_microbatches=2)
     losses = []
     for _ in range(3):
         state, m = sft(state, {"tokens": tokens, "loss_mask": mask})

@@ -33,7 +33,7 @@ def sharded_step_run(workdir: str) -> dict:
     import optax
     from jax.sharding import PartitionSpec as P
 
-    import mojax.rl as rl
+    from mojax import learner
     from mojax import sharding as shl
     from mojax.checkpoint import Checkpointer
     from mojax.models import get_variant, init_params
@@ -55,13 +55,13 @@ def sharded_step_run(workdir: str) -> dict:
         clip_eps=np.float32(0.15),
     )
     # sharding exactness: one SGD(lr=1) update, so new params = params - grads (grads recovered)
-    one = rl.PPOConfig(kl_coef=0.05, agg="seq-mean-token-mean", num_microbatches=2)
+    one = learner.PPOConfig(kl_coef=0.05, agg="seq-mean-token-mean", num_microbatches=2)
     sgd = optax.sgd(1.0)
     # the production path: AdamW + clipping, 2 shuffled mini-batches x 2 micro-batches
-    ppo = rl.PPOConfig(
+    ppo = learner.PPOConfig(
         kl_coef=0.05, agg="seq-mean-token-mean", num_minibatches=2, num_microbatches=2
     )
-    tx = rl.make_optimizer(rl.OptimizerConfig(learning_rate=1e-3, max_grad_norm=1.0))
+    tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=1e-3, max_grad_norm=1.0))
     params0 = jax.device_get(init_params(cfg, jax.random.PRNGKey(1)))
 
     def run(shape, adamw):
@@ -69,8 +69,8 @@ def sharded_step_run(workdir: str) -> dict:
         mesh = shl.make_mesh(*shape, devices=devices)
         t0 = time.time()
         opt, pcfg = (tx, ppo) if adamw else (sgd, one)
-        state = rl.create_train_state(cfg, opt, seed=0, mesh=mesh, params=params0)
-        state, m = rl.make_train_step(cfg, opt, pcfg, mesh)(state, batch)
+        state = learner.create_train_state(cfg, opt, seed=0, mesh=mesh, params=params0)
+        state, m = learner.make_train_step(cfg, opt, pcfg, mesh)(state, batch)
         if shape == (2, 2, 2) and adamw:
             q = state.params["layers"]["self_attn"]["q_proj"]["kernel"]
             assert q.sharding.spec == P(None, "fsdp", "tensor", None), q.sharding.spec
@@ -127,7 +127,9 @@ def sharded_step_run(workdir: str) -> dict:
     with Checkpointer(workdir + "/from1") as ck:
         ck.save(1, ref["state"], host)
     with Checkpointer(workdir + "/from1") as ck:
-        st, h, s = ck.restore(rl.abstract_train_state(cfg, tx, mesh8, shl.logical_axis_rules()))
+        st, h, s = ck.restore(
+            learner.abstract_train_state(cfg, tx, mesh8, shl.logical_axis_rules())
+        )
     q = st.params["layers"]["self_attn"]["q_proj"]["kernel"]
     assert (
         q.sharding.spec == P(None, "fsdp", "tensor", None) and q.sharding.mesh.shape == mesh8.shape
@@ -137,16 +139,18 @@ def sharded_step_run(workdir: str) -> dict:
     with Checkpointer(workdir + "/from8") as ck:
         ck.save(2, st, host)
     with Checkpointer(workdir + "/from8") as ck:
-        st1, _, _ = ck.restore(rl.abstract_train_state(cfg, tx, mesh1, shl.logical_axis_rules()))
+        st1, _, _ = ck.restore(
+            learner.abstract_train_state(cfg, tx, mesh1, shl.logical_axis_rules())
+        )
     assert st1.params["embed_tokens"].sharding.mesh.devices.size == 1
     jax.tree.map(np.testing.assert_array_equal, jax.device_get(st1), jax.device_get(ref["state"]))
     result["ckpt_ok"] = True
 
     # reference log-probs with frozen params sharded like the policy (offloaded to host if possible)
     rules = shl.logical_axis_rules()
-    want = rl.make_logprob_fn(cfg, mesh1)(st1.params, batch["tokens"])
-    host_params, off = shl.offload(st.params, rl.state_shardings(cfg, tx, mesh8, rules).params)
-    got = rl.make_logprob_fn(cfg, mesh8, offloaded=off)(host_params, batch["tokens"])
+    want = learner.make_logprob_fn(cfg, mesh1)(st1.params, batch["tokens"])
+    host_params, off = shl.offload(st.params, learner.state_shardings(cfg, tx, mesh8, rules).params)
+    got = learner.make_logprob_fn(cfg, mesh8, offloaded=off)(host_params, batch["tokens"])
     err = float(np.abs(np.asarray(got) - np.asarray(want)).max())
     assert err <= 1e-5, err
     result["logprobs"] = {"offloaded": bool(off), "max_err": err}

@@ -262,7 +262,7 @@ def unstack_layers(model: QwenModel) -> QwenModel:
     A scanned layer slices its weights out of the stacked arrays on every call; in a decode loop
     that is a copy of all weights per token (XLA CPU materialises each slice before its dot).
     Unstacked once before the loop, the slices are loop-invariant. The policy log-probs of the
-    train step unstack too on the CPU (``mojax.rl.logprobs.token_logprobs``); the gradient flows
+    train step unstack too on the CPU (``mojax.learner.logprobs.token_logprobs``); the gradient flows
     back into the stacked parameters through one concatenate.
     """
     if not model.config.scan_layers:

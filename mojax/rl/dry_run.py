@@ -14,7 +14,7 @@ import math
 import jax
 import numpy as np
 
-from mojax import models, rl
+from mojax import learner, models
 from mojax import sharding as sharding_lib
 from mojax.rl.builders import build_model_config
 
@@ -34,10 +34,10 @@ def dry_run(config) -> dict[str, float]:
     mesh = sharding_lib.mesh_from_config(config.mesh)
     rules = sharding_lib.logical_axis_rules(config)
     mc = build_model_config(config, tokenizer=None)  # the vocabulary of tokenizer.vocab_size
-    opt = rl.OptimizerConfig.from_config(config.optimizer)
-    tx = rl.make_optimizer(opt)
-    state = rl.abstract_train_state(mc, tx, mesh, rules)
-    rc, ppo = config.rollout, rl.PPOConfig.from_config(config.ppo)
+    opt = learner.OptimizerConfig.from_config(config.optimizer)
+    tx = learner.make_optimizer(opt)
+    state = learner.abstract_train_state(mc, tx, mesh, rules)
+    rc, ppo = config.rollout, learner.PPOConfig.from_config(config.ppo)
     b = int(rc.prompts_per_step) * int(rc.num_samples)
     t = int(rc.max_prompt_len or 1024) + int(rc.max_response_len)
     batch_shapes = {
@@ -53,7 +53,7 @@ def dry_run(config) -> dict[str, float]:
         k: jax.ShapeDtypeStruct(s, d, sharding=sharding_lib.batch_sharding(mesh, rules, len(s)))
         for k, (s, d) in batch_shapes.items()
     }
-    step = rl.make_train_step(mc, tx, ppo, mesh, rules, lr_schedule=rl.make_schedule(opt))
+    step = learner.make_train_step(mc, tx, ppo, mesh, rules, lr_schedule=learner.make_schedule(opt))
     step.jitted(batch).lower(state, batch)  # raises if a sharding does not fit the mesh
 
     n_dev = mesh.devices.size

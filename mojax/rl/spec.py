@@ -6,8 +6,8 @@ one frozen object per concern (``RolloutSpec``, ``RewardSpec``, ``AdvantageSpec`
 spec checks its own fields in ``__post_init__``; every error names its ``config.`` key and the allowed
 values, and ``from_config`` reports the errors of all specs together, before anything is built or
 compiled. Each rule lives in exactly one place: here, or in the dataclass that owns it
-(``PPOSpec`` = :class:`mojax.rl.train_step.PPOConfig`, ``OptimizerSpec`` =
-:class:`mojax.rl.state.OptimizerConfig`).
+(``PPOSpec`` = :class:`mojax.learner.step.PPOConfig`, ``OptimizerSpec`` =
+:class:`mojax.learner.state.OptimizerConfig`).
 
 ``mojax.config`` (the error type and the checking helpers) imports nothing from ``mojax``; this module
 is where config meets the estimators, the Pareto machinery and the model.
@@ -22,10 +22,10 @@ from typing import Any
 from mojax import advantages as adv_lib
 from mojax import models, pareto, sharding
 from mojax.config import Checker, ConfigError, dataclass_from_config, keyword_names, to_dict
+from mojax.learner.ppo import PPOConfig as PPOSpec
+from mojax.learner.state import OptimizerConfig as OptimizerSpec
 from mojax.rl.builders import TASKS, build_model_config, task_class
-from mojax.rl.ppo import PPOConfig as PPOSpec
 from mojax.rl.spec_rules import combination_errors
-from mojax.rl.state import OptimizerConfig as OptimizerSpec
 from mojax.sampling.processors import DRAWS
 
 DTYPES = ("float32", "bfloat16", "float16")

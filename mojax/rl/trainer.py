@@ -19,8 +19,8 @@ import numpy as np
 from absl import logging
 
 from mojax import checkpoint as ckpt_lib
+from mojax import learner
 from mojax import logging as log_lib
-from mojax import rl
 from mojax import sharding as sharding_lib
 from mojax import workdir as workdir_lib
 from mojax.distributed import is_leader
@@ -86,9 +86,9 @@ def build_run(config, spec: spec_lib.RunSpec, workdir: str, pool) -> Run:
     )
     examples = splits.train + splits.validation + splits.test
     total_len = bucket_length(max(len(runner.prompt_ids(ex)) for ex in examples))
-    tx = rl.make_optimizer(spec.optimizer)
-    train_step = rl.make_train_step(
-        model_config, tx, spec.ppo, mesh, rules, lr_schedule=rl.make_schedule(spec.optimizer)
+    tx = learner.make_optimizer(spec.optimizer)
+    train_step = learner.make_train_step(
+        model_config, tx, spec.ppo, mesh, rules, lr_schedule=learner.make_schedule(spec.optimizer)
     )
     estimator_kwargs = task_estimator_kwargs(spec.advantage, task)
     controller = None
@@ -184,13 +184,13 @@ def train_and_evaluate(config, workdir: str) -> dict[str, float]:
 
 def restore_or_start(run_: Run, config, workdir: str, ckpt) -> tuple:
     """``(train_state, host, resumed)``: the latest checkpoint, or the initial policy at step 0."""
-    target = rl.abstract_train_state(run_.model_config, run_.tx, run_.mesh, run_.rules)
+    target = learner.abstract_train_state(run_.model_config, run_.tx, run_.mesh, run_.rules)
     if ckpt.latest_step() is not None:
         state, host, step = ckpt.restore(target, fallback=True)
         logging.info("resumed from %s at RL step %d", ckpt.directory, step)
         return state, HostState.from_dict(host), True
     params = initial_params(run_, config, workdir)
-    state = rl.create_train_state(
+    state = learner.create_train_state(
         run_.model_config,
         run_.tx,
         seed=run_.spec.seed,
@@ -206,7 +206,7 @@ def with_reference(run_: Run, params) -> Run:
     if not run_.spec.ppo.kl_coef:
         return run_
     ref_params = jax.tree.map(lambda x: x.copy(), params)
-    fn = rl.make_logprob_fn(run_.model_config, run_.mesh, run_.rules)
+    fn = learner.make_logprob_fn(run_.model_config, run_.mesh, run_.rules)
     return dataclasses.replace(run_, ref_logprobs=lambda t, m: fn(ref_params, t, m))
 
 
@@ -282,7 +282,9 @@ def evaluate_only(config, workdir: str) -> dict[str, float]:
         else:
             ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"))
             try:
-                target = rl.abstract_train_state(run_.model_config, run_.tx, run_.mesh, run_.rules)
+                target = learner.abstract_train_state(
+                    run_.model_config, run_.tx, run_.mesh, run_.rules
+                )
                 params = ckpt.restore(target, fallback=True)[0].params
             finally:
                 ckpt.close()

@@ -15,8 +15,8 @@ import jax
 from absl import logging
 
 from mojax import checkpoint as ckpt_lib
+from mojax import learner
 from mojax import logging as log_lib
-from mojax import rl
 from mojax.rl import sft_data
 
 
@@ -30,7 +30,7 @@ def initial_params(run, config, workdir: str):
     if run.spec.sft.steps > 0:
         return sft(run, config, workdir, params)
     if params is None:
-        state = rl.create_train_state(
+        state = learner.create_train_state(
             run.model_config, run.tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules
         )
         return state.params
@@ -40,22 +40,22 @@ def initial_params(run, config, workdir: str):
 def sft(run, config, workdir: str, params=None):
     """``sft.steps`` supervised steps on the task's demonstrations; the result is checkpointed."""
     steps = run.spec.sft.steps
-    tx = rl.make_optimizer(run.spec.sft.optimizer())
+    tx = learner.make_optimizer(run.spec.sft.optimizer())
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints_sft"), max_to_keep=1)
     try:
         if ckpt.latest_step() == steps:
-            target = rl.abstract_train_state(run.model_config, tx, run.mesh, run.rules)
+            target = learner.abstract_train_state(run.model_config, tx, run.mesh, run.rules)
             try:
                 state, _, _ = ckpt.restore(target, fallback=True)
                 logging.info("SFT warm start restored from %s", ckpt.directory)
                 return state.params
             except ckpt_lib.CorruptCheckpointError as e:  # moved aside by restore: train again
                 logging.warning("SFT warm start checkpoint unreadable, running SFT again: %s", e)
-        state = rl.create_train_state(
+        state = learner.create_train_state(
             run.model_config, tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=params
         )
         tokens, mask = sft_data.sft_arrays(config, run.task, run.tokenizer, run.splits.train)
-        step_fn = rl.make_sft_step(run.model_config, tx, run.mesh, run.rules)
+        step_fn = learner.make_sft_step(run.model_config, tx, run.mesh, run.rules)
         t0 = time.time()
         pending = []  # every step's metrics, fetched together every 100 steps (no sync per step)
         with log_lib.MetricsWriter(workdir, tensorboard=False, filename="sft_metrics.jsonl") as w:

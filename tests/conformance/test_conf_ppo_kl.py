@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from mojax.rl.losses import kl_penalty, ppo_clip_loss
+from mojax.learner.losses import kl_penalty, ppo_clip_loss
 
 f32 = lambda x: jnp.asarray(x, jnp.float32)  # noqa: E731
 

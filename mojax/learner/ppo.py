@@ -1,9 +1,9 @@
 """The pure PPO-clip update (no jit, no mesh): the config, the micro-batched gradient and the
 optimizer update over epochs and mini-batches.
 
-``ppo_update(state, batch, ...)`` is what ``mojax.rl.train_step.make_train_step`` jits with explicit
+``ppo_update(state, batch, ...)`` is what ``mojax.learner.step.make_train_step`` jits with explicit
 shardings; see that module for the batch contract. Exact micro-batching: the aggregation weights of
-the loss (``mojax.rl.losses.aggregation_weights``) are computed once on the whole mini-batch and split
+the loss (``mojax.learner.losses.aggregation_weights``) are computed once on the whole mini-batch and split
 with it, so the accumulated loss and gradient equal those of the un-split mini-batch. NaN guard: an
 update whose loss or gradient norm is not finite is skipped and counted in ``skipped_updates``.
 """
@@ -21,10 +21,10 @@ from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
 from mojax.config import Checker, dataclass_from_config
+from mojax.learner import losses
+from mojax.learner.logprobs import token_logprobs
+from mojax.learner.state import TrainState
 from mojax.models import QwenConfig
-from mojax.rl import losses
-from mojax.rl.logprobs import token_logprobs
-from mojax.rl.state import TrainState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class PPOConfig:
     Attributes:
       clip_low, clip_high: ε_low, ε_high (DAPO clip-higher: 0.2, 0.28).
       dual_clip: c for negative advantages (None = off; methods.md's value is 3).
-      agg: loss aggregation (``mojax.rl.losses.AGGREGATIONS``).
+      agg: loss aggregation (``mojax.learner.losses.AGGREGATIONS``).
       max_len: constant normaliser of ``seq-mean-token-sum-norm`` (default T of the batch).
       kl_coef, kl_type: KL-to-reference loss term (needs ``ref_logprobs`` in the batch).
       entropy_coef: entropy bonus weight (0 = off; the entropy is still logged when

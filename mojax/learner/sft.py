@@ -21,12 +21,12 @@ import optax
 from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
+from mojax.learner import losses
+from mojax.learner.logprobs import token_logprobs
+from mojax.learner.ppo import accumulate_gradients, apply_update, constrain_rows
+from mojax.learner.state import TrainState, state_shardings
+from mojax.learner.step import ShardedStep
 from mojax.models import QwenConfig
-from mojax.rl import losses
-from mojax.rl.logprobs import token_logprobs
-from mojax.rl.ppo import accumulate_gradients, apply_update, constrain_rows
-from mojax.rl.state import TrainState, state_shardings
-from mojax.rl.train_step import ShardedStep
 
 
 def sft_update(

@@ -14,7 +14,7 @@ Batch keys (design.md rollout contract): ``tokens`` int32 [B, T], ``loss_mask`` 
 ``kl_coef != 0``; optional ``attention_mask`` [B, T], ``clip_eps`` (scalar AWPO radius); ``n_calls``
 and other host metadata are accepted and ignored. A missing or unknown key raises naming it.
 
-Exact micro-batching: the aggregation weights of the loss (``mojax.rl.losses.aggregation_weights``)
+Exact micro-batching: the aggregation weights of the loss (``mojax.learner.losses.aggregation_weights``)
 are computed once on the whole mini-batch and split with it, so the accumulated loss and gradient
 equal those of the un-split mini-batch for every aggregation mode.
 
@@ -37,18 +37,10 @@ import optax
 from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
+from mojax.learner.logprobs import token_logprobs
+from mojax.learner.ppo import PPOConfig, ppo_grads, ppo_update
+from mojax.learner.state import TrainState, state_shardings
 from mojax.models import QwenConfig, param_shardings
-from mojax.rl.logprobs import token_logprobs
-from mojax.rl.ppo import (  # noqa: F401  (re-exported: the step's public pieces)
-    PPOConfig,
-    accumulate_gradients,
-    apply_update,
-    ppo_grads,
-    ppo_loss_fn,
-    ppo_update,
-    split_rows,
-)
-from mojax.rl.state import TrainState, state_shardings
 
 # --------------------------------------------------------------------------------------------------
 # the jitted, sharded step
