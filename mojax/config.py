@@ -3,9 +3,13 @@
 Configs are ``ml_collections.ConfigDict`` objects built by ``configs/<method>.py:get_config(arg)`` and
 locked, so a typo in ``--config.ppo.clip_hihg=0.3`` already fails in ``config_flags`` with the key named.
 This module holds the machinery for the checks a lock cannot express (allowed values, ranges, keyword
-arguments, cross-field rules); the rules themselves live in the frozen specs of :mod:`mojax.rl.spec`, and
-:func:`mojax.rl.spec.validate` runs them all. This module imports nothing from ``mojax``. Every failure is a :class:`ConfigError` whose message names the key (dotted
-path) and what is allowed; all failures of a config are reported together.
+arguments, cross-field rules) and for the spec dataclasses that read a config: :func:`option` declares a
+field with its config key and help text (``--config.mode=show`` prints it), :func:`section_from_config`
+reads every field of a spec from its key. The rules themselves live in the frozen specs of
+:mod:`mojax.rl.spec` (and the sections their owners declare), and :func:`mojax.rl.spec.validate` runs
+them all. This module imports nothing from ``mojax``. Every failure is a :class:`ConfigError` whose
+message names the key (dotted path) and what is allowed; all failures of a config are reported
+together.
 """
 
 from __future__ import annotations
@@ -128,6 +132,52 @@ def dataclass_from_config(cls: type, cfg: Any, section: str) -> Any:
     if unknown:
         raise ValueError(f"unknown {section} key(s) {unknown}; allowed: {sorted(known)}")
     return cls(**d)
+
+
+def option(default: Any = dataclasses.MISSING, *, help: str, key: str = "") -> Any:
+    """A spec dataclass field read from config key ``key`` (default ``<SECTION>.<field name>``)
+    whose ``help`` is the one-line description ``--config.mode=show`` prints."""
+    return dataclasses.field(default=default, metadata={"help": help, "key": key})
+
+
+def field_key(cls: type, field: dataclasses.Field) -> str:
+    """The dotted config key a spec field reads (``option(key=...)``, else ``SECTION.name``)."""
+    key = field.metadata.get("key", "")
+    if key:
+        return key
+    section = getattr(cls, "SECTION", "")
+    return f"{section}.{field.name}" if section else field.name
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """``{config key: help}`` of every :func:`option` field of the spec class ``cls``."""
+    return {
+        field_key(cls, f): f.metadata["help"]
+        for f in dataclasses.fields(cls)
+        if "help" in f.metadata
+    }
+
+
+def lookup(config: Any, key: str) -> Any:
+    """The value at dotted ``key`` of a ConfigDict / mapping (``KeyError`` naming the key)."""
+    node = config
+    for part in key.split("."):
+        try:
+            node = node[part]
+        except (KeyError, TypeError):
+            raise KeyError(f"config.{key}: missing (required key)") from None
+    return to_dict(node)
+
+
+def section_from_config(cls: type, config: Any, **extra: Any) -> Any:
+    """``cls`` with every :func:`option` field read from its config key; ``extra`` gives the others
+    (derived values). A missing key is a ``KeyError`` naming it."""
+    values = {
+        f.name: lookup(config, field_key(cls, f))
+        for f in dataclasses.fields(cls)
+        if "help" in f.metadata and f.name not in extra
+    }
+    return cls(**values, **extra)
 
 
 def keyword_names(fn: Callable[..., Any], *, skip: Iterable[str] = ()) -> set[str]:

@@ -261,24 +261,21 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
     512 positions and no SFT warm start. The training recipe of ``paper=true`` is set by each method
     config itself (``paper_lengths`` for the shared long-context shapes).
     """
+    from mojax.tasks import task_class
+
+    task = task_class(a.task)
     c.task.name = a.task
     c.task.train_path, c.task.eval_path = a.train_path, a.eval_path
     c.sft.data_path = a.sft_path
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = a.data, a.fsdp, a.tensor
     if a.steps:
         c.steps = a.steps
-    if a.task == "calculator":
-        # easy = the 100 single-digit sums, known facts in every split: a tiny model can answer them
-        # mentally, so calling the calculator there is pure cost (the trade-off ParetoPO learns)
-        c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": True, "easy_ops": "+"})
-        # held-out accuracy and tool calls as avg@4 of the sampling policy (the RL objective's
-        # policy; greedy decoding of a tiny model hides its uncertainty behind the argmax)
-        c.eval.temperature, c.eval.num_samples, c.eval.ks = 1.0, 4, (1, 2, 4)
-    _apply_think(c, a)
+    task.configure(c)  # the task's own recipe defaults (task kwargs, evaluation)
+    _apply_think(c, a, task)
     if a.model == "tiny":
         c.model.variant = "tiny-qwen3"
         c.model.overrides = ml_collections.ConfigDict(dict(TINY_CALC_MODEL))
-        if a.task != "calculator":  # real data: the real Qwen2 tokenizer, no warm start
+        if not task.builds_vocabulary:  # real data: the real Qwen2 tokenizer, no warm start
             c.tokenizer.path = a.checkpoint or _shared_tokenizer()
             c.model.overrides.vocab_size = 151936
             c.model.overrides.max_position_embeddings = 8192
@@ -328,18 +325,19 @@ def shared_data(*parts: str) -> str:
     return os.path.join(os.path.dirname(_shared_tokenizer()), "..", "data", *parts)
 
 
-def _apply_think(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
-    """``think=p``: the calculator's format objective ``r_format`` (static weight 0.4) and a
-    fraction ``p`` of SFT demonstrations that open with a plan (the SAW claim's setting)."""
+def _apply_think(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict, task) -> None:
+    """``think=p``: the task's format objective ``r_format`` (``task.think_reward``, static weight
+    0.4) and a fraction ``p`` of SFT demonstrations that open with a plan (the SAW claim's
+    setting)."""
     if not a.think:
         return
-    if a.task != "calculator" or not 0.0 < a.think <= 1.0:
+    if not task.think_reward or not 0.0 < a.think <= 1.0:
         raise ValueError(
-            f"config argument think={a.think}: a fraction in (0, 1], on task=calculator only "
-            f"(task={a.task!r})"
+            f"config argument think={a.think}: a fraction in (0, 1], on a task with <think> "
+            f"demonstrations (task=calculator) only (task={a.task!r})"
         )
     c.sft.think_rate = a.think
-    block = dict(fn="mojax.tasks.calculator:think_format", min=0.0, max=1.0, weight=THINK_WEIGHT)
+    block = dict(fn=task.think_reward, min=0.0, max=1.0, weight=THINK_WEIGHT)
     c.task.extra_rewards = ml_collections.ConfigDict({"r_format": block})
 
 
@@ -354,7 +352,10 @@ def static_weights(c: ml_collections.ConfigDict, base=CALC_WEIGHTS) -> tuple[flo
 def tiny_schedule(c: ml_collections.ConfigDict, steps_arg: int, steps: int = 40) -> None:
     """Run length of the tiny recipe: ``steps`` RL steps (or the ``steps=`` argument), evaluation
     every 10, and on the calculator a 500-step SFT warm start on mixed demonstrations."""
+    from mojax.tasks import task_class
+
     c.steps = steps_arg or steps
-    if c.task.name == "calculator":
-        c.sft.steps = 500
+    warm_start = task_class(c.task.name).tiny_sft_steps
+    if warm_start:
+        c.sft.steps = warm_start
     c.eval_every = 10

@@ -65,20 +65,21 @@ def run_config(workdir: str, config_spec: str | None = None):
     )
 
 
-def run_tokenizer(config, workdir: str):
-    """The run's tokenizer: its saved self-built ``tokenizer.model``, else rebuilt by
-    ``builders.build_tokenizer`` (a self-built one deterministically, into a temporary dir)."""
+def run_tokenizer(spec, workdir: str):
+    """The run's tokenizer (``spec``: its ``RunSpec``): its saved self-built ``tokenizer.model``,
+    else rebuilt by ``builders.build_tokenizer`` (a self-built one deterministically, into a
+    temporary dir)."""
     from mojax import models
     from mojax.rl import builders
 
-    if config.tokenizer.path != "build":
-        return builders.build_tokenizer(config, None, None, workdir)
+    if spec.tokenizer.path != "build":
+        return builders.build_tokenizer(spec, None, None, workdir)
     saved = os.path.join(workdir, "tokenizer.model")
     if os.path.isfile(saved):
         return models.load_tokenizer(saved)
-    task = builders.build_task(config.task)
-    splits = builders.load_splits(task, config.task, int(config.seed))
-    return builders.build_tokenizer(config, task, splits, tempfile.mkdtemp(prefix="mojax_tok_"))
+    task = spec.build_task()
+    splits = builders.load_splits(task, spec)
+    return builders.build_tokenizer(spec, task, splits, tempfile.mkdtemp(prefix="mojax_tok_"))
 
 
 def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None):
@@ -127,7 +128,7 @@ def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None
     return out["state"]["params"], step
 
 
-def generation_config(tokenizer, model_config, config) -> dict[str, Any]:
+def generation_config(tokenizer, model_config, spec) -> dict[str, Any]:
     """Greedy by default; the stop / pad / bos ids the sampler uses."""
     eos = tokenizer.eos_token_id if tokenizer is not None else model_config.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer is not None else model_config.pad_token_id
@@ -136,13 +137,13 @@ def generation_config(tokenizer, model_config, config) -> dict[str, Any]:
         "eos_token_id": eos,
         "pad_token_id": pad if pad is not None else eos,
         "do_sample": False,
-        "max_new_tokens": int(config.rollout.max_response_len),
+        "max_new_tokens": int(spec.rollout.max_response_len),
     }
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _hf_tokenizer_dir(config) -> str:
-    path = config.tokenizer.path or config.model.checkpoint
+def _hf_tokenizer_dir(spec) -> str:
+    path = spec.tokenizer.path or spec.model.checkpoint
     return os.path.expanduser(path)
 
 
@@ -171,18 +172,20 @@ def export(
     """
     from mojax import hf_tokenizer, models
     from mojax.rl import builders
+    from mojax.rl import spec as spec_lib
 
     if config is None or isinstance(config, str):
         config = run_config(workdir, config)
-    tokenizer = run_tokenizer(config, workdir)
-    model_config = builders.build_model_config(config, tokenizer)
+    spec = spec_lib.validate(config, num_devices=None)
+    tokenizer = run_tokenizer(spec, workdir)
+    model_config = builders.build_model_config(spec, tokenizer)
     params, step = restore_params(
         checkpoint_dir or os.path.join(workdir, CHECKPOINTS), model_config, step=step
     )
     model = models.QwenModel(config=model_config, params=params)
     hf_dir = None
     if isinstance(tokenizer, models.HFTokenizer):
-        hf_dir = _hf_tokenizer_dir(config)
+        hf_dir = _hf_tokenizer_dir(spec)
     models.save_pretrained(model, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
     if isinstance(tokenizer, models.SentencePieceTokenizer):
         hf_tokenizer.save_hf_tokenizer(
@@ -196,7 +199,7 @@ def export(
     if os.path.isfile(gen_path):  # copied from the HF checkpoint: its own settings win
         with open(gen_path, encoding="utf-8") as f:
             gen = json.load(f)
-    for key, value in generation_config(tokenizer, model_config, config).items():
+    for key, value in generation_config(tokenizer, model_config, spec).items():
         gen.setdefault(key, value)
     with open(gen_path, "w", encoding="utf-8") as f:
         json.dump(gen, f, indent=2)

@@ -99,8 +99,8 @@ def mesh_from_config(mesh_config: Any, devices: Sequence[Any] | None = None) -> 
 
 
 def logical_axis_rules(config: Any = None) -> tuple:
-    """``config.logical_axis_rules`` (pairs of logical name -> mesh axis / axes / None) if present,
-    else the model's ``DEFAULT_LOGICAL_AXIS_RULES``; validated against ``MESH_AXES``."""
+    """``config.logical_axis_rules`` if present, else the model's ``DEFAULT_LOGICAL_AXIS_RULES``
+    (``check_rules``)."""
     rules = None
     if config is not None:
         rules = (
@@ -108,7 +108,13 @@ def logical_axis_rules(config: Any = None) -> tuple:
             if isinstance(config, Mapping) or hasattr(config, "get")
             else None
         )
-    if rules is None:
+    return check_rules(rules)
+
+
+def check_rules(rules: Any = None) -> tuple:
+    """Pairs of logical name -> mesh axis / axes / None, validated against ``MESH_AXES``; None (or
+    empty) is the model's ``DEFAULT_LOGICAL_AXIS_RULES``."""
+    if not rules:
         return DEFAULT_LOGICAL_AXIS_RULES
     out = []
     for i, rule in enumerate(rules):

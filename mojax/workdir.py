@@ -82,11 +82,14 @@ def default_workdir(config_spec: str, root: str = "workdir") -> str:
 
 def config_values(config: Any) -> dict[str, Any]:
     """The config as ``{dotted key: JSON value}`` (tuples as lists, as ``config.json`` holds them)."""
+    return _flatten(config_tree(config))
+
+
+def config_tree(config: Any) -> dict[str, Any]:
+    """A ConfigDict or the spec's resolved mapping as the JSON tree ``config.json`` holds."""
     if hasattr(config, "to_json_best_effort"):
-        tree = json.loads(config.to_json_best_effort())
-    else:
-        tree = json.loads(json.dumps(config, default=repr))
-    return _flatten(tree)
+        return json.loads(config.to_json_best_effort())
+    return json.loads(json.dumps(config, default=repr))
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
@@ -149,7 +152,7 @@ def prepare(config: Any, workdir: str) -> Finished | None:
         if diff:
             raise WorkdirError(_diff_message(workdir, diff))
     done = _done_steps(workdir) if has_run else None
-    if done is not None and done >= int(config.steps):
+    if done is not None and done >= int(config["steps"]):
         return Finished(_finished_message(workdir, done), _last_metrics(workdir))
     _barrier("mojax_workdir_checked")
     if log_lib.is_main_process():
@@ -160,7 +163,7 @@ def prepare(config: Any, workdir: str) -> Finished | None:
         os.makedirs(workdir, exist_ok=True)
         if os.path.exists(os.path.join(workdir, DONE_FILE)):
             os.remove(os.path.join(workdir, DONE_FILE))  # extended: not done any more
-        log_lib.write_config(workdir, json.loads(config.to_json_best_effort()))
+        log_lib.write_config(workdir, config_tree(config))
     _barrier("mojax_workdir_written")
     return None
 

@@ -90,6 +90,13 @@ def load_config(name, arg=None):
     return mod.get_config(arg)
 
 
+def run_spec(c):
+    """The ``RunSpec`` of config ``c`` (validated without the device checks)."""
+    from mojax.rl.spec import validate
+
+    return validate(c, num_devices=None)
+
+
 def shrink(c):
     """The same run, smaller: 2 RL steps, a few prompts and samples, a short warm start."""
     c.steps = min(c.steps, 2)

@@ -1,23 +1,33 @@
-"""``builders.build_tool`` passes ``rollout.sandbox`` to the math task's ``PythonSandbox(mode=...)``
-(issue 14): the default fails closed with bwrap, and a bad value names the key."""
+"""The math task's tool (``MathTask.make_tool``) gets ``rollout.sandbox`` as its
+``PythonSandbox(mode=...)``: the default fails closed with bwrap, and a bad value names the key."""
 
-import ml_collections
+import types
+
 import pytest
 
-from mojax.rl import builders
 from mojax.rollout.tools import SandboxUnavailableError
+from mojax.tasks.math import MathTask
 
 
-def rollout(**kw):
-    return ml_collections.ConfigDict({"tool_timeout_s": 5.0, "retrieval_url": "", **kw})
+def rollout(sandbox="bwrap"):
+    return types.SimpleNamespace(tool_timeout_s=5.0, retrieval_url="", sandbox=sandbox)
+
+
+class builders:  # noqa: N801 - the tool a run builds for a task name
+    @staticmethod
+    def build_tool(name, rollout_spec):
+        assert name == "math"
+        return MathTask().make_tool(rollout_spec, None)
 
 
 def test_math_sandbox_mode_comes_from_rollout_sandbox():
     tool = builders.build_tool("math", rollout(sandbox="bwrap"))
     assert tool.requested_mode == "bwrap" and tool.mode == "bwrap"
     assert tool.run("print(6 * 7)").output.strip() == "42"
-    # a config without the key (older saved configs) gets the fail-closed default
-    assert builders.build_tool("math", rollout()).requested_mode == "bwrap"
+    # the base config's default is the fail-closed mode
+    from mojax import defaults
+
+    assert defaults.base_config().rollout.sandbox == "bwrap"
 
 
 def test_math_sandbox_unsafe_fallback_only_by_name(caplog):

@@ -14,10 +14,13 @@ import random
 import string
 
 import pytest
+from mojax_test_utils import run_spec
 
 from mojax.rollout.agent import malformed_message
 from mojax.rollout.tools import calculator as calc_lib
 from mojax.rollout.tools.calculator import Calculator
+from mojax.tasks import build_task
+from mojax.tasks.base import TAGS
 from mojax.tasks.calculator import CalculatorTask
 from mojax.tasks.vocab import REQUIRED_CHARS, build_sentencepiece
 
@@ -75,9 +78,9 @@ def tok(tmp_path_factory):
 
     c = _default_config()
     assert c.task.name == "calculator" and c.tokenizer.path == "build"
-    task = builders.build_task(c.task)
-    splits = builders.load_splits(task, c.task, c.seed)
-    return builders.build_tokenizer(c, task, splits, str(tmp_path_factory.mktemp("run")))
+    task = build_task(c.task)
+    splits = task.load_splits(c.task, seed=c.seed)
+    return builders.build_tokenizer(run_spec(c), task, splits, str(tmp_path_factory.mktemp("run")))
 
 
 def _errors() -> list[str]:
@@ -159,9 +162,9 @@ def test_required_chars_take_no_merge_away(tok, tmp_path):
     from mojax.rl import builders
 
     c = _default_config()
-    task = builders.build_task(c.task)
-    texts = builders.corpus_texts(c, task, builders.load_splits(task, c.task, c.seed))
-    kw = dict(vocab_size=int(c.tokenizer.vocab_size), user_symbols=builders._TAGS)
+    task = build_task(c.task)
+    texts = builders.corpus_texts(run_spec(c), task, task.load_splits(c.task, seed=c.seed))
+    kw = dict(vocab_size=int(c.tokenizer.vocab_size), user_symbols=TAGS)
     bare = spm.SentencePieceProcessor(
         model_file=build_sentencepiece(texts, tmp_path / "bare.model", required_chars="", **kw)
     )

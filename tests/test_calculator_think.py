@@ -7,7 +7,9 @@ import importlib.util
 import pathlib
 
 import numpy as np
+from mojax_test_utils import run_spec
 
+from mojax.tasks import build_task
 from mojax.tasks import calculator as C
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -27,9 +29,9 @@ def _built(tmp_path, arg):
     from mojax.rl import builders
 
     c = _config(arg)
-    task = builders.build_task(c.task)
-    splits = builders.load_splits(task, c.task, int(c.seed))
-    return c, task, splits, builders.build_tokenizer(c, task, splits, str(tmp_path))
+    task = build_task(c.task)
+    splits = task.load_splits(c.task, seed=int(c.seed))
+    return c, task, splits, builders.build_tokenizer(run_spec(c), task, splits, str(tmp_path))
 
 
 def test_think_tags_are_single_pieces_only_when_plans_are_shown(tmp_path):
@@ -40,16 +42,16 @@ def test_think_tags_are_single_pieces_only_when_plans_are_shown(tmp_path):
     for tag in C.THINK_TAGS:
         assert len(think.encode(tag)) == 1
         assert len(plain.encode(tag)) > 1
-    assert "<think>" in "".join(builders.corpus_texts(c, task, splits))
+    assert "<think>" in "".join(builders.corpus_texts(run_spec(c), task, splits))
     for text in (C.think_plan(True), C.think_plan(False)):
         assert think.decode(think.encode(text)) == text
 
 
 def test_sft_rows_hold_the_plans_with_the_loss_on(tmp_path):
-    from mojax.rl import sft_data
+    from mojax.rl import builders
 
     c, task, splits, tok = _built(tmp_path, "think=0.2")
-    tokens, mask = sft_data.sft_arrays(c, task, tok, splits.train)
+    tokens, mask = builders.sft_arrays(run_spec(c), task, tok, splits.train)
     demos = C.sft_demonstrations(
         splits.train[:300], seed=int(c.seed), behaviours=dict(c.sft.behaviours), think_rate=0.2
     )

@@ -1,15 +1,17 @@
-"""``mojax.config_show.show`` (issue 16 item 4): every leaf key of the resolved config appears with
-its value, and with the trailing comment of the line in ``defaults.base_config`` that sets it."""
+"""``--config.mode=show`` (``mojax.rl.show.show``): every leaf key of the resolved config appears with
+its value and with the help of the spec field that reads it (field metadata, ``mojax.config.option``);
+every key of the base config is read by some spec field, and every spec field reads a base-config key."""
 
-import inspect
+import dataclasses
 import json
-import re
+import typing
 
+import pytest
 from mojax_test_utils import load_config
 
 
 def _leaves(d, prefix=""):
-    """Reference flattening over the config's JSON dump (not ``config_show.flatten``)."""
+    """Reference flattening over the config's JSON dump (not ``show.flatten``)."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict) and v:
@@ -19,26 +21,30 @@ def _leaves(d, prefix=""):
     return out
 
 
-def _reference_help():
-    """``c.a.b = value  # help`` on one source line of base_config, by regular expression."""
-    from mojax import defaults
+def _spec_fields():
+    """Every ``{config key: help}`` of the spec dataclasses, found by walking ``RunSpec``'s field
+    types and the sections the advantage methods declare."""
+    from mojax.rl import spec as spec_lib
 
-    pattern = re.compile(r"^\s*c\.([\w.]+)\s*=[^#]*?#\s*(.*?)\s*$")
     out = {}
-    for line in inspect.getsource(defaults.base_config).splitlines():
-        m = pattern.match(line)
-        if m and line.count('"') % 2 == 0 and line.count("'") % 2 == 0:
-            out[m.group(1)] = m.group(2)
+    hints = typing.get_type_hints(spec_lib.RunSpec)
+    classes = [spec_lib.RunSpec, *spec_lib.method_sections().values()]
+    classes += [t for t in hints.values() if dataclasses.is_dataclass(t)]
+    for cls in classes:
+        for f in dataclasses.fields(cls):
+            if "help" in f.metadata:
+                key = f.metadata.get("key") or ".".join(x for x in (cls.SECTION, f.name) if x)
+                out[key] = f.metadata["help"]
     return out
 
 
-def test_show_lists_every_key_with_value_and_help():
-    from mojax import config_show
+@pytest.mark.parametrize("name", ["paretopo", "awpo", "vpo"])
+def test_show_lists_every_key_with_value_and_help(name):
+    from mojax.rl.show import show
 
-    c = load_config("paretopo")
-    text = config_show.show(c)
+    c = load_config(name)
     rows = {}
-    for line in text.splitlines():
+    for line in show(c).splitlines():
         key, _, rest = line.partition(" = ")
         value, _, help_ = rest.partition("  # ")
         rows[key] = (value.strip(), help_)
@@ -52,29 +58,27 @@ def test_show_lists_every_key_with_value_and_help():
             assert shown == "{}", key
         else:
             assert shown == repr(value), key
-    ref = _reference_help()
-    assert len(ref) > 40
-    for key, help_ in ref.items():
-        if key in rows:
-            assert rows[key][1] == help_, key
-    assert rows["rollout.num_samples"][1] == "G"
-    # a multi-line assignment takes its comment from inside the parentheses
-    assert rows["rollout.sandbox"][1].startswith("math's Python tool")
-    # keys set without a comment show no help
-    assert rows["seed"][1] == "" and rows["checkpoint_every"][1] == ""
+    fields = _spec_fields()
+    for key in rows:
+        enclosing = [key] + [key.rsplit(".", i)[0] for i in range(1, key.count(".") + 1)]
+        want = next((fields[k] for k in enclosing if k in fields), None)
+        assert want, f"{key} has no spec field with help"
+        assert rows[key][1] == want, key
+    assert rows["rollout.num_samples"][1] == "G: samples per prompt"
+    assert rows["dapo.dynamic_sampling"][1].startswith("DAPO:")  # read by RolloutSpec
 
 
-def test_help_texts_only_from_base_config_assignments():
-    from mojax import config_show
+def test_every_base_config_key_is_a_spec_field_and_back():
+    from mojax import defaults
+    from mojax.rl.spec import help_texts
 
-    def f():
-        c = object()
-        c.a = 1  # one
-        c.b.x = (  # two
-            2
-        )
-        c.d = 3
-        x = 4  # not a key
-        return c, x
-
-    assert config_show.help_texts(f) == {"a": "one", "b.x": "two"}
+    keys = set(_leaves(json.loads(defaults.base_config().to_json())))
+    helps = help_texts()
+    mapping_fields = {k for k in helps if any(x.startswith(k + ".") for x in keys)}
+    unread = {
+        k for k in keys if k not in helps and not any(k.startswith(m + ".") for m in mapping_fields)
+    }
+    assert not unread, sorted(unread)
+    assert all(isinstance(h, str) and h for h in helps.values())
+    extra = {k for k in helps if k not in keys and k not in mapping_fields}
+    assert not extra, sorted(extra)

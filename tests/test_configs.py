@@ -100,8 +100,8 @@ def test_mode_show_prints_every_key_with_help_and_builds_nothing(tmp_path, capsy
 
 @pytest.mark.parametrize("name", ["grpo", "gdpo", "dr_grpo", "mo_grpo", "dapo", "paretopo", "saw"])
 def test_think_adds_r_format_and_a_weight_per_objective(name):
-    from mojax.rl.builders import build_task
     from mojax.rl.spec import validate
+    from mojax.tasks import build_task
 
     plain, think = (
         load(REPO / "configs" / f"{name}.py", None),

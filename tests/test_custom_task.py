@@ -9,7 +9,9 @@ import textwrap
 
 import numpy as np
 import pytest
-from mojax_test_utils import load_config, shrink
+from mojax_test_utils import load_config, run_spec, shrink
+
+from mojax.tasks import build_task, task_class
 
 MODULE = "mojax_custom_task_test_mod"
 
@@ -104,13 +106,12 @@ def _config(task_name, **kwargs):
 
 
 def test_custom_task_loads_by_import_path(custom_module):
-    from mojax.rl import builders
 
     c = _config(custom_module, words=["moon"], max_chars=10)
-    task = builders.build_task(c.task)
+    task = build_task(c.task)
     assert type(task).__name__ == "EchoWordTask" and task.words == ("moon",)
     assert task.objective_names == ("r_correct", "r_brief")
-    splits = builders.load_splits(task, c.task, seed=3)
+    splits = task.load_splits(c.task, seed=3)
     assert len(splits.train) == 16 and len(splits.validation) == len(splits.test) == 4
     assert {ex.target for ex in splits.train} == {"moon"}
     # score: the task's own rule, computed here independently
@@ -124,23 +125,20 @@ def test_custom_task_brings_its_own_tool(custom_module, tmp_path):
 
     log = tmp_path / "calls.txt"
     c = _config(custom_module, log_path=str(log))
-    task = builders.build_task(c.task)
-    splits = builders.load_splits(task, c.task, seed=0)
+    spec = run_spec(c)
+    task = build_task(c.task)
+    splits = builders.load_splits(task, spec)
     assert splits.task is task
-    for tool in (
-        builders.build_tool(task, c.rollout, splits),
-        builders.build_tool(c.task.name, c.rollout, splits),  # the name: splits.task's tool
-    ):
-        assert type(tool).__name__ == "SpellTool"
-        assert tool("moon") == ToolResult(output="m o o n")
-    assert log.read_text().splitlines() == ["'moon'", "'moon'"]
-    # built-in tasks keep their tools; a task without make_tool has none
-    assert isinstance(builders.build_tool("calculator", c.rollout), Calculator)
-    calc = builders.build_task(load_config("grpo").task)
-    assert isinstance(builders.build_tool(calc, c.rollout), Calculator)
-    assert builders.build_tool("musique", c.rollout) is None
+    tool = builders.build_tool(task, spec, splits)
+    assert type(tool).__name__ == "SpellTool"
+    assert tool("moon") == ToolResult(output="m o o n")
+    assert log.read_text().splitlines() == ["'moon'"]
+    # built-in tasks bring their tools the same way; a task without make_tool has none
+    calc = build_task(load_config("grpo").task)
+    assert isinstance(builders.build_tool(calc, spec, None), Calculator)
+    assert builders.build_tool(task_class("musique")(), spec, None) is None
     # the self-built vocabulary holds the custom tool stop as one piece (an exact stop)
-    tok = builders.build_tokenizer(c, task, splits, str(tmp_path))
+    tok = builders.build_tokenizer(run_spec(c), task, splits, str(tmp_path))
     assert len(tok.encode("</spell>")) == 1
 
 

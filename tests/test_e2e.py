@@ -34,6 +34,7 @@ def test_config_runs_end_to_end(name, tmp_path, request):
     if name == "awpo":
         request.getfixturevalue("shared")  # skips with a reason when ../shared is absent
     from mojax.rl import trainer
+    from mojax.tasks import build_task
 
     c = shrink(load_config(name))
     summary = trainer.run(c, str(tmp_path))
@@ -42,7 +43,7 @@ def test_config_runs_end_to_end(name, tmp_path, request):
     for r in records[1:]:
         for key in PUBLIC_KEYS:
             assert key in r, (name, key)
-        for obj in trainer.builders.build_task(c.task).objective_names:
+        for obj in build_task(c.task).objective_names:
             assert f"reward/{obj}/mean" in r
         assert np.isfinite(r["loss"])
     assert "eval/accuracy" in records[-1] and "eval/tool_calls" in records[-1]

@@ -8,10 +8,12 @@ import pathlib
 
 import jax
 import pytest
+from mojax_test_utils import run_spec
 
 from mojax import models
 from mojax.defaults import TINY_CALC_MODEL
 from mojax.rl import builders, trainer
+from mojax.tasks import build_task
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -32,9 +34,9 @@ def eval_config(hf_dir):
 
 
 def run_tokenizer(c, tmp_path):
-    task = builders.build_task(c.task)
-    splits = builders.load_splits(task, c.task, c.seed)
-    return builders.build_tokenizer(c, task, splits, str(tmp_path))
+    task = build_task(c.task)
+    splits = task.load_splits(c.task, seed=c.seed)
+    return builders.build_tokenizer(run_spec(c), task, splits, str(tmp_path))
 
 
 def save_hf(out, tok, vocab_size):
@@ -58,13 +60,17 @@ def test_eval_checkpoint_uses_the_hf_config_json(tmp_path):
     c = eval_config(tmp_path / "hf")
     tok = run_tokenizer(c, tmp_path / "tok")
     saved = save_hf(tmp_path / "hf", tok, tok.vocab_size)
-    built = builders.build_model_config(c, tok)
+    built = builders.build_model_config(run_spec(c), tok)
     assert (built.hidden_size, built.num_layers, built.vocab_size) == (64, 2, tok.vocab_size)
     assert built == saved.replace(dtype=built.dtype, param_dtype=built.param_dtype)
     # the run config alone would build the 128-wide, 4-layer tiny model
     with c.unlocked():
         c.mode = "train"
-    assert builders.build_model_config(c, tok).hidden_size == TINY_CALC_MODEL["hidden_size"] == 128
+    assert (
+        builders.build_model_config(run_spec(c), tok).hidden_size
+        == TINY_CALC_MODEL["hidden_size"]
+        == 128
+    )
 
 
 @pytest.mark.slow
@@ -82,7 +88,7 @@ def test_eval_checkpoint_with_a_too_small_vocab_names_key_and_sizes(tmp_path):
     tok = run_tokenizer(c, tmp_path / "tok")
     save_hf(tmp_path / "hf", tok, tok.vocab_size - 8)
     with pytest.raises(ValueError) as info:
-        builders.build_model_config(c, tok)
+        builders.build_model_config(run_spec(c), tok)
     msg = str(info.value)
     assert msg.startswith(f"config.eval.checkpoint={str(tmp_path / 'hf')!r}")
     assert f"{tok.vocab_size} tokens" in msg and f"vocab_size {tok.vocab_size - 8}" in msg
@@ -92,4 +98,4 @@ def test_eval_checkpoint_with_a_too_small_vocab_names_key_and_sizes(tmp_path):
 def test_eval_checkpoint_without_config_json_is_named(tmp_path):
     c = eval_config(tmp_path / "nothing")
     with pytest.raises(FileNotFoundError, match="config.eval.checkpoint=.*no config.json"):
-        builders.build_model_config(c, None)
+        builders.build_model_config(run_spec(c), None)

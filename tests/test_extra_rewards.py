@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from mojax_test_utils import load_config, shrink
 
+from mojax.tasks import build_task
+
 MODULE = "mojax_extra_reward_test_mod"
 
 # An external reward module, outside mojax/.
@@ -54,16 +56,15 @@ def _brevity(max_chars=20, weight=0.1):
 
 
 def test_added_reward_extends_the_task(reward_module):
-    from mojax.rl import builders
     from mojax.tasks import CalculatorTask
 
     c = _config(_brevity())
-    task = builders.build_task(c.task)
+    task = build_task(c.task)
     assert isinstance(task, CalculatorTask) and task.name == "calculator"
     assert task.objective_names == ("r_task", "r_tool", "r_short")
     assert task.scalar_weights == (0.6, 0.4, 0.1)
     assert task.external_objectives == ("r_tool",)
-    splits = builders.load_splits(task, c.task, seed=0)
+    splits = task.load_splits(c.task, seed=0)
     ex = splits.train[0]
     answer = f"<answer>{ex.target}</answer>"
     base = CalculatorTask().score(answer, ex)
@@ -74,7 +75,7 @@ def test_added_reward_extends_the_task(reward_module):
     c.task.extra_rewards = dict(
         _brevity(), a_calc={"fn": f"{MODULE}:Mentions", "kwargs": {"word": "<calc>"}}
     )
-    task = builders.build_task(c.task)
+    task = build_task(c.task)
     assert task.objective_names == ("r_task", "r_tool", "a_calc", "r_short")
     assert task.score_safe("<calc>1+1</calc>", ex)[0][2] == 1.0
 
@@ -82,12 +83,11 @@ def test_added_reward_extends_the_task(reward_module):
 def test_added_reward_reaches_rewards_and_gdpo(reward_module):
     from mojax.advantages import ESTIMATORS
     from mojax.pareto import NOptimalTracker
-    from mojax.rl import builders
     from mojax.rl.rewards import score_rollouts
 
     c = _config(_brevity())
-    task = builders.build_task(c.task)
-    ex = builders.load_splits(task, c.task, seed=0).train[:2]
+    task = build_task(c.task)
+    ex = task.load_splits(c.task, seed=0).train[:2]
     # every answer wrong, no calls: only the added objective varies within a group
     responses = ["<answer>x</answer>", "<answer>xxxxxxxxxx</answer>"] * 2
     batch = score_rollouts(task, ex, responses, np.zeros(4), 2, tracker=NOptimalTracker())

@@ -10,6 +10,7 @@ from mojax_test_utils import load_config, shrink
 
 from mojax.config import ConfigError
 from mojax.rl.episodes import EpisodeRunner, Episodes, concat, select
+from mojax.rl.host_state import HostState
 from mojax.rl.spec import validate
 from mojax.rl.step import advantages
 from mojax.tasks.goal import draw_goal_weights, goal_messages, goal_suffix
@@ -111,15 +112,18 @@ def _episodes(rewards, valid, goal_w):
 
 
 def test_advantages_are_group_zscores_of_the_per_prompt_scalar():
+    from mojax.advantages import MethodContext
+
     spec = validate(load_config("goal_grpo"), num_devices=None)
-    run = types.SimpleNamespace(spec=spec, controller=None, estimator_kwargs={})
+    method = spec.advantage.method
+    run = types.SimpleNamespace(spec=spec, hooks=method.make_hooks(MethodContext(method, {})))
     rng = np.random.default_rng(0)
     p, g, m = 3, 5, 4
     rewards = rng.uniform(0, 1, (p, g, m)).astype(np.float32)
     valid = np.ones((p, g), bool)
     w = draw_goal_weights(1, 2, 0, p, m)
     eps = _episodes(rewards, valid, w)
-    _, out, _ = advantages(run, types.SimpleNamespace(), eps, None)
+    _, out, _ = advantages(run, HostState(), eps, None)
     want = np.zeros((p, g))
     for i in range(p):  # GRPO on s = w_p . r (population std, eps 1e-6)
         s = np.array(
@@ -131,7 +135,7 @@ def test_advantages_are_group_zscores_of_the_per_prompt_scalar():
     eps_star = _episodes(
         rewards, valid, np.tile(MazeTask.scalar_weights, (p, 1)).astype(np.float32)
     )
-    _, out_star, _ = advantages(run, types.SimpleNamespace(), eps_star, None)
+    _, out_star, _ = advantages(run, HostState(), eps_star, None)
     assert not np.allclose(np.asarray(out_star.advantages), want, atol=1e-3)
     # select / concat keep each prompt's weights with its rows
     both = concat(eps, eps_star)
@@ -179,9 +183,9 @@ def test_two_tiny_steps_train_on_freshly_drawn_weights(tmp_path):
 
 
 def test_a_task_without_a_full_w_star_is_rejected():
-    from mojax.tasks.goal import goal_config_errors
+    from mojax.rl.spec_rules import _goal_errors
 
     task = types.SimpleNamespace(name="t", num_objectives=3, scalar_weights=(0.5, 0.5))
-    errs = goal_config_errors(load_config("goal_grpo"), task)
+    errs = _goal_errors(validate(load_config("goal_grpo"), num_devices=None), task)
     assert len(errs) == 1 and errs[0].startswith("config.task.goal_conditioned=True")
     assert "scalar_weights of length M=3" in errs[0]

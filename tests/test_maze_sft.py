@@ -8,10 +8,10 @@ import random
 
 import numpy as np
 import pytest
-from mojax_test_utils import load_config
+from mojax_test_utils import load_config, run_spec
 
+from mojax.tasks import build_task, multi_answer
 from mojax.tasks import maze as M
-from mojax.tasks import multi_answer
 from mojax.tasks.maze_sft import ROUTE_KINDS, demo_routes, maze_demonstration, maze_demonstrations
 from mojax.tasks.maze_task import MazeTask
 
@@ -105,19 +105,21 @@ def _built(tmp_path, name, **over):
         cfg.task.num_train, cfg.task.num_eval, cfg.sft.num_examples = 8, 2, 8
         for k, v in over.items():
             setattr(cfg.task, k, v)
-    task = builders.build_task(cfg.task)
-    splits = builders.load_splits(task, cfg.task, int(cfg.seed))
-    tok = builders.build_tokenizer(cfg, task, splits, str(tmp_path / name))
+        if not cfg.task.num_answers:  # a valid single-answer run of the same config
+            cfg.estimator, cfg.advantage, cfg.eval.ks = "grpo", {}, (1,)
+    task = build_task(cfg.task)
+    splits = task.load_splits(cfg.task, seed=int(cfg.seed))
+    tok = builders.build_tokenizer(run_spec(cfg), task, splits, str(tmp_path / name))
     return cfg, task, splits, tok
 
 
 def test_sft_arrays_put_the_loss_on_the_response_after_each_prompt(tmp_path):
     """``sft_arrays`` on the maze: per maze a single-answer row then an S-route row, each the
     prompt exactly as the rollout builds it (loss 0), then the demonstration and eos (loss 1)."""
-    from mojax.rl import sft_data
+    from mojax.rl import builders
 
     cfg, task, splits, tok = _built(tmp_path, "vpo")
-    tokens, mask = sft_data.sft_arrays(cfg, task, tok, splits.train)
+    tokens, mask = builders.sft_arrays(run_spec(cfg), task, tok, splits.train)
     assert tokens.shape[0] == 16 and tokens.shape == mask.shape
     mazes = [ex.target for ex in splits.train]
     single = maze_demonstrations(mazes, 0, int(cfg.seed))
@@ -138,13 +140,13 @@ def test_sft_arrays_put_the_loss_on_the_response_after_each_prompt(tmp_path):
 def test_single_answer_and_set_configs_share_the_vocabulary_and_warm_start(tmp_path):
     """GRPO (``num_answers=0``) and VPO (S = 2) on the maze build the same vocabulary and the same
     SFT arrays, so one warm-start checkpoint per seed serves both; S = 3 builds another."""
-    from mojax.rl import sft_data
+    from mojax.rl import builders
 
     arrays = {}
     for name, s in (("grpo", 0), ("vpo", 2), ("vpo3", 3)):
         cfg, task, splits, tok = _built(tmp_path, name, num_answers=s)
         pieces = [tok.sp.id_to_piece(i) for i in range(tok.sp.get_piece_size())]
-        arrays[name] = (pieces, *sft_data.sft_arrays(cfg, task, tok, splits.train))
+        arrays[name] = (pieces, *builders.sft_arrays(run_spec(cfg), task, tok, splits.train))
     (pa, ta, ma), (pb, tb, mb) = arrays["grpo"], arrays["vpo"]
     assert pa == pb
     np.testing.assert_array_equal(ta, tb)

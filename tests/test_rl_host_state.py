@@ -1,5 +1,6 @@
-"""HostState: a JSON round trip keeps every piece, and AWPO's running peak (estimator state) is
-carried across steps and restored from a checkpoint exactly."""
+"""HostState: a JSON round trip keeps every piece, AWPO's running peak (the method's carried state) is
+carried across steps and restored from a checkpoint exactly, and host states of earlier checkpoints
+(``stage1`` / ``estimator`` keys) still load."""
 
 import json
 
@@ -26,8 +27,7 @@ def _filled() -> HostState:
         data={"epoch": 1, "position": 3, "seed": 0},
         tracker=tracker,
         val_tracker=val,
-        stage1=stage1,
-        estimator={"peak": 1.75},
+        method=stage1.to_state(),
         reward_stats=stats,
     )
 
@@ -37,12 +37,19 @@ def test_json_round_trip_keeps_every_piece():
     back = HostState.from_json(host.to_json())
     assert back.to_json() == host.to_json()
     assert back.tracker.table == {"a": 2, "b": 1} and back.val_tracker.table == {"v": 4}
-    np.testing.assert_array_equal(back.stage1.archive, host.stage1.archive)
-    assert back.stage1.r_pareto == host.stage1.r_pareto
-    assert back.estimator == {"peak": 1.75} and back.step == 7
+    assert back.method == host.method and back.method["archive"] == [[0.4, 0.45], [0.2, 0.5]]
+    assert back.step == 7
     assert back.reward_stats["train"].as_metrics() == host.reward_stats["train"].as_metrics()
     assert back.reward_stats["eval"].reasons == {"nan": 1}
     assert back.reward_stats["validation"].scored == 0
+
+
+def test_host_states_of_earlier_checkpoints_load():
+    d = json.loads(_filled().to_json())
+    stage1 = d.pop("method")
+    assert HostState.from_dict({**d, "stage1": stage1, "estimator": None}).method == stage1
+    peak = {"peak": 1.75}
+    assert HostState.from_dict({**d, "stage1": None, "estimator": peak}).method == peak
 
 
 def test_incompatible_host_state_names_what_is_missing():
@@ -57,16 +64,20 @@ def _awpo_step(host, rewards, valid):
     code path: the estimator's state goes in from and comes back into ``HostState``)."""
     import types
 
-    from mojax.rl.spec import AdvantageSpec, ParetoPOSpec
+    from mojax.advantages import AWPO, MethodContext
     from mojax.rl.step import advantages
 
     kwargs = dict(r_max=2.0, r_max_mode="running_peak")
-    off = ParetoPOSpec(False, 0, "grpo", (0.6, 0.4), "global", 0.5, "initial", 1)
-    spec = AdvantageSpec("awpo", kwargs, 0, "toolrl", {"mode": "awpo"}, off)
-    run = types.SimpleNamespace(
-        spec=types.SimpleNamespace(advantage=spec), controller=None, estimator_kwargs=kwargs
+    spec = types.SimpleNamespace(advantage=types.SimpleNamespace(estimator="awpo"))
+    run = types.SimpleNamespace(spec=spec, hooks=AWPO.make_hooks(MethodContext(AWPO, kwargs)))
+    eps = types.SimpleNamespace(
+        rewards=rewards,
+        valid=valid,
+        reason_valid=None,
+        goal_weights=None,
+        set_rewards=None,
+        set_valid=None,
     )
-    eps = types.SimpleNamespace(rewards=rewards, valid=valid, reason_valid=None, goal_weights=None)
     host, out, metrics = advantages(run, host, eps, key=None)
     return host, metrics
 
@@ -100,6 +111,6 @@ def test_awpo_running_peak_is_carried_and_restored_exactly():
             assert a[key] == b[key], key
     peaks = [m["advantage/awpo/r_max"] for m in straight]
     assert peaks == sorted(peaks) and peaks[-1] == peaks[0]  # carried: the first batch's peak
-    assert host.estimator["peak"] == pytest.approx(peaks[-1])
+    assert host.method["peak"] == pytest.approx(peaks[-1])
     fresh = [_awpo_step(HostState(), r, valid)[1]["advantage/awpo/r_max"] for r in batches]
     assert fresh[1] < peaks[1]  # a per-batch peak would have dropped

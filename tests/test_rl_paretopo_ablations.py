@@ -1,4 +1,4 @@
-"""ParetoPO's two ablations (arXiv:2606.16111, Table 3) as controller switches: "w/o dynamic
+"""ParetoPO's two ablations (arXiv:2606.16111, Table 3) as switches of its hooks: "w/o dynamic
 weighting" is Stage 1 with ``r_pareto = 1`` (a static ``w·r`` scalarization), "w/o Pareto ranking" is
 Stage 1's scalarized estimator in Stage 2 too. Reference: the plain estimators called directly."""
 
@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 
 from mojax import advantages as adv
+from mojax.advantages.paretopo import ParetoPOHooks
 from mojax.pareto import stage1_init
-from mojax.rl.paretopo import ParetoPOController
 
 
 def _batch(seed=0, p=4, g=6):
@@ -17,8 +17,27 @@ def _batch(seed=0, p=4, g=6):
     return rewards, np.ones((p, g), bool)
 
 
+class _Controller:
+    """The hooks' ``advantages`` on bare rewards (state as a ``Stage1State``)."""
+
+    def __init__(self, **kw):
+        self.hooks = ParetoPOHooks(
+            stage1_steps=2,
+            weights=(0.6, 0.4),
+            stage2=adv.pareto_rank,
+            stage1_estimator="dr_grpo",
+            **kw,
+        )
+
+    def advantages(self, step, state, rewards, valid):
+        inputs = adv.AdvantageInputs(rewards, valid)
+        state = None if state is None else state.to_state()
+        out, _, metrics = self.hooks.advantages(step, state, inputs, None)
+        return out, metrics
+
+
 def _controller(**kw):
-    return ParetoPOController(stage1_steps=2, weights=(0.6, 0.4), stage1_estimator="dr_grpo", **kw)
+    return _Controller(**kw)
 
 
 def test_without_dynamic_weighting_stage1_is_the_static_scalarization():

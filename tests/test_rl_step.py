@@ -7,8 +7,9 @@ import types
 import numpy as np
 import pytest
 
+from mojax.rl.builders import method_kwargs
 from mojax.rl.episodes import Episodes
-from mojax.rl.step import assemble, task_estimator_kwargs
+from mojax.rl.step import assemble
 from mojax.tasks.base import Example
 
 
@@ -55,17 +56,20 @@ def test_single_answer_invalid_rows_and_dropped_groups_get_no_gradient():
 
 
 def test_saw_offsets_by_the_tasks_theoretical_minima():
+    from mojax.advantages import METHODS
     from mojax.tasks.toolrl import ToolRLTask
 
     task = ToolRLTask()
-    spec = types.SimpleNamespace(estimator="saw_grpo", kwargs={"fallback": True})
-    kw = task_estimator_kwargs(spec, task)
+
+    def spec(name, kwargs):
+        return types.SimpleNamespace(method=METHODS[name], kwargs=kwargs)
+
+    kw = method_kwargs(spec("saw_grpo", {"fallback": True}), task)
     assert kw["reward_min"] == tuple(float(o.min) for o in task.objectives) == (0.0, -3.0)
     assert kw["objective_names"] == task.objective_names and kw["fallback"] is True
-    spec = types.SimpleNamespace(estimator="saw_grpo", kwargs={"reward_min": (1.0, 2.0)})
-    assert task_estimator_kwargs(spec, task)["reward_min"] == (1.0, 2.0)  # the config wins
-    spec = types.SimpleNamespace(estimator="grpo", kwargs={"weights": (0.6, 0.4)})
-    assert task_estimator_kwargs(spec, task) == {"weights": (0.6, 0.4)}
+    kw = method_kwargs(spec("saw_gdpo", {"reward_min": (1.0, 2.0)}), task)
+    assert kw["reward_min"] == (1.0, 2.0)  # the config wins
+    assert method_kwargs(spec("grpo", {"weights": (0.6, 0.4)}), task) == {"weights": (0.6, 0.4)}
 
 
 class _FlakyJudge:

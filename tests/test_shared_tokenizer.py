@@ -5,6 +5,7 @@ import importlib.util
 import pathlib
 
 import pytest
+from mojax_test_utils import run_spec
 
 from mojax.rl import builders
 
@@ -24,7 +25,7 @@ def test_missing_shared_tokenizer_names_the_variable(tmp_path, monkeypatch):
     c = grpo("task=math")
     assert c.tokenizer.path == str(shared / "assets" / "qwen2-tokenizer")
     with pytest.raises(FileNotFoundError) as info:
-        builders.build_tokenizer(c, None, None, str(tmp_path))
+        builders.build_tokenizer(run_spec(c), None, None, str(tmp_path))
     msg = str(info.value)
     assert msg.startswith("config.tokenizer.path: tokenizer not found: ")
     assert f"$MOJAX_SHARED_DIR={shared}, and that folder does not exist" in msg

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from mojax.rl import spec as spec_lib
-from mojax.rl import trainer
+from mojax.rl.builders import build_run
 from mojax.rl.warm_start import initial_params
 from mojax.rollout.tools import ToolPool
 
@@ -58,19 +58,19 @@ def test_corrupt_sft_checkpoint_is_moved_aside_and_sft_reruns(tmp_path, caplog):
     spec = spec_lib.validate(c)
     pool = ToolPool(max_workers=1, timeout_s=5.0)
     try:
-        run = trainer.build_run(c, spec, str(tmp_path), pool)
-        first = jax.device_get(initial_params(run, c, str(tmp_path)))
+        run = build_run(spec, str(tmp_path), pool)
+        first = jax.device_get(initial_params(run, str(tmp_path)))
         sft_dir = tmp_path / "checkpoints_sft"
         assert sorted(os.listdir(sft_dir)) == ["3"]
         truncate_array_data(sft_dir / "3")
         with caplog.at_level(logging.WARNING):
-            again = jax.device_get(initial_params(run, c, str(tmp_path)))
+            again = jax.device_get(initial_params(run, str(tmp_path)))
         assert any("running SFT again" in m for m in caplog.messages), caplog.messages
         assert sorted(os.listdir(sft_dir)) == ["3", "3.corrupt"]
         assert_same(first, again)  # deterministic SFT: the rerun reaches the same params
         caplog.clear()
         with caplog.at_level(logging.WARNING):
-            restored = jax.device_get(initial_params(run, c, str(tmp_path)))
+            restored = jax.device_get(initial_params(run, str(tmp_path)))
         assert not any("running SFT again" in m for m in caplog.messages)
         assert_same(first, restored)
     finally:

@@ -4,37 +4,59 @@ Every estimator is called as ``f(rewards [P, G, M], valid [P, G], **hyperparamet
 Multi-RLVR take ``set_rewards [P, G, S, M]``, ``set_valid [P, G, S]``) and returns an
 :class:`AdvantageOutput` (``advantages`` float32 ``[P, G]``, ``state``, ``metrics``, ``clip_eps``).
 Formulas, seed equation numbers and defaults: ``docs/methods.md``.
+
+``ESTIMATORS`` maps each name to its function; ``METHODS`` maps it to its :class:`Method` descriptor
+(input kind, carried state, key, task facts, config sections, hooks), which is how the RL loop calls
+it.
 """
 
 from mojax.advantages._common import AdvantageOutput
-from mojax.advantages.awpo import awpo
-from mojax.advantages.baselines import multi_rlvr, random_w
-from mojax.advantages.gdpo import gdpo, mo_grpo
-from mojax.advantages.grpo import dr_grpo, grpo
-from mojax.advantages.max_at_k import max_at_k
-from mojax.advantages.pareto_rank import pareto_rank
-from mojax.advantages.saw import saw_gdpo, saw_grpo
-from mojax.advantages.vpo import vpo
+from mojax.advantages._method import (
+    AdvantageInputs,
+    EstimatorHooks,
+    Method,
+    MethodContext,
+    to_json_tree,
+)
+from mojax.advantages.awpo import AWPO, awpo
+from mojax.advantages.baselines import MULTI_RLVR, RANDOM_W, multi_rlvr, random_w
+from mojax.advantages.gdpo import GDPO, MO_GRPO, gdpo, mo_grpo
+from mojax.advantages.grpo import DR_GRPO, GRPO, dr_grpo, grpo
+from mojax.advantages.max_at_k import MAX_AT_K, max_at_k
+from mojax.advantages.pareto_rank import PARETO_RANK, pareto_rank
+from mojax.advantages.saw import SAW_GDPO, SAW_GRPO, saw_gdpo, saw_grpo
+from mojax.advantages.vpo import VPO, vpo
 
-# A plain dict from name to function (no mutable registry).
-ESTIMATORS = {
-    "grpo": grpo,
-    "dr_grpo": dr_grpo,
-    "gdpo": gdpo,
-    "mo_grpo": mo_grpo,
-    "saw_grpo": saw_grpo,
-    "saw_gdpo": saw_gdpo,
-    "awpo": awpo,
-    "pareto_rank": pareto_rank,
-    "vpo": vpo,
-    "random_w": random_w,
-    "multi_rlvr": multi_rlvr,
-    "max_at_k": max_at_k,
+# Plain dicts from name to descriptor and to function (no mutable registry).
+METHODS = {
+    m.name: m
+    for m in (
+        GRPO,
+        DR_GRPO,
+        GDPO,
+        MO_GRPO,
+        SAW_GRPO,
+        SAW_GDPO,
+        AWPO,
+        PARETO_RANK,
+        VPO,
+        RANDOM_W,
+        MULTI_RLVR,
+        MAX_AT_K,
+    )
 }
+
+ESTIMATORS = {name: m.fn for name, m in METHODS.items()}
 
 __all__ = [
     "ESTIMATORS",
+    "METHODS",
+    "AdvantageInputs",
     "AdvantageOutput",
+    "EstimatorHooks",
+    "Method",
+    "MethodContext",
+    "to_json_tree",
     "awpo",
     "dr_grpo",
     "gdpo",

@@ -30,8 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.advantages import _common as C
+from mojax.advantages._method import Method
 
-__all__ = ["awpo", "R_MAX_MODES"]
+__all__ = ["AWPO", "awpo", "R_MAX_MODES"]
 
 R_MAX_MODES = ("theoretical", "running_peak")
 
@@ -164,3 +165,13 @@ def awpo(
         ).items()
     }  # fmt: skip
     return _jit(rewards, valid, reason_valid, peak, hp, running_peak=running)
+
+
+AWPO = Method(
+    "awpo",
+    awpo,
+    stateful=True,
+    objectives=("r_out", "r_reason"),
+    requirement="task.name='toolrl' with task.kwargs.mode='awpo'",
+    sample_inputs=("reason_valid",),
+)

@@ -19,10 +19,11 @@ import jax
 import jax.numpy as jnp
 
 from mojax.advantages import _common as C
+from mojax.advantages._method import Method
 from mojax.advantages.grpo import scalar_group_advantages
 from mojax.advantages.vpo import check_key, dirichlet_weights
 
-__all__ = ["random_w", "multi_rlvr"]
+__all__ = ["RANDOM_W", "MULTI_RLVR", "random_w", "multi_rlvr"]
 
 
 def _random_w_impl(rewards, valid, key, alpha, eps, *, std_ddof):
@@ -125,3 +126,7 @@ def multi_rlvr(
     return _multi_jit(
         set_rewards, set_valid, valid, answer_ids, w, eps, dedup=bool(dedup), std_ddof=std_ddof
     )
+
+
+RANDOM_W = Method("random_w", random_w, needs_key=True)
+MULTI_RLVR = Method("multi_rlvr", multi_rlvr, inputs="sets")

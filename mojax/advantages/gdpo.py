@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 
 from mojax.advantages import _common as C
+from mojax.advantages._method import Method
 
-__all__ = ["gdpo", "mo_grpo", "objective_group_advantages", "BATCH_NORMS"]
+__all__ = ["GDPO", "MO_GRPO", "gdpo", "mo_grpo", "objective_group_advantages", "BATCH_NORMS"]
 
 BATCH_NORMS = ("sample", "token")
 
@@ -117,3 +118,7 @@ def mo_grpo(
         rewards, valid, w, ones, eps, batch_norm=False, token_weighted=False,
         ddofs=(int(std_ddof), 0),
     )  # fmt: skip
+
+
+GDPO = Method("gdpo", gdpo)
+MO_GRPO = Method("mo_grpo", mo_grpo)

@@ -15,8 +15,9 @@ import jax
 import jax.numpy as jnp
 
 from mojax.advantages import _common as C
+from mojax.advantages._method import Method
 
-__all__ = ["grpo", "dr_grpo", "scalar_group_advantages"]
+__all__ = ["GRPO", "DR_GRPO", "grpo", "dr_grpo", "scalar_group_advantages"]
 
 
 def scalar_group_advantages(rewards, valid, weights, scale, eps, *, std_ddof, scale_by_std):
@@ -74,3 +75,7 @@ def dr_grpo(rewards, valid=None, *, weights=None, reward_scale=None) -> C.Advant
     """
     rewards, valid, w, scale = _prepare(rewards, valid, weights, reward_scale)
     return _scalar_jit(rewards, valid, w, scale, 0.0, std_ddof=0, scale_by_std=False)
+
+
+GRPO = Method("grpo", grpo, per_prompt_weights=True)
+DR_GRPO = Method("dr_grpo", dr_grpo, per_prompt_weights=True)

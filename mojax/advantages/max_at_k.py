@@ -28,8 +28,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.advantages import _common as C
+from mojax.advantages._method import Method
 
-__all__ = ["max_at_k", "max_at_k_coefficients", "NORMALIZE_MODES"]
+__all__ = ["MAX_AT_K", "max_at_k", "max_at_k_coefficients", "NORMALIZE_MODES"]
 
 NORMALIZE_MODES = ("zscore", "center", "none")
 
@@ -112,3 +113,6 @@ def max_at_k(
         rewards, valid, w, jnp.asarray(diag, jnp.float32), jnp.asarray(off, jnp.float32), eps,
         k=int(k), normalize=normalize, std_ddof=std_ddof,
     )  # fmt: skip
+
+
+MAX_AT_K = Method("max_at_k", max_at_k)

@@ -17,9 +17,11 @@ import jax
 import jax.numpy as jnp
 
 from mojax.advantages import _common as C
+from mojax.advantages._method import Method
+from mojax.advantages.paretopo import ParetoPOSpec, make_hooks
 from mojax.pareto.nondominated import _rank_impl
 
-__all__ = ["pareto_rank", "NORMALIZE_MODES"]
+__all__ = ["PARETO_RANK", "pareto_rank", "NORMALIZE_MODES"]
 
 NORMALIZE_MODES = ("none", "center", "zscore")
 _TIE_RTOL = 1e-6  # relative tolerance for "max = min" in Eq. 8 (float32 resolution is ~1.2e-7)
@@ -84,3 +86,6 @@ def pareto_rank(
     rewards, valid = C.check_batch(rewards, valid)
     w = C.check_weights(weights, rewards.shape[-1], default=1.0)
     return _jit(rewards, valid, w, beta, eps, normalize=normalize)
+
+
+PARETO_RANK = Method("pareto_rank", pareto_rank, sections=(ParetoPOSpec,), hooks=make_hooks)

@@ -22,9 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.advantages import _common as C
+from mojax.advantages._method import Method
 from mojax.advantages.gdpo import check_token_counts, objective_group_advantages
 
-__all__ = ["saw_grpo", "saw_gdpo", "saw_weights", "saw_task_kwargs"]
+__all__ = ["SAW_GRPO", "SAW_GDPO", "saw_grpo", "saw_gdpo", "saw_weights", "saw_task_kwargs"]
 
 
 def saw_task_kwargs(task_or_objectives) -> dict:
@@ -205,3 +206,7 @@ def saw_gdpo(
         rewards, valid, mins, prio, tc, delta, eps,
         fallback=bool(fallback), mode=mode, names=names, std_ddof=0,
     )  # fmt: skip
+
+
+SAW_GRPO = Method("saw_grpo", saw_grpo, task_facts=saw_task_kwargs)
+SAW_GDPO = Method("saw_gdpo", saw_gdpo, task_facts=saw_task_kwargs)

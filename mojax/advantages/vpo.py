@@ -19,8 +19,9 @@ import jax
 import jax.numpy as jnp
 
 from mojax.advantages import _common as C
+from mojax.advantages._method import Method
 
-__all__ = ["vpo", "dirichlet_weights", "set_max_reward"]
+__all__ = ["VPO", "vpo", "dirichlet_weights", "set_max_reward"]
 
 
 def dirichlet_weights(key, num_groups: int, num_weights: int, num_objectives: int, alpha=1.0):
@@ -106,3 +107,6 @@ def vpo(
         set_rewards, set_valid, valid, check_key(key), float(alpha), eps, min_std,
         num_weights=int(num_weights),
     )  # fmt: skip
+
+
+VPO = Method("vpo", vpo, inputs="sets", needs_key=True)

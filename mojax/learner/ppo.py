@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -20,7 +20,7 @@ import optax
 from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
-from mojax.config import Checker, dataclass_from_config
+from mojax.config import Checker, dataclass_from_config, option
 from mojax.learner import losses
 from mojax.learner.logprobs import token_logprobs
 from mojax.learner.state import TrainState
@@ -52,22 +52,34 @@ class PPOConfig:
         ``global_batch_size``; None = the sequences present in the mini-batch).
     """
 
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    dual_clip: float | None = None
-    agg: str = "token-mean"
-    max_len: int | None = None
-    kl_coef: float = 0.0
-    kl_type: str = "k3"
-    entropy_coef: float = 0.0
-    ppo_epochs: int = 1
-    num_minibatches: int = 1
-    num_microbatches: int = 1
-    shuffle: bool = True
-    logprob_chunk: int | None = None
-    log_entropy: bool = True
-    ratio_level: str = "token"
-    num_seqs: int | None = None
+    SECTION: ClassVar[str] = "ppo"
+    clip_low: float = option(0.2, help="ε_low of the clipped ratio")
+    clip_high: float = option(0.2, help="ε_high (DAPO clip-higher: 0.28)")
+    dual_clip: float | None = option(
+        None, help="c of the dual clip for negative advantages (None = off)"
+    )
+    agg: str = option(
+        "token-mean",
+        help="loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | ...",
+    )
+    max_len: int | None = option(
+        None, help="constant normaliser of seq-mean-token-sum-norm (None = T of the batch)"
+    )
+    kl_coef: float = option(0.0, help="KL-to-reference loss weight (0 = off)")
+    kl_type: str = option("k3", help="KL estimator: k1 | k2 | k3 | ...")
+    entropy_coef: float = option(0.0, help="entropy bonus weight (0 = off)")
+    ppo_epochs: int = option(1, help="passes over the rollout batch per step")
+    num_minibatches: int = option(1, help="optimizer updates per pass")
+    num_microbatches: int = option(1, help="gradient-accumulation micro-batches per update")
+    shuffle: bool = option(True, help="permute the rows before each pass")
+    logprob_chunk: int | None = option(
+        None, help="positions per vocabulary-projection chunk (None = the whole sequence)"
+    )
+    log_entropy: bool = option(True, help="compute the per-token entropy for metrics")
+    ratio_level: str = option("token", help='"token" (PPO) | "sequence" (AWPO Eq. 30)')
+    num_seqs: int | None = option(
+        None, help="constant sequence count of the seq-mean-* aggregations (None = those present)"
+    )
 
     def __post_init__(self):
         c = Checker({"ppo": dataclasses.asdict(self)})

@@ -15,7 +15,7 @@ shardings of the params they belong to (``optax.tree_map_params``); counters are
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.struct
 import jax
@@ -24,7 +24,7 @@ import optax
 from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
-from mojax.config import Checker, dataclass_from_config
+from mojax.config import Checker, dataclass_from_config, option
 from mojax.models import QwenConfig, init_params, param_shapes, param_shardings
 
 SCHEDULES = ("constant", "cosine", "linear")
@@ -45,16 +45,21 @@ class OptimizerConfig:
       max_grad_norm: clip the global L2 norm of the gradient (None = no clipping).
     """
 
-    learning_rate: float = 1e-6
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    total_steps: int = 0
-    end_lr_ratio: float = 0.0
-    b1: float = 0.9
-    b2: float = 0.999
-    eps: float = 1e-8
-    weight_decay: float = 0.01
-    max_grad_norm: float | None = 1.0
+    SECTION: ClassVar[str] = "optimizer"
+    learning_rate: float = option(1e-6, help="peak learning rate")
+    schedule: str = option("constant", help='"constant" (after warmup) | "cosine" | "linear"')
+    warmup_steps: int = option(0, help="linear warmup over this many optimizer updates")
+    total_steps: int = option(
+        0, help="optimizer updates until the end of the decay (cosine / linear)"
+    )
+    end_lr_ratio: float = option(0.0, help="final learning rate as a fraction of the peak")
+    b1: float = option(0.9, help="AdamW β1")
+    b2: float = option(0.999, help="AdamW β2")
+    eps: float = option(1e-8, help="AdamW ε")
+    weight_decay: float = option(0.01, help="decoupled weight decay")
+    max_grad_norm: float | None = option(
+        1.0, help="clip the global gradient norm (None = no clipping)"
+    )
 
     def __post_init__(self):
         c = Checker({"optimizer": dataclasses.asdict(self)})

@@ -16,7 +16,7 @@ import numpy as np
 
 from mojax import learner, models
 from mojax import sharding as sharding_lib
-from mojax.rl.builders import build_model_config
+from mojax.rl.model_config import qwen_config
 
 GIB = 1024**3
 
@@ -29,15 +29,15 @@ def _bytes_per_device(tree) -> int:
     return total
 
 
-def dry_run(config) -> dict[str, float]:
-    """Prints and returns the per-device memory of ``config``'s run on its mesh."""
-    mesh = sharding_lib.mesh_from_config(config.mesh)
-    rules = sharding_lib.logical_axis_rules(config)
-    mc = build_model_config(config, tokenizer=None)  # the vocabulary of tokenizer.vocab_size
-    opt = learner.OptimizerConfig.from_config(config.optimizer)
+def dry_run(spec) -> dict[str, float]:
+    """Prints and returns the per-device memory of ``spec``'s run on its mesh."""
+    mesh = sharding_lib.mesh_from_config(spec.mesh.as_dict())
+    rules = spec.rules
+    mc = qwen_config(spec, tokenizer=None)  # the vocabulary of tokenizer.vocab_size
+    opt = spec.optimizer
     tx = learner.make_optimizer(opt)
     state = learner.abstract_train_state(mc, tx, mesh, rules)
-    rc, ppo = config.rollout, learner.PPOConfig.from_config(config.ppo)
+    rc, ppo = spec.rollout, spec.ppo
     b = int(rc.prompts_per_step) * int(rc.num_samples)
     t = int(rc.max_prompt_len or 1024) + int(rc.max_response_len)
     batch_shapes = {
@@ -81,7 +81,7 @@ def dry_run(config) -> dict[str, float]:
     )
     cache_rows = max(1, b // batch_shards)
     kv_heads = max(1, mc.num_kv_heads // tensor)
-    cache_dtype = np.dtype(config.model.cache_dtype or mc.dtype).itemsize
+    cache_dtype = np.dtype(spec.model.cache_dtype or mc.dtype).itemsize
     kv_cache = 2 * mc.num_layers * cache_rows * t * kv_heads * mc.head_dim * cache_dtype
     out = {
         "devices": float(n_dev),
@@ -92,16 +92,16 @@ def dry_run(config) -> dict[str, float]:
         "kv_cache_gib_per_device_estimate": kv_cache / GIB,
     }
     if jax.process_index() == 0:  # every process lowers; process 0 reports
-        _report(config, mesh, mc, out, b, t, rows)
+        _report(spec, mesh, mc, out, b, t, rows)
     return out
 
 
-def _report(config, mesh, mc, out, b, t, rows) -> None:
+def _report(spec, mesh, mc, out, b, t, rows) -> None:
     n_dev, n_proc = int(out["devices"]), jax.process_count()
     procs = f", {n_proc} processes" if n_proc > 1 else ""
     print(
         f"mojax dry run: mesh {dict(mesh.shape)} ({n_dev} devices{procs}), model "
-        f"{config.model.checkpoint or config.model.variant} ({out['params_total'] / 1e9:.3f}B "
+        f"{spec.model.checkpoint or spec.model.variant} ({out['params_total'] / 1e9:.3f}B "
         f"params, {mc.dtype} compute / {mc.param_dtype} params, remat={mc.remat})"
     )
     print(f"  rollout batch B={b} x T={t}; per optimizer micro-batch and device: {rows} rows")

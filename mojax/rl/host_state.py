@@ -7,9 +7,9 @@ host-side record, which every checkpoint stores next to it as JSON (``to_json`` 
 * ``data``: the training prompt iterator's position (epoch, position, seed);
 * ``tracker`` / ``val_tracker``: ParetoPO's ``N_optimal`` tables (fewest tool calls of a success per
   prompt; ParetoPO, arXiv:2606.16111, Eq. 4) for the training and validation splits;
-* ``stage1``: ParetoPO's Stage-1 state (archive, reference, ΔHV̄, r_pareto), or None;
-* ``estimator``: the state an advantage transform carries across steps (``AdvantageOutput.state``,
-  e.g. AWPO's running peak ``R_max``), as plain JSON data, or None;
+* ``method``: the state the advantage method carries across steps, as plain JSON data, or None
+  (its hooks read and return it: e.g. AWPO's running peak ``R_max``, ParetoPO's Stage-1 archive,
+  reference, ΔHV̄ and r_pareto);
 * ``reward_stats``: scored / invalid counts with reasons, kept apart per split (``train``,
   ``validation``, ``eval``).
 
@@ -23,11 +23,9 @@ import dataclasses
 import json
 from typing import Any
 
-import jax
-import numpy as np
-
-from mojax.pareto import NOptimalTracker, Stage1State
-from mojax.tasks.base import RewardStats
+from mojax.advantages import to_json_tree
+from mojax.pareto import NOptimalTracker
+from mojax.tasks.types import RewardStats
 
 SPLITS = ("train", "validation", "eval")
 
@@ -40,8 +38,7 @@ class HostState:
     data: dict[str, int] = dataclasses.field(default_factory=dict)
     tracker: NOptimalTracker = dataclasses.field(default_factory=NOptimalTracker)
     val_tracker: NOptimalTracker = dataclasses.field(default_factory=NOptimalTracker)
-    stage1: Stage1State | None = None
-    estimator: Any = None
+    method: Any = None
     reward_stats: dict[str, RewardStats] = dataclasses.field(
         default_factory=lambda: {s: RewardStats() for s in SPLITS}
     )
@@ -52,8 +49,7 @@ class HostState:
             "data": dict(self.data),
             "tracker": self.tracker.to_state(),
             "val_tracker": self.val_tracker.to_state(),
-            "stage1": None if self.stage1 is None else self.stage1.to_state(),
-            "estimator": to_json_tree(self.estimator),
+            "method": to_json_tree(self.method),
             "reward_stats": {k: v.state_dict() for k, v in self.reward_stats.items()},
         }
 
@@ -70,8 +66,7 @@ class HostState:
             data=dict(d["data"]),
             tracker=NOptimalTracker.from_state(d["tracker"]),
             val_tracker=NOptimalTracker.from_state(d["val_tracker"]),
-            stage1=None if d.get("stage1") is None else Stage1State.from_state(d["stage1"]),
-            estimator=d.get("estimator"),
+            method=_method_state(d),
             reward_stats={k: RewardStats.from_state_dict(v) for k, v in d["reward_stats"].items()},
         )
 
@@ -83,8 +78,9 @@ class HostState:
         return cls.from_dict(json.loads(text))
 
 
-def to_json_tree(tree: Any) -> Any:
-    """A pytree of arrays / scalars as nested lists, dicts and Python numbers (JSON-safe)."""
-    if tree is None:
-        return None
-    return jax.tree.map(lambda x: np.asarray(jax.device_get(x)).tolist(), tree)
+def _method_state(d: dict[str, Any]) -> Any:
+    """The method state of a host-state dict (``method``; checkpoints of earlier versions kept it as
+    ``stage1`` for ParetoPO and ``estimator`` for the others)."""
+    if "method" in d:
+        return d["method"]
+    return d.get("stage1") if d.get("stage1") is not None else d.get("estimator")

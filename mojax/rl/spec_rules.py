@@ -1,71 +1,157 @@
-"""Config rules that span sections and need the task's declared objectives.
+"""Rules of a run spec that span its sections: the task's declared objectives against the method, the
+rollout and evaluation shapes, SFT demonstrations, the batch split of the update and the mesh.
 
-``combination_errors(config)`` builds the task object (its constructor only: no data is loaded) and
-checks what no single spec can: groups of at least 2 samples, ``eval.ks`` within the eval pool, weight
-vectors of length M, goal conditioning, and SFT demonstrations for a warm start. ``mojax.rl.spec``
-runs it after every section validated.
+``run_errors(spec)`` builds the task object (its constructor only: no data is loaded) and returns
+every problem as a ``config.<key>: ...`` line; ``mojax.rl.spec.validate`` runs it once every section
+validated on its own.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from mojax import sharding
+from mojax.advantages import METHODS
 from mojax.config import Checker
+from mojax.rl.model_config import qwen_config
+from mojax.tasks import extra_rewards, registry
 
 
-def combination_errors(config: Any) -> list[str]:
-    """Rules that need the task's declared objectives (the task object is built, no data loaded):
-    groups of at least 2 samples, ``eval.ks`` within the eval pool, weight vectors of length M, and
-    SFT demonstrations for a warm start."""
-    from mojax.rl.builders import build_task
-    from mojax.tasks import extra_rewards
-
-    c = Checker(config)
-    errors = extra_rewards.config_errors(config.task)  # import paths of added rewards
+def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
+    """Every cross-section problem of ``spec`` (see the module docstring)."""
+    errors = _name_errors(spec)
+    if errors:
+        return errors
+    errors = extra_rewards.config_errors(spec.task.extra_rewards)
     if errors:
         return errors
     try:
-        task = build_task(config.task)
+        task = spec.build_task()
     except ValueError as e:
         added = str(e).startswith(extra_rewards.KEY)
         return [str(e) if added else f"config.task.kwargs: {e}"]
+    errors = _shape_errors(spec) + _method_errors(spec, task) + _goal_errors(spec, task)
+    errors += _sft_errors(spec, task) + task.config_errors(spec)
+    return errors + _mesh_errors(spec, num_devices)
+
+
+def _name_errors(spec: Any) -> list[str]:
+    c = Checker({"task": {"name": spec.task.name}})
+    if ":" not in spec.task.name:  # built-in tasks; "package.module:Class" imports a custom one
+        c.choice("task.name", registry.TASKS)
+    else:
+        try:
+            registry.task_class(spec.task.name)
+        except ValueError as e:
+            detail = str(e).removeprefix(f"config.task.name={spec.task.name!r}: ")
+            c.fail("task.name", f"{spec.task.name!r}: {detail}")
     c.require(
-        config.rollout.num_samples >= 2,
+        spec.tokenizer.path != "" or bool(spec.model.checkpoint),
+        "tokenizer.path",
+        "'' (the checkpoint's tokenizer) needs model.checkpoint; use 'build' or a path",
+    )
+    return c.errors
+
+
+def _shape_errors(spec: Any) -> list[str]:
+    """Groups of at least 2 samples, ``eval.ks`` within the pool, the update's batch split."""
+    c = Checker({})
+    g = spec.rollout.num_samples
+    c.require(
+        g >= 2,
         "rollout.num_samples",
-        f"{config.rollout.num_samples}: every estimator normalises within a group of G samples "
+        f"{g}: every estimator normalises within a group of G samples "
         "(G >= 2 needed; G = 1 trains nothing)",
     )
-    pool = config.eval.num_samples * max(1, config.task.num_answers)
-    too_big = [k for k in config.eval.ks if k > pool]
+    pool = spec.eval.num_samples * max(1, spec.task.num_answers)
+    too_big = [k for k in spec.eval.ks if k > pool]
     c.require(
         not too_big,
         "eval.ks",
-        f"{tuple(config.eval.ks)}: k={too_big} exceed the eval pool of eval.num_samples x "
+        f"{tuple(spec.eval.ks)}: k={too_big} exceed the eval pool of eval.num_samples x "
         f"answers = {pool}; raise eval.num_samples or drop those k",
     )
+    rows = spec.rollout.prompts_per_step * g
+    div = spec.ppo.num_minibatches * spec.ppo.num_microbatches
+    c.require(
+        rows % div == 0,
+        "ppo.num_minibatches",
+        f"B = prompts_per_step * num_samples = {rows} must be divisible by "
+        f"num_minibatches * num_microbatches = {div}",
+    )
+    return c.errors
+
+
+def _method_errors(spec: Any, task) -> list[str]:
+    """The method's input kind against ``task.num_answers``, its objectives, and every weight
+    vector's length against the task's objectives."""
+    c = Checker({})
+    method = spec.advantage.method
+    sets = spec.task.num_answers > 0
+    if sets != (method.inputs == "sets"):
+        need = "needs task.num_answers > 0 (multi-answer sets)"
+        if method.inputs != "sets":
+            need = "needs task.num_answers = 0 (single answers)"
+        c.fail("task.num_answers", f"{method.name!r} {need}")
+    c.errors += method.objective_errors(task.objective_names)
+    weights = {"advantage.weights": spec.advantage.kwargs.get("weights")}
+    for name in spec.advantage.enabled_sections():
+        w = getattr(spec.advantage.sections[name], "weights", None)
+        if w is not None:
+            weights[f"{name}.weights"] = w
     m = task.num_objectives
-    weights = {"advantage.weights": dict(config.advantage).get("weights")}
-    if config.paretopo.enabled:
-        weights["paretopo.weights"] = config.paretopo.weights
     for key, w in weights.items():
         if w is not None and len(tuple(w)) != m:
             names = list(task.objective_names)
             c.fail(key, f"{tuple(w)} has {len(tuple(w))} entries; task objectives are {names}")
-    from mojax.tasks.goal import goal_config_errors
+    return c.errors
 
-    c.errors += goal_config_errors(config, task)  # goal-conditioned GRPO (task.goal_conditioned)
-    demos = config.task.name in ("calculator", "maze") or bool(config.sft.data_path)
+
+def _goal_errors(spec: Any, task) -> list[str]:
+    """Goal-conditioned GRPO (VPO, arXiv:2605.22817, App. E.5) trains on the per-prompt scalar
+    ``w . r``: a method that takes per-prompt weights, no method section (ParetoPO) on, no fixed
+    ``advantage.weights``, and a canonical ``w*`` (``task.scalar_weights``) for evaluation."""
+    if not spec.task.goal_conditioned:
+        return []
+    key, adv = "config.task.goal_conditioned", spec.advantage
+    errs = []
+    on = adv.enabled_sections()
+    if not adv.method.per_prompt_weights or on:
+        takers = sorted(n for n, m in METHODS.items() if m.per_prompt_weights)
+        errs.append(
+            f"{key}=True: needs an estimator that takes per-prompt weights {takers} without "
+            f"method sections on (got estimator={adv.estimator!r}, enabled sections={on})"
+        )
+    if adv.kwargs.get("weights") is not None:
+        errs.append(f"{key}=True: the weights are drawn per prompt; unset advantage.weights")
+    m = task.num_objectives
+    if len(tuple(task.scalar_weights)) != m:
+        errs.append(
+            f"{key}=True: task {task.name!r} needs scalar_weights of length M={m} "
+            f"(the canonical w* evaluation conditions on); has {tuple(task.scalar_weights)}"
+        )
+    return errs
+
+
+def _sft_errors(spec: Any, task) -> list[str]:
+    c = Checker({})
     c.require(
-        config.sft.steps == 0 or demos,
+        spec.sft.steps == 0 or task.has_demonstrations(spec.sft),
         "sft.steps",
-        f"{config.sft.steps} > 0 needs demonstrations: task {config.task.name!r} generates none, "
+        f"{spec.sft.steps} > 0 needs demonstrations: task {spec.task.name!r} generates none, "
         "set sft.data_path (or sft.steps=0)",
     )
-    think = c.in_range("sft.think_rate", 0.0, 1.0)
-    c.require(
-        not think or config.task.name == "calculator",
-        "sft.think_rate",
-        f"{think} > 0: <think> plans are generated for the calculator's demonstrations only "
-        f"(task {config.task.name!r})",
-    )
     return c.errors
+
+
+def _mesh_errors(spec: Any, num_devices: int | str | None) -> list[str]:
+    """``mojax.sharding.mesh_errors``: the mesh against ``num_devices`` and the model (variant +
+    overrides or the checkpoint's config.json; a self-built vocabulary is checked once built)."""
+    try:
+        model, rules = qwen_config(spec, None), spec.rules
+    except Exception:  # noqa: BLE001 - a missing checkpoint is reported when the run builds it
+        model = rules = None
+    build = spec.tokenizer.path == "build" and not spec.model.checkpoint
+    skip = ("vocab",) if build and "vocab_size" not in spec.model.overrides else ()
+    sizes = spec.mesh.as_dict()
+    return sharding.mesh_errors(sizes, num_devices, model, rules, skip=skip)

@@ -5,8 +5,8 @@ The algorithm every method shares (design.md "The loop"), in the order it runs::
     collect     P prompt groups x G rollouts with tool turns; each round is rolled out, scored into
                 rewards [P, G, M] (or sets [P, G, S, M]) and shaped (DAPO overlong penalty); with DAPO
                 dynamic sampling, groups where no objective varies are dropped and refilled
-    advantages  the method's transform [P, G, M] -> [P, G] (ParetoPO: Stage 1 or Stage 2; others:
-                ``mojax.advantages.ESTIMATORS[estimator]``, with its carried state)
+    advantages  the method's transform [P, G, M] -> [P, G] through its hooks
+                (``mojax.advantages.Method``), with the state it carries across steps
     assemble    tokens / masks / old log-probs [B, T] and advantages [B] (B = P * G)
     update      the sharded PPO-clip train step
 
@@ -28,11 +28,11 @@ import jax
 import numpy as np
 
 from mojax import distributed
+from mojax.advantages import AdvantageInputs
 from mojax.rl.batch import assemble_batch
 from mojax.rl.data import PromptIterator
 from mojax.rl.episodes import EpisodeRunner, Episodes, concat, rollout_metrics, select
 from mojax.rl.host_state import HostState
-from mojax.rl.paretopo import ParetoPOController
 from mojax.rl.rewards import groups_with_signal, overlong_penalty
 from mojax.rl.spec import RunSpec
 from mojax.tasks.base import Task
@@ -45,11 +45,10 @@ class Run:
     Attributes:
       spec: the validated run spec; task / splits: the task and its examples; runner: rolls out and
       scores episodes; train_step: the jitted sharded PPO step ``(state, batch) -> (state,
-      metrics)``; controller: ParetoPO's stage schedule (None for other methods); total_len: T of the
+      metrics)``; hooks: the advantage method's hooks (``Method.make_hooks``); total_len: T of the
       training batch; ref_logprobs: ``(tokens, mask) -> [B, T]`` of the frozen reference policy when
       the KL term is on, else None; model_config / tokenizer / tx / mesh / rules: the policy's
-      architecture, tokenizer, optimizer, device mesh and logical axis rules; estimator_kwargs:
-      ``config.advantage`` completed from the task (SAW's per-objective theoretical minima).
+      architecture, tokenizer, optimizer, device mesh and logical axis rules.
     """
 
     spec: RunSpec
@@ -57,14 +56,13 @@ class Run:
     splits: Any
     runner: EpisodeRunner
     train_step: Callable[..., Any]
-    controller: ParetoPOController | None
+    hooks: Any
     total_len: int
     model_config: Any
     tokenizer: Any
     tx: Any
     mesh: Any
     rules: Any
-    estimator_kwargs: dict = dataclasses.field(default_factory=dict)
     ref_logprobs: Callable[..., Any] | None = None
 
 
@@ -164,52 +162,26 @@ def shape_overlong(run: Run, episodes: Episodes) -> None:
 
 
 def advantages(run: Run, host: HostState, episodes: Episodes, key) -> tuple[HostState, Any, dict]:
-    """The method's advantage transform on the step's rewards; returns the new host state (with
-    the estimator's carried state), the ``AdvantageOutput`` and its metrics."""
-    spec = run.spec.advantage
-    if run.controller is not None:
-        out, metrics = run.controller.advantages(
-            host.step, host.stage1, episodes.rewards, episodes.valid
-        )
-    else:
-        kwargs = dict(run.estimator_kwargs)
-        if spec.takes("key"):
-            kwargs["key"] = key
-        if spec.takes("state"):
-            kwargs["state"] = host.estimator
-        if episodes.goal_weights is not None:  # goal-conditioned GRPO: per-prompt w [P, M]
-            kwargs["weights"] = episodes.goal_weights
-        if spec.takes("reason_valid") and episodes.reason_valid is not None:
-            kwargs["reason_valid"] = episodes.reason_valid  # AWPO: judge failures, r_reason only
-        data = (
-            (episodes.set_rewards, episodes.set_valid)
-            if spec.takes_sets
-            else (episodes.rewards, episodes.valid)
-        )
-        out, metrics = spec.fn(*data, **kwargs), {}
-        if spec.takes("state"):
-            from mojax.rl.host_state import to_json_tree
-
-            host = dataclasses.replace(host, estimator=to_json_tree(out.state))
+    """The method's advantage transform on the step's rewards (through its hooks); returns the new
+    host state (with the method's carried state), the ``AdvantageOutput`` and its metrics."""
+    inputs = AdvantageInputs(
+        rewards=episodes.rewards,
+        valid=episodes.valid,
+        set_rewards=episodes.set_rewards,
+        set_valid=episodes.set_valid,
+        sample={"reason_valid": episodes.reason_valid},
+        goal_weights=episodes.goal_weights,
+    )
+    out, state, metrics = run.hooks.advantages(host.step, host.method, inputs, key)
+    host = dataclasses.replace(host, method=state)
     adv = np.asarray(out.advantages, np.float32)
+    metrics = dict(metrics)
     metrics.update({f"advantage/{k}": float(np.asarray(v)) for k, v in out.metrics.items()})
     metrics["advantage/abs_mean"] = float(np.abs(adv).mean())
     if out.clip_eps is not None:
-        metrics["awpo/clip_eps"] = float(out.clip_eps)
+        metrics[f"{run.spec.advantage.estimator}/clip_eps"] = float(out.clip_eps)
     episodes.advantages = adv
     return host, out, metrics
-
-
-def task_estimator_kwargs(spec, task: Task) -> dict[str, Any]:
-    """``config.advantage`` completed from the task's declared objectives: SAW offsets each
-    objective by its theoretical minimum (SAW, arXiv:2606.07705, Alg. 1 line 3) and logs its weights
-    by objective name. Keys the config sets win."""
-    kwargs = dict(spec.kwargs)
-    if spec.estimator in ("saw_grpo", "saw_gdpo"):
-        from mojax.advantages.saw import saw_task_kwargs
-
-        kwargs = {**saw_task_kwargs(task), **kwargs}
-    return kwargs
 
 
 def assemble(run: Run, episodes: Episodes, out) -> dict[str, Any]:

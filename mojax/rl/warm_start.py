@@ -1,6 +1,6 @@
 """The policy a run starts from: random init, an HF checkpoint, or an SFT warm start on top.
 
-The SFT warm start trains on the task's demonstrations (``mojax.rl.sft_data``) and is checkpointed
+The SFT warm start trains on the task's demonstrations (``Task.sft_rows``) and is checkpointed
 once under ``<workdir>/checkpoints_sft``, so a restarted run reuses it instead of training again. A
 corrupt SFT checkpoint is moved aside to ``<step>.corrupt`` (``Checkpointer.restore(fallback=True)``)
 and the warm start runs again, so a damaged file never crash-loops the run.
@@ -12,23 +12,24 @@ import os
 import time
 
 import jax
+import numpy as np
 from absl import logging
 
 from mojax import checkpoint as ckpt_lib
 from mojax import learner
 from mojax import logging as log_lib
-from mojax.rl import sft_data
+from mojax.rl.builders import sft_arrays
 
 
-def initial_params(run, config, workdir: str):
+def initial_params(run, workdir: str):
     """Params before RL: the checkpoint or a random init, then the SFT warm start if configured."""
     params = None
-    if config.model.checkpoint:
+    if run.spec.model.checkpoint:
         from mojax.models import load_params
 
-        params = load_params(config.model.checkpoint, run.model_config)
+        params = load_params(run.spec.model.checkpoint, run.model_config)
     if run.spec.sft.steps > 0:
-        return sft(run, config, workdir, params)
+        return sft(run, workdir, params)
     if params is None:
         state = learner.create_train_state(
             run.model_config, run.tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules
@@ -37,7 +38,7 @@ def initial_params(run, config, workdir: str):
     return params
 
 
-def sft(run, config, workdir: str, params=None):
+def sft(run, workdir: str, params=None):
     """``sft.steps`` supervised steps on the task's demonstrations; the result is checkpointed."""
     steps = run.spec.sft.steps
     tx = learner.make_optimizer(run.spec.sft.optimizer())
@@ -54,15 +55,13 @@ def sft(run, config, workdir: str, params=None):
         state = learner.create_train_state(
             run.model_config, tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=params
         )
-        tokens, mask = sft_data.sft_arrays(config, run.task, run.tokenizer, run.splits.train)
+        tokens, mask = sft_arrays(run.spec, run.task, run.tokenizer, run.splits.train)
         step_fn = learner.make_sft_step(run.model_config, tx, run.mesh, run.rules)
         t0 = time.time()
         pending = []  # every step's metrics, fetched together every 100 steps (no sync per step)
         with log_lib.MetricsWriter(workdir, tensorboard=False, filename="sft_metrics.jsonl") as w:
             for i in range(steps):
-                batch = sft_data.sft_batches(
-                    tokens, mask, run.spec.sft.batch_size, i, run.spec.seed
-                )
+                batch = sft_batches(tokens, mask, run.spec.sft.batch_size, i, run.spec.seed)
                 state, m = step_fn(state, batch)
                 pending.append(m)
                 if (i + 1) % 100 == 0 or i + 1 == steps:
@@ -77,3 +76,17 @@ def sft(run, config, workdir: str, params=None):
         return state.params
     finally:
         ckpt.close()
+
+
+def sft_batches(tokens: np.ndarray, mask: np.ndarray, batch_size: int, step: int, seed: int):
+    """The SFT batch of ``step``: a deterministic epoch-wise permutation (resumable by step)."""
+    n = tokens.shape[0]
+    if batch_size > n:
+        raise ValueError(f"config.sft.batch_size={batch_size} > number of demonstrations {n}")
+    per_epoch = n // batch_size
+    epoch, i = divmod(step, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    idx = order[i * batch_size : (i + 1) * batch_size]
+    # right-padded and causal: real tokens never attend to the trailing padding, so no attention
+    # mask is needed (the padding is also out of the loss)
+    return {"tokens": tokens[idx], "loss_mask": mask[idx]}

@@ -8,13 +8,15 @@ crashing on model output. Submodules are imported on first use (no import-time s
 
 import importlib
 
-from mojax.tasks.base import (
+from mojax.tasks.base import Task
+from mojax.tasks.registry import TASKS, build_task, task_class
+from mojax.tasks.splits import Splits
+from mojax.tasks.types import (
     Example,
     Objective,
     RewardStats,
     ScoreBatch,
     SetScoreBatch,
-    Task,
     clean_response,
 )
 
@@ -39,13 +41,17 @@ _LAZY = {
 }
 
 __all__ = [
+    "TASKS",
     "Example",
     "Objective",
     "RewardStats",
     "ScoreBatch",
     "SetScoreBatch",
+    "Splits",
     "Task",
+    "build_task",
     "clean_response",
+    "task_class",
     *_LAZY,
 ]
 

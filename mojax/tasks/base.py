@@ -17,15 +17,25 @@ Shapes: ``N`` responses in a batch, ``S`` answers in a VPO set, ``M`` objectives
 from __future__ import annotations
 
 import abc
-import collections
-import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from mojax.tasks import multi_answer
+from mojax.tasks import splits as splits_lib
+from mojax.tasks.splits import Splits
+from mojax.tasks.types import (
+    Example,
+    Objective,
+    RewardStats,
+    ScoreBatch,
+    SetScoreBatch,
+    clean_response,
+)
+
+# Tags every self-built vocabulary keeps as single pieces (the built-in tasks' tool and answer tags).
+TAGS = ("<calc>", "</calc>", "<output>", "</output>", "<answer>", "</answer>")
 
 __all__ = [
     "Objective",
@@ -33,135 +43,12 @@ __all__ = [
     "RewardStats",
     "ScoreBatch",
     "SetScoreBatch",
+    "Splits",
+    "TAGS",
     "Task",
     "clean_response",
+    "demo_row",
 ]
-
-# Special tokens a decoder may leave at the end of a response; stripped before parsing.
-_TRAILING_SPECIALS = ("<|im_end|>", "<|endoftext|>", "</s>", "<eos>")
-
-
-def clean_response(response: Any) -> str:
-    """The assistant text with surrounding whitespace and trailing end-of-turn tokens removed.
-
-    Non-string inputs (``None``, bytes) are converted rather than rejected: reward code must
-    tolerate anything a rollout can hand it.
-    """
-    if response is None:
-        return ""
-    if isinstance(response, bytes):
-        response = response.decode("utf-8", errors="replace")
-    text = str(response).strip()
-    changed = True
-    while changed:
-        changed = False
-        for tok in _TRAILING_SPECIALS:
-            if text.endswith(tok):
-                text = text[: -len(tok)].rstrip()
-                changed = True
-    return text
-
-
-@dataclasses.dataclass(frozen=True)
-class Objective:
-    """One reward dimension.
-
-    Attributes:
-      name: the objective's name (``reward/<name>/mean`` in metrics).
-      min: theoretical minimum (SAW offsets and hypervolume normalisation use it).
-      max: theoretical maximum.
-      success: a sample is "successful" when every ``success`` objective reaches its ``max``
-        (ParetoPO's ``N_optimal`` counts tool calls of successful trajectories only).
-      external: filled by the trainer, not by :meth:`Task.score` (e.g. ``r_tool``).
-    """
-
-    name: str
-    min: float
-    max: float
-    success: bool = False
-    external: bool = False
-
-    def __post_init__(self):
-        if not (math.isfinite(self.min) and math.isfinite(self.max) and self.min < self.max):
-            raise ValueError(
-                f"objective {self.name!r}: need finite min < max; got {self.min}, {self.max}"
-            )
-
-
-@dataclasses.dataclass(frozen=True)
-class Example:
-    """One prompt with its gold data.
-
-    Attributes:
-      id: stable identifier (ParetoPO tracks ``N_optimal`` per id).
-      messages: chat messages (``{"role", "content"}``) of the single-answer prompt.
-      target: whatever the task's scorer compares against (gold string, alias list, maze, ...).
-      meta: free-form extra fields kept from the source record.
-    """
-
-    id: str
-    messages: tuple[Mapping[str, str], ...]
-    target: Any
-    meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass
-class RewardStats:
-    """Counts of scored and invalid samples, with the reason of each invalid one.
-
-    Host-side, plain data: ``state_dict()`` / ``from_state_dict()`` let a checkpoint keep it.
-    """
-
-    scored: int = 0
-    invalid: int = 0
-    reasons: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-
-    def record(self, valid: bool, reason: str | None = None) -> None:
-        self.scored += 1
-        if not valid:
-            self.invalid += 1
-            self.reasons[reason or "unknown"] += 1
-
-    def merge(self, other: RewardStats) -> RewardStats:
-        out = RewardStats(self.scored + other.scored, self.invalid + other.invalid)
-        out.reasons = self.reasons + other.reasons
-        return out
-
-    def as_metrics(self, prefix: str = "reward_invalid") -> dict[str, float]:
-        """Flat scalars for metrics.jsonl: totals plus one key per reason."""
-        out = {f"{prefix}/count": float(self.invalid), f"{prefix}/scored": float(self.scored)}
-        for reason, n in sorted(self.reasons.items()):
-            out[f"{prefix}/{reason}"] = float(n)
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"scored": self.scored, "invalid": self.invalid, "reasons": dict(self.reasons)}
-
-    @classmethod
-    def from_state_dict(cls, state: Mapping[str, Any]) -> RewardStats:
-        return cls(
-            int(state["scored"]), int(state["invalid"]), collections.Counter(state["reasons"])
-        )
-
-
-@dataclasses.dataclass
-class ScoreBatch:
-    """``rewards float32 [N, M]`` (0 where invalid), ``valid bool [N]``, the stats of this call,
-    and ``external``: names of objectives the caller still has to fill (e.g. ``("r_tool",)``)."""
-
-    rewards: np.ndarray
-    valid: np.ndarray
-    stats: RewardStats
-    external: tuple[str, ...]
-
-
-@dataclasses.dataclass
-class SetScoreBatch:
-    """VPO sets: ``set_rewards float32 [N, S, M]``, ``set_valid bool [N, S]``, stats."""
-
-    set_rewards: np.ndarray
-    set_valid: np.ndarray
-    stats: RewardStats
 
 
 class Task(abc.ABC):
@@ -226,20 +113,78 @@ class Task(abc.ABC):
             tokenize=False,
         )
 
-    # ---------------------------------------------------------------- tool
-    def make_tool(self, rollout_cfg: Any, splits: Any) -> Any:
-        """The tool this task's rollouts call, or None (the default: the built-in tool of a
-        built-in task, no tool otherwise).
+    # ---------------------------------------------------------------- run plumbing
+    # Called once per run by ``mojax.rl.builders`` with the run's spec sections
+    # (``mojax.rl.sections``); a custom task overrides what it needs (docs/custom_task.md).
 
-        Called once per run by ``mojax.rl.builders.build_tool`` with ``config.rollout``
-        (``tool_timeout_s``, ...) and the run's ``Splits``. Return a callable ``text ->
-        mojax.rollout.tools.ToolResult`` or an object with ``.run`` of that type; ``text`` is
-        what :meth:`parse_tool_call` returned for the turn that ended on ``tool_stop``. The tool
-        is called from worker threads (``rollout.tool_workers``) and must never raise on bad
-        model input: report it in ``ToolResult.error``.
+    builds_vocabulary: bool = False  # the tiny recipe trains its own sentencepiece on this task
+    tiny_sft_steps: int = 0  # SFT warm-start steps of the tiny recipe (0 = none)
+    think_reward: str = ""  # import path of the format reward of the think= recipe argument
+
+    @classmethod
+    def configure(cls, c: Any) -> None:
+        """Recipe defaults the method configs set when this task is chosen (``configs/*.py`` via
+        ``mojax.defaults.apply_common_args``); ``c`` is the unlocked ConfigDict (default: none)."""
+        del c
+
+    def load_splits(self, spec: Any, *, seed: int) -> Splits:
+        """Train / validation / test examples for ``spec`` (``config.task``): files when
+        ``task.train_path`` is set, else ``load(split, num, seed=...)`` (``mojax.tasks.splits``)."""
+        return splits_lib.default_splits(self, spec, seed)
+
+    def make_tool(self, rollout: Any, splits: Any) -> Any:
+        """The tool this task's rollouts call, or None (no tool).
+
+        Called once per run with ``config.rollout`` (``tool_timeout_s``, ``sandbox``, ...) and the
+        run's :class:`Splits`. Return a callable ``text -> mojax.rollout.tools.ToolResult`` or an
+        object with ``.run`` of that type; ``text`` is what :meth:`parse_tool_call` returned for the
+        turn that ended on ``tool_stop``. The tool is called from worker threads
+        (``rollout.tool_workers``) and must never raise on bad model input: report it in
+        ``ToolResult.error``.
         """
-        del rollout_cfg, splits
+        del rollout, splits
         return None
+
+    def has_demonstrations(self, sft: Any) -> bool:
+        """Whether an SFT warm start has demonstrations (default: ``sft.data_path`` names a file)."""
+        return bool(sft.data_path)
+
+    def sft_rows(self, sft: Any, tokenizer, train: list[Example], *, seed: int, num_answers: int):
+        """SFT demonstrations as ``[(token ids, loss mask)]`` (default: the prompt then the gold
+        response of each example of ``sft.data_path``, the loss on the response only)."""
+        del train, seed, num_answers
+        if not sft.data_path:
+            raise ValueError(f"config.sft.data_path: SFT on task {self.name!r} needs a file")
+        eos = int(tokenizer.eos_token_id)
+        rows = []
+        for ex in list(self.load(sft.data_path))[: sft.num_examples]:
+            target = ex.target if isinstance(ex.target, str) else str(ex.target)
+            rows.append(demo_row(tokenizer, self.build_prompt(ex, tokenizer), target, eos))
+        return rows
+
+    def vocab_corpus(self, splits: Splits, render, *, sft: Any, seed: int, num_answers: int):
+        """Texts a self-built vocabulary is trained on (default: every prompt, rendered by
+        ``render``, a chat template without a vocabulary)."""
+        del sft, seed
+        s = num_answers or None
+        return [self.build_prompt(ex, render, num_answers=s) for ex in splits.all]
+
+    def vocab_symbols(self, sft: Any) -> tuple[str, ...]:
+        """Strings a self-built vocabulary keeps as single pieces: the tags every task shares and
+        this task's ``tool_stop`` (an exact, single-token stop)."""
+        del sft
+        extra = (self.tool_stop,) if self.tool_stop and self.tool_stop not in TAGS else ()
+        return TAGS + extra
+
+    def config_errors(self, spec: Any) -> list[str]:
+        """Rules of this task on the whole run spec (default: no ``<think>`` plans)."""
+        think = spec.sft.think_rate
+        if think > 0:
+            return [
+                f"config.sft.think_rate: {think} > 0: task {self.name!r} generates no <think> "
+                "plans (the calculator's demonstrations do)"
+            ]
+        return []
 
     # ---------------------------------------------------------------- scoring
     @abc.abstractmethod
@@ -408,3 +353,10 @@ class Task(abc.ABC):
         for i, (resp, ex) in enumerate(zip(responses, examples)):
             out_r[i], out_v[i] = self.score_set(resp, ex, num_answers, dedup=dedup, stats=stats)
         return SetScoreBatch(out_r, out_v, stats)
+
+
+def demo_row(tokenizer, prompt_text: str, response_text: str, eos: int):
+    """``(ids, loss_mask)``: the prompt (mask 0), then the response and ``eos`` (mask 1)."""
+    prompt = list(tokenizer.encode(prompt_text))
+    resp = list(tokenizer.encode(response_text)) + [eos]
+    return prompt + resp, [0] * len(prompt) + [1] * len(resp)

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from mojax.tasks.base import Example, Objective, Task, clean_response
+from mojax.tasks.base import Example, Objective, Splits, Task, clean_response
 from mojax.tasks.qa import extract_tag
 
 __all__ = [
@@ -185,6 +185,68 @@ class CalculatorTask(Task):
             easy_ops=self.easy_ops,
         )
         return [self.example(p, f"calc/{seed}/{split}/{i}") for i, p in enumerate(probs)]
+
+    # ------------------------------------------------------------------ run plumbing
+    builds_vocabulary = True  # the tiny recipe trains a sentencepiece on the task's own text
+    tiny_sft_steps = 500  # the tiny recipe's warm start on mixed-behaviour demonstrations
+    think_reward = "mojax.tasks.calculator:think_format"
+
+    @classmethod
+    def configure(cls, c) -> None:
+        """Recipe defaults: easy problems are the 100 single-digit sums, known facts in every
+        split, so a tiny model can answer them mentally and calling the calculator there is pure
+        cost (the trade-off ParetoPO learns); held-out accuracy and tool calls are avg@4 of the
+        sampling policy (the RL objective's policy; greedy decoding of a tiny model hides its
+        uncertainty behind the argmax)."""
+        import ml_collections
+
+        c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": True, "easy_ops": "+"})
+        c.eval.temperature, c.eval.num_samples, c.eval.ks = 1.0, 4, (1, 2, 4)
+
+    def load_splits(self, spec, *, seed: int) -> Splits:
+        """Each split generated from its own stream with the difficulty ``spec.mix``."""
+        mix, n_eval = dict(spec.mix), int(spec.num_eval)
+        return Splits(
+            self.load("train", int(spec.num_train), seed=seed, mix=mix),
+            self.load("validation", n_eval, seed=seed, mix=mix),
+            self.load("test", n_eval, seed=seed, mix=mix),
+            self,
+        )
+
+    def make_tool(self, rollout, splits):
+        from mojax.rollout.tools import Calculator
+
+        del rollout, splits
+        return Calculator()
+
+    def has_demonstrations(self, sft) -> bool:
+        return True
+
+    def sft_rows(self, sft, tokenizer, train, *, seed: int, num_answers: int):
+        """Mixed-behaviour transcripts (``sft.behaviours``), observations out of the loss."""
+        del num_answers
+        demos = sft_demonstrations(
+            train[: sft.num_examples],
+            seed=int(seed),
+            behaviours=dict(sft.behaviours),
+            think_rate=float(sft.think_rate),
+        )
+        eos = int(tokenizer.eos_token_id)
+        return [tokenize_demo(d, tokenizer, end_token_id=eos) for d in demos]
+
+    def vocab_corpus(self, splits, render, *, sft, seed: int, num_answers: int):
+        """Every prompt, the SFT transcripts (answers, tags and observations) and every digit
+        and sign in every position the model may need."""
+        texts = super().vocab_corpus(splits, render, sft=sft, seed=seed, num_answers=num_answers)
+        demos = sft_demonstrations(splits.train, seed=seed, think_rate=float(sft.think_rate))
+        return texts + [d.response for d in demos] + ["0123456789 -+*=.,"]
+
+    def vocab_symbols(self, sft) -> tuple[str, ...]:
+        """The shared tags, and ``<think>`` / ``</think>`` when the demos show a plan."""
+        return super().vocab_symbols(sft) + (THINK_TAGS if float(sft.think_rate) > 0 else ())
+
+    def config_errors(self, spec) -> list[str]:
+        return []
 
     # ------------------------------------------------------------------ tool protocol
     def parse_tool_call(self, text: str) -> str | None:

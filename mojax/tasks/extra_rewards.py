@@ -123,10 +123,10 @@ def from_config(blocks: Any) -> tuple[ExtraReward, ...]:
     return tuple(_one(str(name), blocks[name]) for name in sorted(blocks))
 
 
-def config_errors(task_cfg: Any) -> list[str]:
-    """Config errors of ``task_cfg.extra_rewards`` (each naming its key); [] when valid."""
+def config_errors(blocks: Any) -> list[str]:
+    """Config errors of ``config.task.extra_rewards`` (each naming its key); [] when valid."""
     errors = []
-    blocks = _plain(task_cfg.get("extra_rewards")) or {}
+    blocks = _plain(blocks) or {}
     if not isinstance(blocks, Mapping):
         return [f"{KEY}: expected a mapping {{objective name: block}}; got {blocks!r}"]
     for name in sorted(blocks):

@@ -23,7 +23,6 @@ import numpy as np
 
 __all__ = [
     "draw_goal_weights",
-    "goal_config_errors",
     "goal_descriptions",
     "goal_messages",
     "goal_suffix",
@@ -67,27 +66,3 @@ def draw_goal_weights(seed: int, step: int, round_: int, n: int, m: int) -> np.n
     """
     rng = np.random.default_rng([int(seed), int(step), int(round_)])
     return rng.dirichlet(np.ones(int(m)), size=int(n)).astype(np.float32)
-
-
-def goal_config_errors(config, task) -> list[str]:
-    """Goal-conditioned GRPO (VPO, arXiv:2605.22817, App. E.5) trains on the per-prompt scalar
-    ``w . r``: a scalar estimator that takes per-prompt weights, no ParetoPO controller, no fixed
-    ``advantage.weights``, and a canonical ``w*`` (``task.scalar_weights``) for evaluation."""
-    if not config.task.get("goal_conditioned", False):
-        return []
-    key = "config.task.goal_conditioned"
-    errs = []
-    if config.estimator not in ("grpo", "dr_grpo") or config.paretopo.enabled:
-        errs.append(
-            f"{key}=True: needs estimator 'grpo' or 'dr_grpo' without ParetoPO (got "
-            f"estimator={config.estimator!r}, paretopo.enabled={config.paretopo.enabled})"
-        )
-    if dict(config.advantage).get("weights") is not None:
-        errs.append(f"{key}=True: the weights are drawn per prompt; unset advantage.weights")
-    m = task.num_objectives
-    if len(tuple(task.scalar_weights)) != m:
-        errs.append(
-            f"{key}=True: task {task.name!r} needs scalar_weights of length M={m} "
-            f"(the canonical w* evaluation conditions on); has {tuple(task.scalar_weights)}"
-        )
-    return errs

@@ -178,6 +178,14 @@ class MathTask(Task):
         self.tool_stop = "```output" if tool_format == "torl" else "</code>"
 
     # ------------------------------------------------------------------ data
+    def make_tool(self, rollout, splits):
+        """The sandboxed Python interpreter (isolation ``rollout.sandbox``: "bwrap", or
+        "unsafe_fallback" by name only)."""
+        from mojax.rollout.tools import PythonSandbox
+
+        del splits
+        return PythonSandbox(timeout_s=float(rollout.tool_timeout_s), mode=rollout.sandbox)
+
     def load(self, path: str) -> list[Example]:
         """Examples from a MATH500 / AIME / AMC / OlympiadBench JSONL (or JSON, parquet) file."""
         out = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from mojax.tasks import maze as maze_lib
-from mojax.tasks.base import Example, Objective, Task
+from mojax.tasks.base import Example, Objective, Splits, Task, demo_row
 
 __all__ = ["MazeTask", "single_prompt", "multi_prompt"]
 
@@ -114,6 +114,32 @@ class MazeTask(Task):
             Example(f"maze/{split}/{m.seed}", ({"role": "user", "content": single_prompt(m)},), m)
             for m in maze_lib.generate_split(split, num)
         ]
+
+    # ------------------------------------------------------------------ run plumbing
+    def load_splits(self, spec, *, seed: int) -> Splits:
+        """The generated train mazes and the test mazes (validation = test: the paper's held-out
+        set is the test set)."""
+        del seed
+        test = self.load("test", int(spec.num_eval))
+        return Splits(self.load("train", int(spec.num_train)), test, test, self)
+
+    def has_demonstrations(self, sft) -> bool:
+        return True
+
+    def sft_rows(self, sft, tokenizer, train, *, seed: int, num_answers: int):
+        """Two rows per maze: BFS-solver routes, single-answer and S-route (``maze_sft``)."""
+        from mojax.tasks.maze_sft import demo_pairs
+
+        eos = int(tokenizer.eos_token_id)
+        pairs = demo_pairs(self, train[: sft.num_examples], tokenizer, num_answers, int(seed))
+        return [demo_row(tokenizer, prompt, text, eos) for prompt, text in pairs]
+
+    def vocab_corpus(self, splits, render, *, sft, seed: int, num_answers: int):
+        """Every prompt in both layouts: one vocabulary for every maze method."""
+        from mojax.tasks.maze_sft import corpus_prompts
+
+        del sft, seed
+        return corpus_prompts(self, splits.all, render, num_answers)
 
     def messages(self, example: Example, *, num_answers: int | None = None):
         if num_answers is None:

@@ -141,6 +141,27 @@ class QATask(Task):
             raise ValueError(f"metric must be 'em' or 'f1'; got {metric!r}")
         self.metric = metric
 
+    def make_tool(self, rollout, splits):
+        """A Search-R1 retrieval server (``rollout.retrieval_url``) or, without one, BM25 over the
+        titled paragraphs the loaded examples carry (HotpotQA's ``context``)."""
+        from mojax.rollout import tools
+
+        if rollout.retrieval_url:
+            return tools.RetrievalClient(rollout.retrieval_url, timeout_s=rollout.tool_timeout_s)
+        corpus = {}
+        for ex in (splits.train + splits.validation) if splits is not None else []:
+            for para in (ex.meta or {}).get("context") or ():
+                if isinstance(para, (list, tuple)) and len(para) == 2:
+                    title, sents = para
+                    text = " ".join(sents) if isinstance(sents, (list, tuple)) else str(sents)
+                    corpus[(str(title), text)] = None
+        if not corpus:
+            raise ValueError(
+                "config.rollout.retrieval_url: the qa task needs a retrieval server or examples "
+                "that carry a 'context' corpus"
+            )
+        return tools.BM25Retriever([f"{t}\n{x}" for t, x in corpus])
+
     def load(self, path: str) -> list[Example]:
         """Examples from HotpotQA / Bamboogle / NQ JSONL (``question`` + ``answer`` or
         ``golden_answers``) or a Search-R1 parquet (``reward_model.ground_truth.target``)."""

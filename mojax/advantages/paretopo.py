@@ -1,0 +1,167 @@
+"""ParetoPO as a method with hooks (ParetoPO, arXiv:2606.16111, Algorithm 1 and Sec. 3.3).
+
+* **Stage 1** (steps ``< stage1_steps``): scalar ``r_w = w·r`` scaled by ``r_pareto`` (Eqs. 5–6),
+  then the Stage-1 estimator (GRPO/DAPO by default). In ``"global"`` mode ``r_pareto`` comes from the
+  validation archive (one value per step); in ``"per_trajectory"`` mode each sample's ``ΔHV(r_i, B)``
+  against the archive gives its own scale. After each validation, ``v_t`` updates the archive, ``ΔHV̄``
+  and ``r_pareto`` (``mojax.pareto.stage1_update``).
+* **Stage 2**: Pareto-rank advantages (Eqs. 7–9, ``mojax.advantages.pareto_rank``).
+
+The hooks hold only settings; the Stage-1 state (``mojax.pareto.Stage1State``: archive, reference,
+``ΔHV̄``, ``r_pareto``) is passed in and returned as JSON data, so a checkpoint restores it and a
+resumed run continues Stage 1 exactly. ``config.paretopo`` (:class:`ParetoPOSpec`) turns it on for
+the ``pareto_rank`` estimator; without it ``pareto_rank`` is a plain per-step estimator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+from absl import logging
+
+from mojax import pareto
+from mojax.advantages._method import EstimatorHooks, MethodContext
+from mojax.advantages.grpo import dr_grpo, grpo
+from mojax.config import Checker, option
+
+STAGE1_ESTIMATORS = {"grpo": grpo, "dr_grpo": dr_grpo}  # the estimators that take reward_scale
+
+
+@dataclasses.dataclass(frozen=True)
+class ParetoPOSpec:
+    """``config.paretopo``: ParetoPO's Stage 1 (HV-guided scalarization) then Stage 2."""
+
+    SECTION: ClassVar[str] = "paretopo"
+    enabled: bool = option(help="ParetoPO's two stages (estimator pareto_rank in Stage 2)")
+    stage1_steps: int = option(help="Stage 1 (HV-guided scalarization) steps; -1 = one epoch")
+    stage1_estimator: str = option(help="estimator of the scalarized reward in Stage 1")
+    weights: tuple = option(help="w of r_w = w . r (ParetoPO Eq. 5)")
+    mode: str = option(help='"global" (Algorithm 1) | "per_trajectory" (Eq. 6)')
+    gamma: float = option(help="EMA factor of ΔHV")
+    reference: str = option(help='HV reference: "initial" (v_0) | "zeros"')
+    validate_every: int = option(help="Stage-1 validation (archive update) every N steps")
+    dynamic_weighting: bool = option(help='False: ablation "w/o dynamic weighting" (r_pareto = 1)')
+    pareto_ranking: bool = option(help='False: ablation "w/o Pareto ranking" (Stage 1 only)')
+
+    def __post_init__(self):
+        object.__setattr__(self, "weights", tuple(self.weights))
+        c = Checker({"paretopo": dataclasses.asdict(self)})
+        if self.enabled:
+            c.choice("paretopo.mode", pareto.STAGE1_MODES)
+            c.choice("paretopo.reference", ["initial", "zeros"])
+            c.choice("paretopo.stage1_estimator", tuple(STAGE1_ESTIMATORS))
+            c.in_range("paretopo.stage1_steps", -1)  # -1: one epoch of the training split
+            c.in_range("paretopo.gamma", 0.0, 1.0, high_inclusive=False)
+            c.in_range("paretopo.validate_every", 1)
+        c.raise_if_any()
+
+
+def make_hooks(ctx: MethodContext) -> Any:
+    """ParetoPO's hooks when ``config.paretopo.enabled``, else the plain estimator's."""
+    spec = ctx.sections.get(ParetoPOSpec.SECTION)
+    if spec is None or not spec.enabled:
+        return EstimatorHooks(ctx)
+    return ParetoPOHooks.create(ctx, spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class ParetoPOHooks:
+    """Chooses the stage, computes its advantages and folds validation vectors into the archive.
+
+    Attributes:
+      stage1_steps: RL steps of Stage 1; weights: ``w`` of ``r_w``; mode: ``"global"`` or
+      ``"per_trajectory"``; gamma: EMA factor; reference: ``"initial"`` (v_0) or ``"zeros"``;
+      stage1_estimator: ``grpo`` or ``dr_grpo``; stage2: the Stage-2 transform
+      (``pareto_rank``) and stage2_kwargs its keywords; validate_every: validations in Stage 1;
+      dynamic_weighting / pareto_ranking: the paper's two ablations (Table 3) when False — Stage 1
+      without the HV-guided scale (``r_pareto = 1``: a static ``w·r`` scalarization), and Stage 2
+      replaced by Stage 1's scalarized estimator.
+    """
+
+    stage1_steps: int
+    weights: tuple[float, ...]
+    stage2: Callable[..., Any]
+    mode: str = "global"
+    gamma: float = 0.5
+    reference: str = "initial"
+    stage1_estimator: str = "grpo"
+    stage2_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    validate_every: int = 1
+    dynamic_weighting: bool = True
+    pareto_ranking: bool = True
+
+    def __post_init__(self):
+        warning = pareto.stage1_cancellation_warning(self.mode, self.stage1_estimator)
+        if warning and self.stage1_steps > 0:
+            logging.warning(warning)
+
+    @classmethod
+    def create(cls, ctx: MethodContext, p: ParetoPOSpec) -> ParetoPOHooks:
+        """``stage1_steps = -1`` is one epoch, ``ceil(num_train / prompts_per_step)`` (Sec. 4.1)."""
+        steps = p.stage1_steps if p.stage1_steps >= 0 else -(-ctx.num_train // ctx.prompts_per_step)
+        return cls(
+            stage1_steps=steps,
+            weights=tuple(p.weights),
+            stage2=ctx.method.fn,
+            mode=p.mode,
+            gamma=p.gamma,
+            reference=p.reference,
+            stage1_estimator=p.stage1_estimator,
+            stage2_kwargs=dict(ctx.kwargs),
+            validate_every=p.validate_every,
+            dynamic_weighting=p.dynamic_weighting,
+            pareto_ranking=p.pareto_ranking,
+        )
+
+    def stage(self, step: int) -> int:
+        return 1 if step < self.stage1_steps else 2
+
+    def start(self, state, validate) -> tuple[Any, dict[str, float]]:
+        """Algorithm 1 lines 1–2 with the initial policy's validation vector ``v_0 [M]``."""
+        del state
+        v0 = np.asarray(validate(), np.float64)
+        ref = np.zeros_like(v0) if self.reference == "zeros" else None
+        s = pareto.stage1_init(v0, ref=ref, gamma=self.gamma)
+        metrics = {
+            "pareto/hv": pareto.hypervolume(s.archive, s.ref),
+            "pareto/r_pareto": s.r_pareto,
+            "pareto/archive_size": 1,
+        }
+        return s.to_state(), metrics
+
+    def after_step(self, step: int, state, validate) -> tuple[Any, dict[str, float]]:
+        """Algorithm 1 lines 13–18 after a Stage-1 update when a validation is due: archive,
+        ``ΔHV̄`` and ``r_pareto`` from ``v_t [M]``. ``step``: updates done."""
+        if self.stage(step - 1) != 1 or step % self.validate_every != 0:
+            return state, {}
+        v_t = validate()
+        if state is None:
+            return self.start(None, lambda: v_t)
+        s, metrics = pareto.stage1_update(pareto.Stage1State.from_state(state), v_t)
+        return s.to_state(), {k: float(v) for k, v in metrics.items()}
+
+    def advantages(self, step: int, state, inputs, key) -> tuple[Any, Any, dict]:
+        """The step's advantages ``[P, G]`` from ``rewards [P, G, M]`` and stage metrics."""
+        del key
+        rewards, valid = inputs.rewards, inputs.valid
+        fn = STAGE1_ESTIMATORS[self.stage1_estimator]
+        if self.stage(step) == 2:
+            if not self.pareto_ranking:  # ablation: the scalarized estimator in Stage 2 too
+                return fn(rewards, valid, weights=tuple(self.weights)), state, {"pareto/stage": 2}
+            out = self.stage2(rewards, valid, **self.stage2_kwargs)
+            return out, state, {"pareto/stage": 2}
+        if state is None:
+            raise RuntimeError("ParetoPO Stage 1 needs start() with the initial validation vector")
+        s = pareto.Stage1State.from_state(state)
+        if not self.dynamic_weighting:  # ablation: static w . r, no HV-guided scale
+            scale = 1.0
+        elif self.mode == "global":
+            scale = float(s.r_pareto)
+        else:
+            scale = pareto.stage1_sample_scales(s, rewards, valid)
+        out = fn(rewards, valid, weights=tuple(self.weights), reward_scale=scale)
+        metrics = {"pareto/stage": 1, "pareto/r_pareto": float(np.mean(scale))}
+        return out, state, metrics

@@ -1,0 +1,79 @@
+"""The policy's ``QwenConfig`` from a run spec: a checkpoint's ``config.json`` or a variant.
+
+``qwen_config(spec, tokenizer)`` is also called with ``tokenizer=None`` before anything is built (the
+mesh checks of ``mojax.rl.spec`` and dry runs): a self-built vocabulary then counts as the largest
+one the build can make.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from mojax import models
+
+
+def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
+    """The policy's ``QwenConfig`` (``spec``: a ``RunSpec``): ``eval.checkpoint``'s config.json in
+    ``mode=eval``, else ``model.checkpoint``'s, else the variant with ``model.overrides`` (the
+    vocabulary sized to a self-built tokenizer), with the spec's execution dtypes and remat."""
+    m = spec.model
+    execution = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+    if spec.mode == "eval" and spec.eval.checkpoint:
+        return _eval_checkpoint_config(spec, tokenizer).replace(**execution)
+    if m.checkpoint:
+        return models.QwenConfig.from_hf(m.checkpoint).replace(**execution)
+    overrides = dict(m.overrides)
+    build = spec.tokenizer.path == "build"
+    if build and tokenizer is None:  # the largest vocabulary the build can make
+        from mojax.tasks.vocab import REQUIRED_CHARS
+
+        overrides.setdefault("vocab_size", int(spec.tokenizer.vocab_size) + len(REQUIRED_CHARS))
+    if build and tokenizer is not None:
+        overrides.setdefault("vocab_size", int(tokenizer.vocab_size))
+        overrides.setdefault("eos_token_id", int(tokenizer.eos_token_id))
+        overrides.setdefault("bos_token_id", None)
+        overrides.setdefault("pad_token_id", int(tokenizer.pad_token_id))
+    try:
+        cfg = models.get_variant(m.variant, **overrides)
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"config.model.variant / config.model.overrides: {e}") from e
+    if tokenizer is not None and tokenizer.vocab_size > cfg.vocab_size:
+        raise ValueError(
+            f"config.model: vocab_size {cfg.vocab_size} < tokenizer vocabulary "
+            f"{tokenizer.vocab_size}"
+        )
+    return cfg.replace(**execution)
+
+
+def _eval_checkpoint_config(spec: Any, tokenizer: Any) -> models.QwenConfig:
+    """The architecture of the HF checkpoint ``eval.checkpoint`` (its ``config.json``), checked
+    against the run's tokenizer."""
+    ckpt = spec.eval.checkpoint
+    path = os.path.expanduser(ckpt)
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            f"config.eval.checkpoint={ckpt!r}: no config.json in {path} (it must "
+            "be an HF checkpoint directory, e.g. written by python -m mojax.export)"
+        )
+    try:
+        cfg = models.QwenConfig.from_hf(path)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"config.eval.checkpoint: {path}/config.json: {e}") from e
+    if tokenizer is not None:
+        ids = {
+            "largest token id": tokenizer.vocab_size - 1,
+            "eos_token_id": getattr(tokenizer, "eos_token_id", None),
+            "pad_token_id": getattr(tokenizer, "pad_token_id", None),
+        }
+        bad = {k: int(v) for k, v in ids.items() if v is not None and int(v) >= cfg.vocab_size}
+        if bad:
+            raise ValueError(
+                f"config.eval.checkpoint={ckpt!r}: the run's tokenizer "
+                f"(config.tokenizer.path={spec.tokenizer.path!r}, {tokenizer.vocab_size} tokens) "
+                f"does not fit the checkpoint's vocab_size {cfg.vocab_size} (config.json): {bad} "
+                f"out of range. Evaluate with the tokenizer the checkpoint was trained with: "
+                f"--config.tokenizer.path={path} when that directory holds its tokenizer files, "
+                "or the training run's config."
+            )
+    return cfg

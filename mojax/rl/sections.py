@@ -1,0 +1,316 @@
+"""The sections of a run spec: one frozen dataclass per concern, each field with its config key and
+help text (``mojax.config.option``), each checking its own fields in ``__post_init__``.
+
+``mojax.rl.spec.RunSpec`` gathers them (with the learner's ``PPOConfig`` / ``OptimizerConfig`` and the
+sections the advantage methods declare). Every error names its ``config.`` key and the allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from mojax import models, pareto
+from mojax.config import Checker, option
+from mojax.sampling.processors import DRAWS
+
+DTYPES = ("float32", "bfloat16", "float16")
+SANDBOX_MODES = (
+    "bwrap",
+    "auto",
+    "unsafe_fallback",
+    "fallback",
+)  # mojax.rollout.tools.PythonSandbox
+JUDGE_KINDS = ("overlap", "http", "model")
+WANDB_MODES = ("online", "offline", "disabled")
+
+
+def _checker(section: str, spec: Any) -> Checker:
+    """A :class:`Checker` over a spec's fields, naming them ``config.<section>.<field>``."""
+    return Checker({section: {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}})
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """``config.model``: the policy's variant or checkpoint and its execution dtypes."""
+
+    SECTION: ClassVar[str] = "model"
+    variant: str = option(help="a mojax.models.VARIANTS name (random init) ...")
+    overrides: dict = option(help="... with these QwenConfig fields replaced")
+    checkpoint: str = option(help="HF directory (safetensors + config.json); overrides variant")
+    dtype: str = option(help="compute dtype")
+    param_dtype: str = option(help="parameter storage dtype")
+    cache_dtype: str = option(help='KV cache dtype ("" = compute dtype; "bfloat16" halves memory)')
+    remat: str = option(help='"none" | "full" | "dots" (rematerialise each layer in the backward)')
+
+    def __post_init__(self):
+        c = _checker("model", self)
+        c.choice("model.dtype", DTYPES)
+        c.choice("model.param_dtype", DTYPES)
+        c.choice("model.cache_dtype", ("",) + DTYPES)
+        c.choice("model.remat", ["none", "full", "dots"])
+        fields = {f.name for f in dataclasses.fields(models.QwenConfig)}
+        for key in self.overrides:
+            if key not in fields:
+                c.fail(
+                    f"model.overrides.{key}", f"not a QwenConfig field; fields: {sorted(fields)}"
+                )
+        if not self.checkpoint:
+            c.choice("model.variant", sorted(models.VARIANTS))
+        c.raise_if_any()
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizerSpec:
+    """``config.tokenizer``: the policy's vocabulary."""
+
+    SECTION: ClassVar[str] = "tokenizer"
+    path: str = option(
+        help='"build": train the task\'s own sentencepiece; "": the checkpoint\'s; else a path'
+    )
+    vocab_size: int = option(help='pieces of the self-built vocabulary (path="build")')
+
+    def __post_init__(self):
+        c = _checker("tokenizer", self)
+        c.in_range("tokenizer.vocab_size", 1)
+        c.raise_if_any()
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """``config.task``: which task, its data and answers per completion."""
+
+    SECTION: ClassVar[str] = "task"
+    name: str = option(help="calculator | toolrl | math | qa | musique | maze | pkg.module:Class")
+    train_path: str = option(help="data file for file-backed tasks")
+    eval_path: str = option(help="held-out data file (validation and test) for file-backed tasks")
+    num_train: int = option(help="generated tasks (calculator, maze): training problems")
+    num_eval: int = option(help="validation problems (ParetoPO's v_t) / evaluation problems")
+    num_answers: int = option(help="S answers per completion (VPO, Multi-RLVR); 0 = single answer")
+    kwargs: dict = option(help="task constructor arguments (e.g. toolrl mode)")
+    extra_rewards: dict = option(
+        help="objectives added by import path: {name: {fn, min, max, weight, kwargs}}"
+    )
+    goal_conditioned: bool = option(
+        help="goal-conditioned GRPO (VPO App. E.5): w ~ Dir(1) per training prompt, in the prompt"
+    )
+    mix: dict = option(help="generated problems' difficulty mix (calculator: easy, medium, hard)")
+
+    def __post_init__(self):
+        c = _checker("task", self)
+        c.in_range("task.num_answers", 0)
+        c.in_range("task.num_eval", 1)
+        c.in_range("task.num_train", 1)
+        c.raise_if_any()
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSpec:
+    """``config.rollout`` + DAPO dynamic sampling: how one step's episodes are collected.
+
+    ``P = prompts_per_step`` groups of ``G = num_samples`` rollouts; each turn decodes at most
+    ``max_new_tokens``; all turns and tool observations together fit ``max_response_len``.
+    """
+
+    SECTION: ClassVar[str] = "rollout"
+    prompts_per_step: int = option(help="P: prompt groups per RL step")
+    num_samples: int = option(help="G: samples per prompt")
+    max_prompt_len: int = option(help="0 = measured from the data (dry runs assume 1024)")
+    max_new_tokens: int = option(help="new tokens per turn")
+    max_response_len: int = option(help="R: all turns and observations together")
+    max_turns: int = option(help="decode turns (tool calls + 1)")
+    max_tool_calls: int = option(help="tool calls per response")
+    temperature: float = option(help="sampling temperature (0 = greedy)")
+    top_p: float = option(help="nucleus sampling mass (1 = off)")
+    top_k: int = option(help="top-k sampling (0 = off)")
+    draw: str = option(help='"gumbel" | "inverse_cdf": how a token is drawn (same distribution)')
+    tool_timeout_s: float = option(help="deadline of one tool call")
+    tool_workers: int = option(help="threads running tool calls")
+    sandbox: str = option(help='math\'s Python tool: "bwrap" (fails closed) | "unsafe_fallback"')
+    retrieval_url: str = option(help='Search-R1 retrieval server (qa); "" = BM25 over the data')
+    dynamic_sampling: bool = option(
+        help="DAPO: drop groups with no variance in any objective, refill",
+        key="dapo.dynamic_sampling",
+    )
+    max_refill_rounds: int = option(
+        help="DAPO: refill rounds per step at most", key="dapo.max_refill_rounds"
+    )
+
+    def __post_init__(self):
+        c = _checker("rollout", self)
+        for key in ("prompts_per_step", "num_samples", "max_new_tokens", "max_response_len"):
+            c.in_range(f"rollout.{key}", 1)
+        for key in ("max_turns", "tool_workers"):
+            c.in_range(f"rollout.{key}", 1)
+        c.in_range("rollout.max_tool_calls", 0)
+        c.in_range("rollout.max_prompt_len", 0)
+        c.in_range("rollout.temperature", 0.0)
+        c.in_range("rollout.top_p", 0.0, 1.0, low_inclusive=False)
+        c.in_range("rollout.top_k", 0)
+        c.choice("rollout.draw", DRAWS)
+        c.in_range("rollout.tool_timeout_s", 0.0, low_inclusive=False)
+        c.choice("rollout.sandbox", SANDBOX_MODES)
+        c.require(
+            self.max_response_len >= self.max_new_tokens,
+            "rollout.max_response_len",
+            "must be >= rollout.max_new_tokens (it holds every turn and observation)",
+        )
+        if self.max_refill_rounds < 0:
+            c.fail("dapo.max_refill_rounds", f"{self.max_refill_rounds} is out of range [0, inf)")
+        c.raise_if_any()
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardSpec:
+    """``config.tool_reward`` + DAPO overlong shaping: how responses become reward vectors."""
+
+    SECTION: ClassVar[str] = "tool_reward"
+    tool_alpha: float = option(
+        help="r_tool = exp(-alpha |N_call - N_opt|) (ParetoPO Eq. 4)", key="tool_reward.alpha"
+    )
+    no_success: str = option(help='r_tool without a success: "zero" | "group_min" | ...')
+    overlong_buffer: int = option(
+        help="DAPO: tokens before the max length where the soft penalty ramps up (0 = off)",
+        key="dapo.overlong_buffer",
+    )
+    overlong_penalty: float = option(
+        help="DAPO: penalty at the max length", key="dapo.overlong_penalty"
+    )
+    max_response_len: int = 0  # rollout.max_response_len (the overlong ramp ends there)
+
+    def __post_init__(self):
+        c = _checker("tool_reward", self)
+        if self.no_success not in pareto.NO_SUCCESS_MODES:
+            c.fail(
+                "tool_reward.no_success",
+                f"{self.no_success!r} is not allowed; allowed values: {list(pareto.NO_SUCCESS_MODES)}",
+            )
+        if self.tool_alpha < 0:
+            c.fail("tool_reward.alpha", f"{self.tool_alpha!r} is out of range [0, inf)")
+        if not 0 <= self.overlong_buffer <= self.max_response_len:
+            c.fail(
+                "dapo.overlong_buffer",
+                f"{self.overlong_buffer} must be in [0, rollout.max_response_len]",
+            )
+        c.raise_if_any()
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTSpec:
+    """``config.sft``: the supervised warm start before RL (0 steps = none)."""
+
+    SECTION: ClassVar[str] = "sft"
+    steps: int = option(help="SFT warm-start steps before RL (0 = none)")
+    batch_size: int = option(help="demonstrations per SFT step")
+    num_examples: int = option(help="demonstrations built from the training split at most")
+    data_path: str = option(help="demonstrations file for file-backed tasks (e.g. rlla_sft.json)")
+    learning_rate: float = option(help="peak learning rate (cosine decay, no weight decay)")
+    warmup_steps: int = option(help="linear warmup steps")
+    behaviours: dict = option(
+        help="calculator demonstrations: behaviour mix (always / never / when_hard call)"
+    )
+    think_rate: float = option(
+        help="calculator demonstrations: the fraction that open with a <think> plan"
+    )
+
+    def __post_init__(self):
+        c = _checker("sft", self)
+        c.in_range("sft.steps", 0)
+        c.in_range("sft.batch_size", 1)
+        c.in_range("sft.num_examples", 1)
+        c.in_range("sft.learning_rate", 0.0)
+        c.in_range("sft.warmup_steps", 0)
+        c.in_range("sft.think_rate", 0.0, 1.0)
+        c.raise_if_any()
+
+    def optimizer(self):
+        """Cosine decay over the warm start, no weight decay."""
+        from mojax.learner import OptimizerConfig
+
+        return OptimizerConfig(
+            learning_rate=self.learning_rate,
+            schedule="cosine",
+            warmup_steps=self.warmup_steps,
+            total_steps=max(self.steps, self.warmup_steps + 1),
+            weight_decay=0.0,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSpec:
+    """``config.eval``: held-out evaluation (``N = num_samples`` per problem)."""
+
+    SECTION: ClassVar[str] = "eval"
+    num_samples: int = option(help="samples per problem (best@k / pass@k need k <= this)")
+    temperature: float = option(help="0 = greedy")
+    ks: tuple = option(help="best@k / pass@k budgets (each k <= num_samples x answers)")
+    checkpoint: str = option(help='mode=eval: an HF dir, or "" = the workdir\'s latest checkpoint')
+    split: str = option(help='"test" | "validation"')
+
+    def __post_init__(self):
+        object.__setattr__(self, "ks", tuple(self.ks))
+        c = _checker("eval", self)
+        c.in_range("eval.num_samples", 1)
+        c.in_range("eval.temperature", 0.0)
+        c.choice("eval.split", ["validation", "test"])
+        c.raise_if_any()
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeSpec:
+    """``config.judge``: AWPO's reasoning-reward judge."""
+
+    SECTION: ClassVar[str] = "judge"
+    kind: str = option(help='"overlap" (offline) | "http" (OpenAI-compatible) | "model" (local)')
+    url: str = option(help="the http judge's endpoint")
+    model: str = option(help="the http judge's model name, or the local judge's HF directory")
+    timeout_s: float = option(help="deadline of one judge call")
+
+    def __post_init__(self):
+        c = _checker("judge", self)
+        c.choice("judge.kind", JUDGE_KINDS)
+        c.in_range("judge.timeout_s", 0.0, low_inclusive=False)
+        c.raise_if_any()
+
+
+@dataclasses.dataclass(frozen=True)
+class WandbSpec:
+    """``config.wandb``: Weights & Biases logging (process 0)."""
+
+    SECTION: ClassVar[str] = "wandb"
+    enabled: bool = option(help="log to W&B besides metrics.jsonl and TensorBoard")
+    project: str = option(help="W&B project")
+    entity: str = option(help="W&B entity")
+    mode: str = option(help='"online" | "offline" | "disabled"')
+    name: str = option(help='run name ("" = the workdir\'s name)')
+    group: str = option(help="run group")
+
+    def __post_init__(self):
+        c = _checker("wandb", self)
+        c.choice("wandb.mode", WANDB_MODES)
+        c.raise_if_any()
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshSpec:
+    """``config.mesh``: device mesh axes (``-1`` = the remaining devices)."""
+
+    SECTION: ClassVar[str] = "mesh"
+    data: int = option(help="data-parallel axis (-1 = the remaining devices)")
+    fsdp: int = option(help="fully sharded data-parallel axis (parameters sharded)")
+    tensor: int = option(help="tensor-parallel axis (heads and MLP sharded)")
+    logical_axis_rules: tuple = ()  # config.logical_axis_rules when set (else the model's)
+
+    def __post_init__(self):
+        c = _checker("mesh", self)
+        for axis in ("data", "fsdp", "tensor"):
+            v = c.typed(f"mesh.{axis}", int)
+            if isinstance(v, int) and not isinstance(v, bool) and v < 1 and v != -1:
+                c.fail(f"mesh.{axis}", f"{v} must be a positive int or -1 (the remaining devices)")
+        c.raise_if_any()
+
+    def as_dict(self) -> dict[str, int]:
+        return {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}

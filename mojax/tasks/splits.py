@@ -1,0 +1,103 @@
+"""A run's examples (``Splits``) and the two default ways a task loads them.
+
+* **From files** (``task.train_path``, and ``task.eval_path`` for validation and test; without it the
+  last ``num_eval`` training examples are held out): ``task.load(path)``.
+* **Generated** (no ``train_path``, a task with ``load(split, num, seed=...)``): each split drawn by
+  the task from its own stream.
+
+``Task.load_splits`` picks one of them; generated built-in tasks (calculator, maze) override it.
+``spec`` is the run's ``config.task`` section (``mojax.rl.sections.TaskSpec``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+from typing import Any
+
+from mojax.tasks.types import Example
+
+
+@dataclasses.dataclass
+class Splits:
+    """A run's examples; ``task``: the task object they were loaded for."""
+
+    train: list[Example]
+    validation: list[Example]
+    test: list[Example]
+    task: Any = None
+
+    @property
+    def all(self) -> list[Example]:
+        return self.train + self.validation + self.test
+
+
+def generates(task: Any) -> bool:
+    """Whether ``task.load`` draws a split (``load(split, num, seed=...)``) rather than reading a
+    file (``load(path)``)."""
+    try:
+        params = inspect.signature(task.load).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return "num" in params and "seed" in params
+
+
+def default_splits(task: Any, spec: Any, seed: int) -> Splits:
+    """Files when ``spec.train_path`` is set, else the task's own ``load(split, num, seed=...)``."""
+    if spec.train_path:
+        return file_splits(task, spec)
+    if generates(task):
+        return generated_splits(task, spec, seed)
+    raise ValueError(
+        f"config.task.train_path: task {spec.name!r} reads its data from a file (or implements "
+        "load(split, num, seed=...) to generate it; docs/custom_task.md)"
+    )
+
+
+def generated_splits(task: Any, spec: Any, seed: int) -> Splits:
+    """Each split from the task's ``load(split, num, seed=seed)``."""
+    out = {}
+    for split, num in (
+        ("train", int(spec.num_train)),
+        ("validation", int(spec.num_eval)),
+        ("test", int(spec.num_eval)),
+    ):
+        try:
+            examples = list(task.load(split, num, seed=seed))
+        except Exception as e:  # noqa: BLE001 - report which protocol call failed
+            raise ValueError(
+                f"config.task.name={spec.name!r}: load({split!r}, {num}, seed={seed}) failed "
+                f"({type(e).__name__}: {e}); a task without task.train_path implements "
+                "load(split, num, seed=...) -> list[Example] (docs/custom_task.md)"
+            ) from e
+        if not examples or not all(isinstance(x, Example) for x in examples):
+            raise ValueError(
+                f"config.task.name={spec.name!r}: load({split!r}, ...) must return a non-empty "
+                "list of mojax.tasks.base.Example"
+            )
+        out[split] = examples
+    return Splits(out["train"], out["validation"], out["test"], task)
+
+
+def file_splits(task: Any, spec: Any) -> Splits:
+    """Training examples from ``spec.train_path``; held-out ones from ``spec.eval_path`` (the first
+    ``num_eval``) or, without it, the last ``num_eval`` training examples (at most half)."""
+    n_eval = int(spec.num_eval)
+    train = load_file(task, spec.train_path, "task.train_path")
+    if spec.eval_path:
+        held = load_file(task, spec.eval_path, "task.eval_path")[:n_eval]
+    else:
+        if len(train) < 2:
+            raise ValueError("config.task.train_path: need >= 2 examples to hold some out")
+        n_eval = min(n_eval, len(train) // 2)
+        train, held = train[:-n_eval], train[-n_eval:]
+    return Splits(train, held, held, task)
+
+
+def load_file(task: Any, path: str, key: str) -> list[Example]:
+    """``task.load(path)``; a missing file is a ``FileNotFoundError`` naming ``config.<key>``."""
+    path = os.path.expanduser(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"config.{key}: no file at {path!r}")
+    return list(task.load(path))
