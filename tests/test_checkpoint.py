@@ -28,7 +28,7 @@ from mojax.checkpoint import (
     decode_host_state,
     encode_host_state,
 )
-from mojax.rl import TrainState
+from mojax.learner import TrainState
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

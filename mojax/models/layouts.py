@@ -1,0 +1,68 @@
+"""Execution layouts of the model's hot paths, chosen once per backend.
+
+The same maths runs in different layouts on different backends: XLA CPU is fastest with a decode
+step's attention as multiply-reduces over non-minor axes, the uncached attention in query blocks,
+the decode loop over unrolled layers with one cache array per layer (``LayerKVCache``) and the
+learner's forward and backward over unrolled layers; accelerators take the plain einsum paths and
+scanned layers. :func:`for_backend` is the one place that looks at the backend: a sampler or a
+learner resolves its model config with :func:`resolve` when it is built, and the hot paths read
+``config.layouts`` only. A config whose ``layouts`` is None (a model built by hand) runs the portable
+layout until a sampler or learner resolves it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+
+
+@dataclasses.dataclass(frozen=True)
+class Layouts:
+    """How the model's hot paths are laid out (a hashable part of ``QwenConfig``).
+
+    Attributes:
+      one_query_reduce: a one-token query (a decode step) attends as fused multiply-reduces instead
+        of two einsums (same values up to fp32 summation order).
+      causal_block: the uncached (prefill / training) attention runs in query blocks of this many
+        rows, each over its causal key prefix (0 = one block).
+      causal_max_blocks: at most this many blocks (the block grows for long chunks).
+      decode_per_layer: the decode loop runs unrolled layers and carries the KV cache as one array
+        per layer (``mojax.models.layer_cache``), converted back when the loop ends.
+      learner_unrolled: the learner's forward and backward run unrolled layers (the gradient flows
+        back into the stacked parameters).
+    """
+
+    one_query_reduce: bool = False
+    causal_block: int = 0
+    causal_max_blocks: int = 8
+    decode_per_layer: bool = False
+    learner_unrolled: bool = False
+
+    def causal_block_rows(self, t: int) -> int | None:
+        """Rows per query block of a ``t``-token uncached chunk (None: one block)."""
+        if not self.causal_block:
+            return None
+        return max(self.causal_block, -(-t // self.causal_max_blocks))
+
+
+PORTABLE = Layouts()
+CPU = Layouts(one_query_reduce=True, causal_block=32, decode_per_layer=True, learner_unrolled=True)
+
+
+def for_backend(backend: str | None = None) -> Layouts:
+    """The layouts of ``backend`` (default: JAX's default backend)."""
+    return CPU if (backend or jax.default_backend()) == "cpu" else PORTABLE
+
+
+def of(config: Any) -> Layouts:
+    """The layouts a config runs with (the portable ones when unresolved)."""
+    return config.layouts if config.layouts is not None else PORTABLE
+
+
+def resolve(config: Any, backend: str | None = None) -> Any:
+    """``config`` with its layouts set for ``backend`` when they are not set yet."""
+    if config.layouts is not None:
+        return config
+    return config.replace(layouts=for_backend(backend))
