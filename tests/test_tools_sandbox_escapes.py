@@ -38,7 +38,7 @@ import pytest
 from sandbox_support import HOST_IS_ROOT, MODES, assert_none_left, make_sandbox, pids_with_cmdline
 
 from mojax.rollout.tools import PythonSandbox, SandboxUnavailableError, _bwrap, python_sandbox
-from mojax.rollout.tools.python_sandbox import _world_accessible
+from mojax.rollout.tools._host import world_accessible
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOST_PID = os.getpid()
@@ -358,7 +358,7 @@ def test_unsafe_fallback_refuses_when_root_cannot_drop(tmp_path):
     private.mkdir(parents=True)
     os.chmod(tmp_path / "private", 0o700)
     python = shutil.copy2(os.path.realpath(shutil.which("python3", path="/usr/bin:/bin")), private)
-    assert not _world_accessible(python)
+    assert not world_accessible(python)
     with pytest.raises(SandboxUnavailableError, match="cannot read the interpreter's files"):
         PythonSandbox(mode="unsafe_fallback", python=python)
 

@@ -455,6 +455,11 @@ class PythonSession:
         self.sandbox = sandbox
         self.history: list[str] = list(history)
 
+    @property
+    def deadline_s(self) -> float:
+        """The sandbox's ``deadline_s`` (the worker pool waits longer than this)."""
+        return self.sandbox.deadline_s
+
     def run(self, code: str) -> ToolResult:
         result = self.sandbox._run(code, tuple(self.history))
         if result.exit_reason in ("ok", "error"):
