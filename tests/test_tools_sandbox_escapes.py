@@ -8,8 +8,9 @@ code: compiled under a real standard-library file name, which the hook treats as
 - ctypes ``system()`` (the issue's ``fake_stdlib.py`` escape): bwrap -- runs, but as a non-root uid
   in a private /tmp over a read-only view; fallback -- the hook refuses ctypes from any frame outside
   the interpreter's trees, and determined code runs as uid 65534 (root host).
-- ``/proc/self/mem`` and ptrace: bwrap -- the host's pids do not exist in the PID namespace;
-  fallback -- the hook refuses writing ``/proc/self/mem``; uid 65534 may not trace root.
+- ``/proc/self/mem`` and ptrace: bwrap -- the host's pids do not exist in the PID namespace, and
+  the seccomp filter refuses ptrace; fallback -- the hook refuses writing ``/proc/self/mem``, the
+  filter refuses ptrace, uid 65534 may not trace root.
 - signals to the trainer: bwrap -- PID namespace; fallback -- hook, then uid 65534.
 - symlinks and hard links out of the private /tmp: bwrap -- links resolve inside the sandbox's own
   mount namespace; fallback -- the hook checks the real path of every link target and open.

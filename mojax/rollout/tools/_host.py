@@ -4,11 +4,12 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import subprocess
 
 from mojax.rollout.tools._bwrap import is_under
 
-# Accepted ``mode`` values -> the mode they name ("auto" and "fallback" are the issue-7 names).
+# Accepted ``mode`` values -> the mode they name ("auto" and "fallback" are older names).
 MODES = {
     "bwrap": "bwrap",
     "auto": "bwrap",
@@ -28,6 +29,12 @@ def world_accessible(path: str) -> bool:
 
 def host_is_root() -> bool:
     return os.geteuid() == 0 or os.getuid() == 0
+
+
+def kernel_version() -> tuple[int, int]:
+    """(major, minor) of the running Linux kernel; (0, 0) when the release string is not parsed."""
+    found = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
 def count_processes(uid: int) -> int:

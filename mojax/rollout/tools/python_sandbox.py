@@ -1,7 +1,6 @@
 """Python interpreter tool: model-written code in a fresh, locked-down subprocess per call.
 
-This is the project's main security surface (issues 7 and 14): every ``<code>`` block a policy
-writes runs here. It fails closed: without a working bubblewrap it refuses to run, unless the weak
+This is the project's main security surface: every ``<code>`` block a policy writes runs here. It fails closed: without a working bubblewrap it refuses to run, unless the weak
 fallback is requested by name.
 
 Modes (``mode=``; the trainer's ``rollout.sandbox`` config value is passed here unchanged):
@@ -21,8 +20,8 @@ Modes (``mode=``; the trainer's ``rollout.sandbox`` config value is passed here 
   bwrap: ``SandboxUnavailableError`` at construction, saying how to fix it.
 * ``"unsafe_fallback"`` (``"fallback"`` is accepted as the same) -- only when asked for by name,
   with a warning logged by every instance: a plain subprocess: ``python -I``, empty environment
-  (only ``*_NUM_THREADS=1``), a fresh temp dir as cwd, the same rlimits, a new session (process
-  group) killed on timeout, and a PEP 578 audit hook that refuses process creation, signals,
+  (only ``*_NUM_THREADS=1``), a fresh temp dir as cwd, the same rlimits, seccomp filter and
+  per-call cgroup, a new session (process group) killed on timeout, and a PEP 578 audit hook that refuses process creation, signals,
   sockets, ctypes from model code, writes outside the temp dir and reads outside the interpreter's
   trees. A host running as root drops to ``sandbox_uid``; when that uid cannot read the interpreter
   (e.g. a pyenv under ``/root``) construction raises instead. Audit hooks are *not* a security
@@ -38,7 +37,8 @@ RLIMIT_CORE=0; plus a host-side wall-clock ``timeout_s`` after which the whole p
 SIGKILLed (in bwrap mode that kills the namespace's init and with it every process inside). Output
 is read incrementally and capped at ``max_output_bytes``; past the cap the sandbox is killed.
 RLIMIT_NPROC counts per call in bwrap mode: each call has its own user namespace, and the kernel
-(5.14+) counts processes per user namespace.
+(5.14+) counts processes per user namespace; an older kernel counts them per uid (a warning says
+so), and only a pids cgroup keeps one call's fork bomb from the others.
 
 A call's total memory: where the host offers a usable cgroup (``_cgroup.find_root``: v2 delegated,
 or v1 on a root host) each call runs in its own cgroup, capped at ``call_memory_mb`` for all of its
@@ -77,6 +77,7 @@ from mojax.rollout.tools._host import MODES as _MODES
 from mojax.rollout.tools._host import (
     check_args,
     count_processes,
+    kernel_version,
     query_interpreter,
     world_accessible,
 )
@@ -181,6 +182,13 @@ class PythonSandbox:
         if self._mode == "bwrap":
             self.bwrap_path, found = find_bwrap(bwrap, self._probe_bwrap)
             logging.info("PythonSandbox: isolating model code with %s (%s)", found, self.bwrap_path)
+            if kernel_version() < (5, 14):
+                logging.warning(
+                    "PythonSandbox: Linux %s counts RLIMIT_NPROC per uid, not per user namespace: "
+                    "concurrent calls share max_processes%s",
+                    os.uname().release,
+                    "" if self._cgroup_root else " (and no pids cgroup separates them)",
+                )
         else:
             self._check_fallback()
 
