@@ -1,11 +1,14 @@
-"""ToolPool: parallel tool calls, results in call order, per-call deadlines, failures contained."""
+"""ToolPool: parallel tool calls, results in call order, per-call deadlines, failures contained,
+and a self-timed tool's own timeout always ahead of the pool's."""
 
 import threading
 import time
 
 import pytest
+from sandbox_support import make_sandbox
 
 from mojax.rollout.tools import Calculator, PythonSandbox, ToolPool, ToolResult
+from mojax.rollout.tools.pool import DEADLINE_MARGIN_S, call_timeout
 
 
 def _sleepy(seconds, tag):
@@ -83,3 +86,37 @@ def test_mixed_real_tools_in_one_batch():
     assert results[3].error == "division by zero"
     assert results[4].output == "π\n"
     assert pool.stats["timeout"] == 1 and pool.stats["ok"] == 3 and pool.stats["error"] == 1
+
+
+class _SelfTimed:
+    """A tool that ends its own calls: ``deadline_s`` is the longest one can take."""
+
+    deadline_s = 0.6
+
+    def run(self, seconds):
+        time.sleep(seconds)
+        return ToolResult(output="", error="its own timeout", timed_out=True, exit_reason="timeout")
+
+
+def test_a_self_timed_tool_outlasts_a_shorter_pool_timeout():
+    tool = _SelfTimed()
+    assert call_timeout(tool.run, 0.2) == 0.6 + DEADLINE_MARGIN_S
+    assert call_timeout(tool.run, 60.0) == 60.0  # a longer pool timeout stays
+    assert call_timeout(tool.run, None) is None and call_timeout(_sleepy, 0.2) == 0.2
+    with ToolPool(max_workers=2, timeout_s=0.2) as pool:
+        results = pool.run([(tool.run, (0.5,)), (_sleepy, (0.5, "plain"))])
+    assert results[0].error == "its own timeout"  # not cut off by the pool at 0.2 s
+    assert "worker pool" in results[1].error  # a tool without a deadline still is
+
+
+def test_slow_sandbox_calls_end_with_the_sandbox_message_when_both_timeouts_are_equal():
+    """The trainer gives the pool and the sandbox the same ``rollout.tool_timeout_s``."""
+    sandbox = make_sandbox("bwrap", timeout_s=1.0, memory_mb=256)
+    assert sandbox.deadline_s > sandbox.timeout_s
+    slow = "print('started', flush=True)\nimport time\ntime.sleep(30)"
+    calls = [(sandbox.run, (slow,))] * 3 + [(sandbox.session().run, (slow,))]
+    with ToolPool(max_workers=4, timeout_s=1.0) as pool:
+        results = pool.run(calls)
+    for result in results:
+        assert result.exit_reason == "timeout", result
+        assert result.observation == "started\ntimeout: exceeded 1 s wall clock", result

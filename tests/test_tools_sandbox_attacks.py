@@ -7,9 +7,11 @@ Each attack must end within its limit, leave the host untouched and leave this (
 process working. Which mechanism contains each attack:
 
 - infinite loop: wall-clock timeout kills the sandbox; RLIMIT_CPU (both modes).
-- fork bomb: bwrap -- RLIMIT_NPROC, and the PID namespace dies with its init; fallback -- the audit
-  guard refuses os.fork (plus RLIMIT_NPROC when not root).
-- memory hog: RLIMIT_AS -> MemoryError (both modes).
+- fork bomb: bwrap -- RLIMIT_NPROC, counted in the call's own user namespace (and a pids cgroup
+  where there is one), and the PID namespace dies with its init; fallback -- the audit guard
+  refuses os.fork (plus RLIMIT_NPROC when not root).
+- memory hog: RLIMIT_AS -> MemoryError (both modes); memory spread over processes or put in tmpfs
+  is in ``test_tools_sandbox_resources.py``.
 - writing outside: bwrap -- read-only binds, private tmpfs /tmp, repository not mounted; fallback --
   the audit guard allows writes only in the temp cwd.
 - reading /etc/shadow: bwrap -- not mounted; fallback -- the audit guard (and file permissions when

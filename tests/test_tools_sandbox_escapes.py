@@ -8,8 +8,9 @@ code: compiled under a real standard-library file name, which the hook treats as
 - ctypes ``system()`` (the issue's ``fake_stdlib.py`` escape): bwrap -- runs, but as a non-root uid
   in a private /tmp over a read-only view; fallback -- the hook refuses ctypes from any frame outside
   the interpreter's trees, and determined code runs as uid 65534 (root host).
-- ``/proc/self/mem`` and ptrace: bwrap -- the host's pids do not exist in the PID namespace;
-  fallback -- the hook refuses writing ``/proc/self/mem``; uid 65534 may not trace root.
+- ``/proc/self/mem`` and ptrace: bwrap -- the host's pids do not exist in the PID namespace, and
+  the seccomp filter refuses ptrace; fallback -- the hook refuses writing ``/proc/self/mem``, the
+  filter refuses ptrace, uid 65534 may not trace root.
 - signals to the trainer: bwrap -- PID namespace; fallback -- hook, then uid 65534.
 - symlinks and hard links out of the private /tmp: bwrap -- links resolve inside the sandbox's own
   mount namespace; fallback -- the hook checks the real path of every link target and open.
@@ -38,7 +39,7 @@ import pytest
 from sandbox_support import HOST_IS_ROOT, MODES, assert_none_left, make_sandbox, pids_with_cmdline
 
 from mojax.rollout.tools import PythonSandbox, SandboxUnavailableError, _bwrap, python_sandbox
-from mojax.rollout.tools.python_sandbox import _world_accessible
+from mojax.rollout.tools._host import world_accessible
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOST_PID = os.getpid()
@@ -358,7 +359,7 @@ def test_unsafe_fallback_refuses_when_root_cannot_drop(tmp_path):
     private.mkdir(parents=True)
     os.chmod(tmp_path / "private", 0o700)
     python = shutil.copy2(os.path.realpath(shutil.which("python3", path="/usr/bin:/bin")), private)
-    assert not _world_accessible(python)
+    assert not world_accessible(python)
     with pytest.raises(SandboxUnavailableError, match="cannot read the interpreter's files"):
         PythonSandbox(mode="unsafe_fallback", python=python)
 

@@ -104,30 +104,54 @@ def find_bwrap(configured: str | None, probe: Callable[[str], str | None]) -> tu
     )
 
 
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+_DEV_LINKS = (
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+)
+# Capabilities bwrap leaves to the bootstrap, which drops them all before any model code runs.
+# Root host: to remount the tmpfs caps and drop to the sandbox uid. Otherwise (all inside the
+# sandbox's own user namespace): to remount, to disable user namespaces, to empty the bounding set.
+ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN")
+USERNS_CAPS = ("CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", "CAP_SETPCAP")
+
+
 def bwrap_argv(
-    exe: str, roots: Sequence[str], python: str, tmpfs_bytes: int, as_root: bool
+    exe: str, roots: Sequence[str], python: str, tmp_bytes: int, shm_bytes: int, as_root: bool
 ) -> list[str]:
     """The bwrap command line (up to the interpreter) of one sandboxed call.
 
-    New PID, network, IPC, UTS and cgroup namespaces (plus a user namespace when not root),
-    ``--die-with-parent``, ``--new-session``, an empty environment, read-only system trees and
-    interpreter ``roots``, a private size-capped ``/tmp`` as the working directory, read-only ``/``.
+    New PID, network, IPC, UTS and cgroup namespaces, ``--die-with-parent``, ``--new-session``, an
+    empty environment, read-only system trees and interpreter ``roots``, a read-only ``/``, a
+    private ``/tmp`` of ``tmp_bytes`` as the working directory, and a read-only ``/dev`` with only
+    null, zero, full, random, urandom and a ``/dev/shm`` of ``shm_bytes`` (no ptys). A non-root host
+    also gets a user namespace here; a root host does not, because bwrap would map the sandbox to
+    uid 0 there -- the bootstrap drops to the sandbox uid and makes its own user namespace instead.
+    Neither mode passes ``--disable-userns``: the bootstrap still needs the capabilities kept here,
+    and disables user namespaces itself (the same sysctl) before it drops them.
     """
     argv = [exe, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net"]
     argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
-    if as_root:  # real root: no user namespace; keep only what the bootstrap needs to drop uid
-        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
-        argv += ["--unshare-user", "--disable-userns"]
+    argv += ["--cap-drop", "ALL"] if as_root else ["--unshare-user"]
+    for cap in ROOT_CAPS if as_root else USERNS_CAPS:
+        argv += ["--cap-add", cap]
     argv += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
     for key, value in THREAD_ENV.items():
         argv += ["--setenv", key, value]
     for path in SYSTEM_RO + _ETC_RO:
         argv += ["--ro-bind-try", path, path]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--proc", "/proc", "--perms", "0755", "--tmpfs", "/dev"]
+    for name in _DEVICES:
+        argv += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    for name, target in _DEV_LINKS:
+        argv += ["--symlink", target, f"/dev/{name}"]
+    argv += ["--perms", "01777", "--size", str(shm_bytes), "--tmpfs", "/dev/shm"]
+    argv += ["--remount-ro", "/dev"]
     # The private /tmp comes before the interpreter binds: a virtualenv under /tmp (CI's
     # `mktemp -d`) must be bound on top of it, not hidden by it.
-    argv += ["--perms", "01777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]
+    argv += ["--perms", "01777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     made = {"/tmp"}
     for root in roots:
         # Ancestors as world-searchable dirs: bwrap would copy e.g. /root's 0700 mode, which

@@ -1,16 +1,29 @@
-"""Runs inside the sandbox: drop privileges, set rlimits, arm the audit guard, run the cells.
+"""Runs inside the sandbox: confine this process, set rlimits, arm the audit guard, run the cells.
 
 This file is not imported by mojax. ``python_sandbox.PythonSandbox`` reads its source and runs it as
 ``python -I -c <source>``, because the sandbox cannot see the repository. It is standard library
 only.
 
-Protocol: one JSON object on stdin with keys ``uid`` (int or null: setuid to it first; used when the
-host runs as root so that RLIMIT_NPROC applies and root-only files stay closed; with any uid still 0
-afterwards the bootstrap refuses to run model code), ``limits`` ({name:
-value} for ``resource.RLIMIT_<name>``), ``guard`` (null or {"workdir": str, "read_roots": [str]}),
-``history`` (earlier cells of a stateful session, replayed with output discarded), ``cell`` (the
-code to run) and ``print_last_expr``. Exit codes: 0 ok, 1 the cell raised, 3 MemoryError, 70 setup
-failure.
+Protocol: one JSON object on stdin with keys
+
+* ``uid`` (int or null): setuid to it first; used when the host runs as root, so that the kernel's
+  root exemption from RLIMIT_NPROC does not apply and root-only files stay closed;
+* ``tmpfs`` ([[path, bytes, inodes]]): tmpfs mounts to remount with these size and inode (file
+  count) caps; bwrap cannot set an inode cap itself, so it keeps CAP_SYS_ADMIN for this step;
+* ``userns`` (bool): after the uid drop, move into a new user namespace of our own (bwrap mode on a
+  root host, where bwrap itself runs without one), so that RLIMIT_NPROC counts this call's
+  processes only;
+* ``confine`` (bool): disable user namespace creation (``user.max_user_namespaces = 0`` in the
+  sandbox's user namespace, the setting bwrap's ``--disable-userns`` uses) and drop every
+  capability, bounding set included (bwrap mode);
+* ``seccomp`` (hex string or null): a packed classic-BPF program (``_seccomp.program``) loaded
+  last, after ``PR_SET_NO_NEW_PRIVS``;
+* ``limits`` ({name: value} for ``resource.RLIMIT_<name>``), ``guard`` (null or {"workdir": str,
+  "read_roots": [str]}), ``history`` (earlier cells of a stateful session, replayed with output
+  discarded), ``cell`` (the code to run) and ``print_last_expr``.
+
+With any uid still 0, or any capability left after ``confine``, the bootstrap refuses to run model
+code. Exit codes: 0 ok, 1 the cell raised, 3 MemoryError, 70 setup failure.
 """
 
 import json
@@ -150,15 +163,138 @@ def _install_guard(workdir, read_roots):
     sys.addaudithook(hook)
 
 
-def _no_new_privs():
-    """PR_SET_NO_NEW_PRIVS: no exec (setuid binaries, file capabilities) can gain privileges."""
-    import ctypes
+_MS_NOSUID, _MS_NODEV, _MS_REMOUNT = 2, 4, 32
+_CLONE_NEWUSER = 0x10000000
+_PR_GET_DUMPABLE, _PR_SET_DUMPABLE, _PR_SET_SECCOMP, _PR_CAPBSET_DROP = 3, 4, 22, 24
+_PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+_SECCOMP_MODE_FILTER = 2
+_CAPABILITY_VERSION_3 = 0x20080522
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(38, 1, 0, 0, 0) != 0:  # 38 = PR_SET_NO_NEW_PRIVS
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
-    for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
-        del sys.modules[name]  # a cell's `import ctypes` must reach the guard's import check
+
+class _Libc:
+    """The few libc calls the setup needs (``ctypes``; dropped from ``sys.modules`` afterwards)."""
+
+    def __init__(self):
+        import ctypes
+
+        self.ctypes = ctypes
+        self.lib = ctypes.CDLL(None, use_errno=True)
+
+    def call(self, what, name, *args):
+        """``libc.name(*args)``; a non-zero return raises ``OSError`` naming ``what``."""
+        if getattr(self.lib, name)(*args) != 0:
+            err = self.ctypes.get_errno()
+            raise OSError(err, f"{what}: {os.strerror(err)}")
+
+    def forget(self):
+        """A cell's ``import ctypes`` must reach the guard's import check, not a cached module."""
+        for name in [
+            m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))
+        ]:
+            del sys.modules[name]
+
+
+def _limit_tmpfs(libc, mounts):
+    """Remounts each ``[path, bytes, inodes]`` tmpfs with that size and inode (file count) cap."""
+    for path, size, inodes in mounts:
+        opts = f"size={int(size)},nr_inodes={int(inodes)}".encode()
+        flags = _MS_REMOUNT | _MS_NOSUID | _MS_NODEV
+        libc.call(f"remount {path}", "mount", None, path.encode(), None, flags, opts)
+
+
+def _drop_uid(uid):
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    if 0 in os.getresgid() or os.getgroups():
+        raise RuntimeError("still in group 0 after setgid")
+
+
+def _own_user_namespace(libc):
+    """Moves into a new user namespace that maps only our own uid and gid (to themselves).
+
+    The uid drop made this process non-dumpable, which closes its own ``/proc/self/*_map`` files
+    to it; it is dumpable only while it writes them.
+    """
+    uid, gid = os.geteuid(), os.getegid()
+    dumpable = libc.lib.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0)
+    libc.call("set dumpable", "prctl", _PR_SET_DUMPABLE, 1, 0, 0, 0)
+    libc.call("unshare(CLONE_NEWUSER)", "unshare", _CLONE_NEWUSER)
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    libc.call("restore dumpable", "prctl", _PR_SET_DUMPABLE, dumpable, 0, 0, 0)
+
+
+def _confine(libc):
+    """No new user namespaces from this one on, and no capabilities; both checked afterwards."""
+    path = "/proc/sys/user/max_user_namespaces"
+    with open(path, "w") as f:
+        f.write("0")
+    with open(path) as f:
+        if f.read().strip() != "0":
+            raise RuntimeError(f"{path} is not 0")
+    for cap in range(64):
+        if libc.lib.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if libc.ctypes.get_errno() == 22:  # EINVAL: past the last capability
+                break
+            raise OSError(
+                libc.ctypes.get_errno(), f"dropping capability {cap} from the bounding set"
+            )
+    libc.call(
+        "clear ambient capabilities", "prctl", _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0
+    )
+    header = (libc.ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    libc.call("capset", "capset", header, (libc.ctypes.c_uint32 * 6)())
+    with open("/proc/self/status") as f:
+        caps = {k: v.strip() for k, v in (ln.split(":", 1) for ln in f if ln.startswith("Cap"))}
+    if any(int(v, 16) for v in caps.values()):
+        raise RuntimeError(f"capabilities left after dropping them: {caps}")
+
+
+def _load_seccomp(libc, program):
+    """Installs the classic-BPF ``program`` (packed ``struct sock_filter`` records) as a filter."""
+    ctypes = libc.ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(program, len(program))
+    prog = SockFprog(len(program) // 8, ctypes.addressof(buf))
+    libc.call(
+        "seccomp filter", "prctl", _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0
+    )
+
+
+def _setup(spec):
+    """Everything between reading the spec and the first cell; any failure raises."""
+    libc = _Libc()
+    libc.call("prctl(PR_SET_NO_NEW_PRIVS)", "prctl", _PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _limit_tmpfs(libc, spec["tmpfs"])
+    if spec["uid"] is not None:
+        _drop_uid(spec["uid"])
+    if spec["userns"]:
+        _own_user_namespace(libc)
+    if spec["confine"]:
+        _confine(libc)
+    if 0 in os.getresuid():  # every mode: model code never runs as uid 0
+        raise RuntimeError(f"refusing to run model code as uid 0 (uids {os.getresuid()})")
+    import resource
+
+    for name, value in spec["limits"].items():
+        soft, hard = (value, value) if not isinstance(value, list) else value
+        resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (soft, hard))
+    if spec["seccomp"] is not None:
+        _load_seccomp(libc, bytes.fromhex(spec["seccomp"]))
+    libc.forget()
+    quiet = open(os.devnull, "w")  # opened before the guard closes the file system
+    if spec["guard"] is not None:
+        _install_guard(spec["guard"]["workdir"], spec["guard"]["read_roots"])
+    return quiet
 
 
 def _run_cell(source, namespace, print_last_expr, filename="<cell>"):
@@ -193,23 +329,7 @@ def main():
     os.dup2(devnull, 0)
     sys.stdin = open(devnull, closefd=False)
     try:
-        _no_new_privs()
-        if spec["uid"] is not None:
-            os.setgroups([])
-            os.setgid(spec["uid"])
-            os.setuid(spec["uid"])
-            if 0 in os.getresgid() or os.getgroups():
-                raise RuntimeError("still in group 0 after setgid")
-        if 0 in os.getresuid():  # every mode: model code never runs as uid 0
-            raise RuntimeError(f"refusing to run model code as uid 0 (uids {os.getresuid()})")
-        import resource
-
-        for name, value in spec["limits"].items():
-            soft, hard = (value, value) if not isinstance(value, list) else value
-            resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (soft, hard))
-        quiet = open(os.devnull, "w")  # opened before the guard closes the file system
-        if spec["guard"] is not None:
-            _install_guard(spec["guard"]["workdir"], spec["guard"]["read_roots"])
+        quiet = _setup(spec)
     except Exception as e:  # noqa: BLE001 - any setup failure must stop before user code runs
         print(f"sandbox setup failed: {type(e).__name__}: {e}", file=sys.stderr)
         os._exit(EXIT_SETUP)

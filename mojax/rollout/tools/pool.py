@@ -6,8 +6,13 @@ released while they wait. Every call gets a per-call deadline measured from when
 (not from when it was queued), and no call can take the batch down: a tool that raises becomes
 ``ToolResult(exit_reason="exception")`` and one that overruns its deadline becomes
 ``ToolResult(exit_reason="timeout")``. The overrunning thread cannot be killed (Python threads
-cannot be); the sandbox's own wall-clock limit ends it shortly after, so the pool timeout is a
-backstop.
+cannot be); the pool's timeout is a backstop.
+
+A tool that enforces a wall-clock limit of its own (``PythonSandbox``, ``PythonSession``) says how
+long one call can take at most, kill and clean-up included, as ``deadline_s``. The pool then waits
+``deadline_s + DEADLINE_MARGIN_S`` for its calls when that is longer than its own timeout, so the
+two limits never race: a slow call ends with the tool's own timeout result, whose text is the only
+one it can produce, and a resumed run sees the same observation.
 
 Counts of each exit reason are kept in ``ToolPool.stats`` (host-side state for the metrics writer).
 """
@@ -17,10 +22,33 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol, runtime_checkable
 
 from mojax.rollout.tools.result import ToolResult
 
 ToolCall = tuple[Callable[..., ToolResult], tuple]
+DEADLINE_MARGIN_S = 1.0  # how much longer the pool waits than a self-timed tool's ``deadline_s``
+
+
+@runtime_checkable
+class SelfTimed(Protocol):
+    """A tool whose calls end on their own within ``deadline_s`` seconds of starting."""
+
+    deadline_s: float
+
+
+def call_timeout(fn: Callable, timeout: float | None) -> float | None:
+    """The pool's deadline for a call of ``fn``: ``timeout``, raised past the tool's own deadline.
+
+    ``fn`` is a tool's bound ``run`` method (or the tool itself); when its object is ``SelfTimed``,
+    the result is at least ``deadline_s + DEADLINE_MARGIN_S``. ``None`` (no deadline) stays None.
+    """
+    if timeout is None:
+        return None
+    owner = getattr(fn, "__self__", fn)  # a bound method's object; else the callable itself
+    if isinstance(owner, SelfTimed):
+        return max(timeout, float(owner.deadline_s) + DEADLINE_MARGIN_S)
+    return timeout
 
 
 class ToolPool:
@@ -28,7 +56,8 @@ class ToolPool:
 
     Args:
       max_workers: parallel calls (each Python sandbox call is one process).
-      timeout_s: default per-call deadline (seconds from the call's start), ``None`` = no deadline.
+      timeout_s: default per-call deadline (seconds from the call's start), ``None`` = no deadline;
+        longer for a self-timed tool (``call_timeout``).
     """
 
     def __init__(self, max_workers: int = 8, timeout_s: float | None = 60.0):
@@ -68,9 +97,11 @@ class ToolPool:
 
         Args:
           calls: ``(callable, args)`` pairs; each callable returns a ``ToolResult``.
-          timeout_s: per-call deadline from the call's start; default the pool's ``timeout_s``.
+          timeout_s: per-call deadline from the call's start; default the pool's ``timeout_s``;
+            longer for a self-timed tool (``call_timeout``).
         """
         timeout = self.timeout_s if timeout_s is ... else timeout_s
+        timeouts = [call_timeout(fn, timeout) for fn, _ in calls]
         started: dict[int, float] = {}
         futures = [
             self._executor.submit(self._call, i, fn, tuple(args), started)
@@ -87,10 +118,10 @@ class ToolPool:
                 if future in done:
                     results[i] = future.result()
                     del pending[i]
-                elif timeout is not None and i in started and now - started[i] > timeout:
+                elif timeouts[i] is not None and i in started and now - started[i] > timeouts[i]:
                     results[i] = ToolResult(
-                        output=f"Error: tool call exceeded {timeout:g} s",
-                        error=f"timeout: tool call exceeded {timeout:g} s (worker pool)",
+                        output=f"Error: tool call exceeded {timeouts[i]:g} s",
+                        error=f"timeout: tool call exceeded {timeouts[i]:g} s (worker pool)",
                         timed_out=True,
                         exit_reason="timeout",
                         duration_s=now - started[i],

