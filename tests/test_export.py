@@ -21,6 +21,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from mojax_test_utils import run_spec  # noqa: E402
+
 from mojax import checkpoint as ckpt_lib  # noqa: E402
 from mojax import export as export_lib  # noqa: E402
 from mojax import learner, models  # noqa: E402
@@ -45,10 +47,11 @@ def make_run(workdir: pathlib.Path, config, steps=(3, 5)):
     """A run directory with checkpoints at ``steps`` (different params each) and config.json.
 
     Returns (task, splits, tokenizer, model config, {step: params})."""
-    task = builders.build_task(config.task)
-    splits = builders.load_splits(task, config.task, config.seed)
-    tok = builders.build_tokenizer(config, task, splits, str(workdir))
-    mc = builders.build_model_config(config, tok)
+    spec = run_spec(config)
+    task = spec.build_task()
+    splits = builders.load_splits(task, spec)
+    tok = builders.build_tokenizer(spec, task, splits, str(workdir))
+    mc = builders.build_model_config(spec, tok)
     mesh = sharding_lib.mesh_from_config(config.mesh)
     rules = sharding_lib.logical_axis_rules(config)
     tx = learner.make_optimizer(learner.OptimizerConfig.from_config(config.optimizer))

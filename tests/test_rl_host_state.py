@@ -37,7 +37,7 @@ def test_json_round_trip_keeps_every_piece():
     back = HostState.from_json(host.to_json())
     assert back.to_json() == host.to_json()
     assert back.tracker.table == {"a": 2, "b": 1} and back.val_tracker.table == {"v": 4}
-    assert back.method == host.method and back.method["archive"] == [[0.4, 0.45], [0.2, 0.5]]
+    assert back.method == host.method and back.method["archive"] == [[0.2, 0.5], [0.4, 0.45]]
     assert back.step == 7
     assert back.reward_stats["train"].as_metrics() == host.reward_stats["train"].as_metrics()
     assert back.reward_stats["eval"].reasons == {"nan": 1}
