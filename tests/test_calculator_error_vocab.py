@@ -16,7 +16,7 @@ import string
 import pytest
 from mojax_test_utils import run_spec
 
-from mojax.rollout.agent import malformed_message
+from mojax.rollout.observations import malformed_message
 from mojax.rollout.tools import calculator as calc_lib
 from mojax.rollout.tools.calculator import Calculator
 from mojax.tasks import build_task

@@ -66,7 +66,7 @@ class _Tok:
 
 def _runner(goal=True):
     spec = types.SimpleNamespace(task=types.SimpleNamespace(num_answers=0, goal_conditioned=goal))
-    return EpisodeRunner(spec=spec, task=MazeTask(), tokenizer=_Tok(), model_config=None)
+    return EpisodeRunner(spec=spec, task=MazeTask(), tokenizer=_Tok(), sampler=None)
 
 
 def test_rendered_prompt_carries_the_weights():

@@ -40,7 +40,7 @@ def _reference(qg, keys, values, visible):
 
 
 @pytest.mark.parametrize("t", [1, 4])
-@pytest.mark.parametrize("path", ["dispatch", "einsum"])
+@pytest.mark.parametrize("path", ["one_query", "einsum"])
 def test_attend_layer_major_equals_float64_reference(t, path):
     rng = np.random.RandomState(t)
     qg = rng.randn(B, t, K, G, D).astype(np.float32)
@@ -52,19 +52,12 @@ def test_attend_layer_major_equals_float64_reference(t, path):
     visible = (np.arange(S)[None, None] <= q_idx[:, :, None]) & slot_valid[:, None]
     keys_t = np.transpose(keys, (0, 2, 3, 1))  # [B, K, D, S]
     values_km = np.swapaxes(values, 1, 2)  # [B, K, S, D]
-    # "einsum": the accelerator path, taken here on the CPU for T = 1 too
-    fn = _einsum_path if path == "einsum" else layers.attend_layer_major
-    out = jax.jit(fn, static_argnums=4)(qg, keys_t, values_km, visible, jnp.float32)
+    # "one_query": the CPU layouts' multiply-reduces for T = 1; "einsum": the portable path
+    one = path == "one_query"
+    fn = lambda *a: layers.attend_layer_major(*a, jnp.float32, one_query=one)
+    out = jax.jit(fn)(qg, keys_t, values_km, visible)
     np.testing.assert_allclose(np.asarray(out), _reference(qg, keys, values, visible), atol=2e-6)
     assert not np.asarray(out)[2].any()
-
-
-def _einsum_path(qg, keys_t, values, visible, dtype):
-    if qg.shape[1] == 1:  # pad to two queries so the dispatch takes the einsums, then drop one
-        qg2 = jnp.concatenate([qg, qg], axis=1)
-        vis2 = jnp.concatenate([visible, visible], axis=1)
-        return layers.attend_layer_major(qg2, keys_t, values, vis2, dtype)[:, :1]
-    return layers.attend_layer_major(qg, keys_t, values, visible, dtype)
 
 
 def _random_cache(seed=0, layers_=3, b=4, c=12, k=2, d=8):

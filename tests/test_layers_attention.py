@@ -5,6 +5,8 @@ Rows are full, left-padded and right-padded. A query that sees no key (left padd
 both functions, so blocked and unblocked calls agree everywhere.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -88,30 +90,33 @@ def test_attend_causal_gradients_equal_attend(block):
                                    err_msg=name)  # fmt: skip
 
 
-def test_default_block_is_used_on_cpu_only_for_long_chunks(monkeypatch):
-    """``block=None`` takes ``CAUSAL_BLOCK`` rows on the CPU backend, at most ``CAUSAL_MAX_BLOCKS``
-    blocks; a chunk no longer than a block is one block (the same jaxpr as ``attend``)."""
+def test_layouts_choose_the_query_blocks():
+    """``Layouts.causal_block`` rows per block, at most ``causal_max_blocks`` blocks; a chunk no
+    longer than a block is one block (the same jaxpr as ``attend``); the CPU layouts block, the
+    portable ones do not."""
+    from mojax.models import layouts
+
     qg, keys, values, visible = (jnp.asarray(a) for a in _inputs(t=40))
-    on_cpu = jax.default_backend() == "cpu"
 
     def jaxpr(fn):
         return str(jax.make_jaxpr(lambda *a: fn(*a, jnp.float32))(qg, keys, values, visible))
 
     one = jaxpr(layers.attend)
     assert one.count("= exp ") == 1  # one softmax per block
-    monkeypatch.setattr(layers, "CAUSAL_BLOCK", 64)
-    assert jaxpr(layers.attend_causal) == one
-    monkeypatch.setattr(layers, "CAUSAL_BLOCK", 16)  # blocks of 16, 16, 8
-    assert jaxpr(layers.attend_causal).count("= exp ") == (3 if on_cpu else 1)
-    monkeypatch.setattr(layers, "CAUSAL_BLOCK", 1)  # capped: 8 blocks of 5
-    assert jaxpr(layers.attend_causal).count("= exp ") == (8 if on_cpu else 1)
-    monkeypatch.setattr(layers, "CAUSAL_BLOCK", None)
-    assert jaxpr(layers.attend_causal) == one
+    cases = [(64, 1), (16, 3), (1, 8), (0, 1)]  # 16: blocks of 16, 16, 8; 1: capped, 8 blocks of 5
+    for rows, blocks in cases:
+        block = layouts.Layouts(causal_block=rows).causal_block_rows(40)
+        text = jaxpr(functools.partial(layers.attend_causal, block=block))
+        assert text.count("= exp ") == blocks, rows
+        assert blocks > 1 or text == one
+    assert layouts.for_backend("cpu").causal_block_rows(40) == 32
+    assert layouts.for_backend("gpu").causal_block_rows(40) is None
 
 
-def test_one_query_decode_path_equals_reference():
-    """T = 1 (a decode step; ``_attend_one_query`` on the CPU backend) over 40 cache slots, one row
-    seeing no slot at all (zeros), one seeing a single slot."""
+@pytest.mark.parametrize("one_query", [True, False])
+def test_one_query_decode_path_equals_reference(one_query):
+    """T = 1 (a decode step; ``_attend_one_query`` with ``Layouts.one_query_reduce``, else the
+    einsums) over 40 cache slots, one row seeing no slot at all (zeros), one seeing a single slot."""
     rng = np.random.RandomState(4)
     qg = rng.randn(B, 1, K, G, D).astype(np.float32)
     keys = rng.randn(B, 40, K, D).astype(np.float32)
@@ -121,8 +126,7 @@ def test_one_query_decode_path_equals_reference():
     visible[2] = False
     visible[2, 0, 17] = True
     ref = _reference(qg, keys, values, visible)
-    out = np.asarray(
-        jax.jit(layers.attend, static_argnums=4)(qg, keys, values, visible, jnp.float32)
-    )
+    fn = lambda *a: layers.attend(*a, jnp.float32, one_query=one_query)
+    out = np.asarray(jax.jit(fn)(qg, keys, values, visible))
     assert (out[1] == 0).all()
     np.testing.assert_allclose(out[[0, 2]], ref[[0, 2]], rtol=0, atol=2e-6)

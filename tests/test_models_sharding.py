@@ -62,11 +62,12 @@ def sharded_load_and_forward(ckpt: str) -> dict:
     rng = np.random.RandomState(0)
     tokens = jnp.asarray(rng.randint(0, cfg.vocab_size, (4, 16)), jnp.int32)
     mask = jnp.asarray(np.arange(16)[None] >= np.array([0, 3, 0, 7])[:, None], jnp.int32)
-    from mojax.models import layers
+    from mojax.models.layouts import Layouts
 
-    layers.CAUSAL_BLOCK = None  # (this child process only) the reference attends in one block,
+    # the reference attends in one block, the sharded forward / backward in 4-row query blocks
+    ref = ref.replace_config(layouts=Layouts())
+    model = model.replace_config(layouts=Layouts(causal_block=4))
     want = np.asarray(ref(tokens, attention_mask=mask))
-    layers.CAUSAL_BLOCK = 4  # the sharded forward / backward in 4-row query blocks on the CPU
 
     def loss(params, tokens, mask):
         logits = model.apply_fn({"params": params}, tokens, attention_mask=mask)

@@ -83,24 +83,23 @@ def test_yarn_frequencies_match_transformers():
 
 
 @pytest.mark.parametrize("block, t", [(5, 12), (None, 150)])
-def test_query_blocked_attention_matches_transformers(block, t, tmp_path, monkeypatch):
-    """The uncached forward with its attention in query blocks (``layers.attend_causal``, the CPU
-    default for chunks longer than ``CAUSAL_BLOCK``), scanned and unrolled, against transformers:
-    5-row blocks at T = 12 and the default blocks at T = 150 (32 rows: 32, 32, 32, 32, 22)."""
+def test_query_blocked_attention_matches_transformers(block, t, tmp_path):
+    """The uncached forward with its attention in query blocks (``layers.attend_causal``,
+    ``Layouts.causal_block``), scanned and unrolled, against transformers: 5-row blocks at T = 12
+    and the CPU layouts' blocks at T = 150 (32 rows: 32, 32, 32, 32, 22)."""
     import jax
 
-    from mojax.models import layers
+    from mojax.models import layouts
 
-    if block is not None:
-        monkeypatch.setattr(layers, "CAUSAL_BLOCK", block)
-    assert jax.default_backend() != "cpu" or t > layers.CAUSAL_BLOCK  # the blocked path runs
+    lay = layouts.CPU if block is None else layouts.Layouts(causal_block=block)
+    assert lay.causal_block_rows(t) < t  # the blocked path runs
     hf = build_hf(hf_config("qwen3", heads=4, kv_heads=2, tie=False, head_dim=32))
     hf.save_pretrained(tmp_path)
     tokens, mask = padded_batch(seed=3, t=t)
     ref = hf_logits(hf, tokens, mask)
     for scan_layers in (True, False):
         model = mm.from_pretrained(tmp_path, dtype="float32", scan_layers=scan_layers)
-        # a fresh jit: ``model(...)``'s compiled forward may predate the patched block size
+        model = model.replace_config(layouts=lay)
         fwd = jax.jit(lambda p, x, m, f=model.apply_fn: f({"params": p}, x, attention_mask=m))
         ours = np.asarray(fwd(model.params, jnp.asarray(tokens), jnp.asarray(mask)))
         assert max_masked_diff(ours, ref, mask) <= ATOL, scan_layers

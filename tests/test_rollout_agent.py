@@ -22,7 +22,7 @@ import pytest
 import mojax.models as mm
 from mojax.models.qwen import Qwen
 from mojax.rollout import RolloutSpec, rollout, run_rollout, tool_stop_spec
-from mojax.rollout.agent import TRUNCATION_MARK, encode_observation, malformed_message
+from mojax.rollout.observations import TRUNCATION_MARK, encode_observation, malformed_message
 from mojax.rollout.tools import Calculator
 from mojax.sampling import api as mojax_api
 from mojax.tasks.calculator import CalculatorTask, Problem, sft_demonstrations

@@ -14,7 +14,7 @@ import pytest
 import mojax.models as mm
 from mojax.rl.batch import assemble_batch
 from mojax.rollout import FINISH_REASONS, rollout
-from mojax.rollout.agent import TRUNCATION_MARK, malformed_message
+from mojax.rollout.observations import TRUNCATION_MARK, malformed_message
 from mojax.rollout.tools import Calculator, ToolPool
 from mojax.tasks.calculator import CalculatorTask, sft_demonstrations
 from mojax.tasks.vocab import build_sentencepiece

@@ -6,7 +6,7 @@ import pytest
 
 import mojax.models as mm
 from mojax.rollout import encode_observation, rollout, tool_stop_spec
-from mojax.rollout.agent import TRUNCATION_MARK
+from mojax.rollout.observations import TRUNCATION_MARK
 from mojax.rollout.tools import Calculator
 from mojax.tasks.calculator import CalculatorTask
 from mojax.tasks.vocab import build_sentencepiece

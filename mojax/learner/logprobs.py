@@ -24,7 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mojax.models import Qwen, QwenConfig, QwenModel
+from mojax.models import Qwen, QwenConfig, QwenModel, layouts
 from mojax.models.qwen import unstack_layers
 
 
@@ -135,10 +135,8 @@ def token_logprobs(
         chunks with none skip the vocabulary projection and return 0 (see the module docstring).
     """
     body = QwenModel(config, params)
-    if jax.default_backend() == "cpu":  # a no-op for unrolled layers
-        # XLA CPU runs the scanned layers' backward ~10 % slower than unrolled ones (weight
-        # slices, stacked residuals; ``docs/performance.md`` §3); the gradient flows back
-        # through the split into the stacked parameters
+    if layouts.of(config).learner_unrolled:  # a no-op for unrolled layers
+        # the gradient flows back through the split into the stacked parameters
         body = unstack_layers(body)
     hidden = Qwen(body.config).apply(
         {"params": body.params}, tokens, attention_mask=attention_mask, return_hidden=True

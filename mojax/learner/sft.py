@@ -26,7 +26,7 @@ from mojax.learner.logprobs import token_logprobs
 from mojax.learner.ppo import accumulate_gradients, apply_update, constrain_rows
 from mojax.learner.state import TrainState, state_shardings
 from mojax.learner.step import ShardedStep
-from mojax.models import QwenConfig
+from mojax.models import QwenConfig, layouts
 
 
 def sft_update(
@@ -79,6 +79,7 @@ def make_sft_step(
 ) -> ShardedStep:
     """The jitted SFT ``step(state, batch) -> (state, metrics)``; batch keys ``tokens``,
     ``loss_mask`` and optional ``attention_mask`` (B divisible by ``num_microbatches``)."""
+    model_config = layouts.resolve(model_config)  # the learner's layouts for this backend
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
     sharding_lib.check_model_divides(model_config, mesh, rules)
 

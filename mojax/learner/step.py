@@ -40,7 +40,7 @@ from mojax import sharding as sharding_lib
 from mojax.learner.logprobs import token_logprobs
 from mojax.learner.ppo import PPOConfig, ppo_grads, ppo_update
 from mojax.learner.state import TrainState, state_shardings
-from mojax.models import QwenConfig, param_shardings
+from mojax.models import QwenConfig, layouts, param_shardings
 
 # --------------------------------------------------------------------------------------------------
 # the jitted, sharded step
@@ -199,6 +199,7 @@ def make_train_step(
     update_norm``, ``param_norm`` and ``learning_rate`` (after / at the last update),
     ``skipped_updates`` and ``tokens`` (summed), ``num_updates``.
     """
+    model_config = layouts.resolve(model_config)  # the learner's layouts for this backend
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
     sharding_lib.check_model_divides(model_config, mesh, rules)
     fn = lambda state, batch: ppo_update(
@@ -230,6 +231,7 @@ def make_train_step(
 def make_grad_fn(model_config: QwenConfig, cfg: PPOConfig, mesh: Mesh, rules=None) -> Callable:
     """Jitted ``(params, batch) -> (grads, metrics)`` of the PPO loss on the whole batch, grads
     sharded like the params (for tests and analysis; the train step does the same internally)."""
+    model_config = layouts.resolve(model_config)  # the learner's layouts for this backend
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
     sharding_lib.check_model_divides(model_config, mesh, rules)
     p_sh = param_shardings(model_config, mesh, rules)
@@ -261,6 +263,7 @@ def make_logprob_fn(
     ``offloaded=True``: they are streamed from pinned host memory to the devices inside the call),
     and for recomputing ``old_logprobs`` with the training numerics.
     """
+    model_config = layouts.resolve(model_config)  # the learner's layouts for this backend
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
     sharding_lib.check_model_divides(model_config, mesh, rules)
     p_sh = param_shardings(model_config, mesh, rules)

@@ -103,6 +103,8 @@ class QwenConfig:
         (constant compile time in L); False unrolls them as ``layers_0 .. layers_{L-1}``.
       remat: ``"none"``, ``"full"`` (save nothing inside a layer) or ``"dots"`` (save matmul
         outputs).
+      layouts: the execution layouts of the hot paths (``mojax.models.layouts.Layouts``), set when a
+        sampler or learner is built; None runs the portable layouts. Not part of ``config.json``.
     """
 
     model_type: str = "qwen3"
@@ -128,6 +130,7 @@ class QwenConfig:
     param_dtype: str = "float32"
     scan_layers: bool = True
     remat: str = "none"
+    layouts: Any = None
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_ARCHITECTURES.values():

@@ -8,6 +8,7 @@ slots, E embed, H heads, K kv heads, Q = H / K, D head dim, F mlp width.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import flax.linen as nn
@@ -16,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.models import cache as cache_lib
-from mojax.models import layer_cache
+from mojax.models import layer_cache, layouts
 from mojax.models.config import QwenConfig
 
 _NEG = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) softmax
@@ -192,15 +193,15 @@ def _attend_one_query(qg, keys, values, visible, dtype):
     return _zero_unseen(out[:, None].astype(dtype), visible)  # [B, 1, K, G, D]
 
 
-def attend(qg, keys, values, visible, dtype):
+def attend(qg, keys, values, visible, dtype, one_query=False):
     """Softmax attention of grouped queries ``qg [B, T, K, G, D]`` over ``keys`` / ``values``
     ``[B, S, K, D]`` where ``visible [B, T, S]``; fp32 scores, output ``[B, T, K, G, D]``.
 
-    A query that sees no key (a left-padding position) gets zeros. On the CPU backend a single
-    query token takes ``_attend_one_query`` (same values up to fp32 summation order); elsewhere,
-    and for T > 1, two einsums.
+    A query that sees no key (a left-padding position) gets zeros. With ``one_query``
+    (``Layouts.one_query_reduce``) a single query token takes ``_attend_one_query`` (same values up
+    to fp32 summation order); otherwise two einsums.
     """
-    if qg.shape[1] == 1 and jax.default_backend() == "cpu":
+    if qg.shape[1] == 1 and one_query:
         return _attend_one_query(qg, keys, values, visible, dtype)
     d = qg.shape[-1]
     scores = jnp.einsum("btkgd,bskd->bkgts", qg, keys, preferred_element_type=jnp.float32)
@@ -228,16 +229,16 @@ def _attend_one_query_layer_major(qg, keys_t, values, visible, dtype):
     return _zero_unseen(out[:, None].astype(dtype), visible)
 
 
-def attend_layer_major(qg, keys_t, values, visible, dtype):
+def attend_layer_major(qg, keys_t, values, visible, dtype, one_query=False):
     """``attend`` over one layer of a ``LayerKVCache``: ``keys_t [B, K, D, S]`` (slot axis minor),
     ``values [B, K, S, D]``; ``qg [B, T, K, G, D]``, ``visible [B, T, S]``; output ``[B, T, K, G,
     D]``, fp32 scores, zeros for a query that sees no key.
 
-    One query token on the CPU backend takes ``_attend_one_query_layer_major``; otherwise two
+    One query token with ``one_query`` takes ``_attend_one_query_layer_major``; otherwise two
     einsums whose batch axes (B, K) lead in every operand (no transposing copies). Same values as
     ``attend`` up to fp32 summation order.
     """
-    if qg.shape[1] == 1 and jax.default_backend() == "cpu":
+    if qg.shape[1] == 1 and one_query:
         return _attend_one_query_layer_major(qg, keys_t, values, visible, dtype)
     d = qg.shape[-1]
     scores = jnp.einsum("btkgd,bkds->bkgts", qg, keys_t.astype(qg.dtype),
@@ -248,33 +249,19 @@ def attend_layer_major(qg, keys_t, values, visible, dtype):
     return _zero_unseen(out, visible)
 
 
-#: Query block of ``attend_causal`` on the CPU backend (``None``: one block; see its docstring),
-#: grown to ``ceil(T / CAUSAL_MAX_BLOCKS)`` for long chunks to bound the program's size.
-CAUSAL_BLOCK = 32
-CAUSAL_MAX_BLOCKS = 8
-
-
-def attend_causal(qg, keys, values, visible, dtype, block=None):
+def attend_causal(qg, keys, values, visible, dtype, block=None, one_query=False):
     """``attend`` for a chunk over its own keys (uncached call: key ``j`` is visible to query ``t``
-    only if ``j <= t``), one query block at a time.
+    only if ``j <= t``), one query block of ``block`` rows at a time (None: one block).
 
     Query block ``[a, a + block)`` can see keys ``[0, a + block)`` only, so it attends over that
-    prefix and never computes the scores above it: in 8 blocks, 36 / 64 of the ``[T, T]`` scores.
-    Each block's scores also stay small enough to be reused from the CPU's caches by the softmax
-    passes. In-process at bench-qwen3-50m (``[8, 256]`` tokens, 8 heads, 4 kv heads,
-    fp32), one layer's attention forward + backward took 50-56 ms in one block and 31-41 ms in
-    32- or 64-row blocks (``docs/performance.md`` §3).
-
-    Same values as ``attend`` up to fp32 summation order (zeros, in both, for a query that sees no
-    key). Used on the CPU backend only (``block`` defaults to ``CAUSAL_BLOCK`` rows there, at most
-    ``CAUSAL_MAX_BLOCKS`` blocks, and to one block elsewhere: many small kernels were not measured
-    on accelerators).
+    prefix and never computes the scores above it: in 8 blocks, 36 / 64 of the ``[T, T]`` scores;
+    each block's scores also stay small enough to be reused from the CPU's caches by the softmax
+    passes (``Layouts.causal_block``). Same values as ``attend`` up to fp32 summation order (zeros,
+    in both, for a query that sees no key).
     """
     t = qg.shape[1]
-    if block is None and CAUSAL_BLOCK is not None and jax.default_backend() == "cpu":
-        block = max(CAUSAL_BLOCK, -(-t // CAUSAL_MAX_BLOCKS))
     if block is None or t <= block:
-        return attend(qg, keys, values, visible, dtype)
+        return attend(qg, keys, values, visible, dtype, one_query)
     outs = [
         attend(
             qg[:, a : a + block],
@@ -282,6 +269,7 @@ def attend_causal(qg, keys, values, visible, dtype, block=None):
             values[:, : a + block],
             visible[:, a : a + block, : a + block],
             dtype,
+            one_query,
         )
         for a in range(0, t, block)
     ]
@@ -316,11 +304,16 @@ class Attention(nn.Module):
         kk = constrain(apply_rope(kk, positions, cfg), "batch", "length", "kv_heads", "head_dim")
         vv = constrain(vv, "batch", "length", "kv_heads", "head_dim")
 
+        lay = layouts.of(cfg)
+        one = lay.one_query_reduce
         if kv is None:  # full sequence: keys are this chunk
-            keys, values, s, attend_fn = kk, vv, kk.shape[1], attend_causal
+            keys, values, s = kk, vv, kk.shape[1]
+            block = lay.causal_block_rows(kk.shape[1])
+            attend_fn = functools.partial(attend_causal, block=block, one_query=one)
         elif isinstance(kv[0], tuple):  # a LayerKVCache (the decode layout)
             keys, values, kv = layer_cache.write_layer(kv, layer, kk, vv, write_idx)
-            s, attend_fn = keys.shape[-1], attend_layer_major  # keys [B, K, D, C]
+            s = keys.shape[-1]  # keys [B, K, D, C]
+            attend_fn = functools.partial(attend_layer_major, one_query=one)
         else:  # cached: write this chunk at each row's slots, attend over the whole cache row
             k_all, v_all = kv
             k_all = cache_lib.write_layer(k_all, layer, kk, write_idx)
@@ -328,7 +321,7 @@ class Attention(nn.Module):
             kv = (k_all, v_all)
             keys = k_all[layer].astype(cfg.jnp_dtype)  # [B, C, K, D]
             values = v_all[layer].astype(cfg.jnp_dtype)
-            s, attend_fn = keys.shape[1], attend
+            s, attend_fn = keys.shape[1], functools.partial(attend, one_query=one)
 
         b, t = x.shape[:2]
         qg = q.reshape(b, t, k, h // k, d)

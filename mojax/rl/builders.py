@@ -15,10 +15,11 @@ import numpy as np
 from mojax import learner, models
 from mojax import sharding as sharding_lib
 from mojax.advantages import MethodContext
+from mojax.models import layouts
 from mojax.rl.episodes import EpisodeRunner
 from mojax.rl.model_config import qwen_config
 from mojax.rl.step import Run
-from mojax.sampling import bucket_length
+from mojax.sampling import InGraphSampler, bucket_length
 from mojax.tasks.base import Task
 from mojax.tasks.splits import Splits
 
@@ -136,16 +137,16 @@ def build_run(spec: Any, workdir: str, pool) -> Run:
     task = spec.build_task()
     splits = load_splits(task, spec)
     tokenizer = build_tokenizer(spec, task, splits, workdir)
-    model_config = build_model_config(spec, tokenizer)
+    # the execution layouts of sampler and learner, chosen once for this backend
+    model_config = layouts.resolve(build_model_config(spec, tokenizer))
     runner = EpisodeRunner(
         spec,
         task,
         tokenizer,
-        model_config,
+        InGraphSampler(model_config, mesh=mesh, rules=rules),
         tool=build_tool(task, spec, splits),
         pool=pool,
         judge=build_judge(spec, task),
-        mesh=mesh,
     )
     total_len = bucket_length(max(len(runner.prompt_ids(ex)) for ex in splits.all))
     tx = learner.make_optimizer(spec.optimizer)

@@ -1,8 +1,9 @@
 """Episodes: prompts -> (multi-turn) rollouts -> reward vectors, for training and evaluation.
 
 One call rolls out ``G`` samples of each of ``P`` examples with the current policy (the agentic
-driver ``mojax.rollout.rollout``: KV-cached decoding, tool calls executed on the host and their
-observations appended and masked), then scores them into ``rewards [P, G, M]`` / ``valid [P, G]``
+driver ``mojax.rollout.run_rollout`` on the run's sampler, ``mojax.sampling.Sampler``: KV-cached
+decoding, tool calls executed on the host and their observations appended and masked), then scores
+them into ``rewards [P, G, M]`` / ``valid [P, G]``
 (single answers) or ``set_rewards [P, G, S, M]`` / ``set_valid [P, G, S]`` (VPO multi-answer sets).
 """
 
@@ -15,7 +16,6 @@ from typing import Any
 import jax
 import numpy as np
 
-from mojax import models
 from mojax.pareto import NOptimalTracker
 from mojax.rl import rewards as rewards_lib
 from mojax.rl.scoring import score_owned
@@ -65,11 +65,10 @@ class EpisodeRunner:
     spec: Any  # mojax.rl.spec.RunSpec
     task: Task
     tokenizer: Any
-    model_config: models.QwenConfig
+    sampler: Any  # mojax.sampling.Sampler: the generation engine (weights set per call)
     tool: Any = None
     pool: Any = None
     judge: Any = None
-    mesh: Any = None
     _prompt_cache: dict = dataclasses.field(default_factory=dict)
     _driver: Any = None  # mojax.rollout.RolloutSpec: the driver's fixed settings, built once
 
@@ -160,10 +159,10 @@ class EpisodeRunner:
 
         examples = list(examples)
         prompt_ids, goal_w = self._prompts(examples, goal_weights)
-        model = models.QwenModel(config=self.model_config, params=params)
+        self.sampler.update_weights(params)
         result = run_rollout(
             self.driver_spec().replace(temperature=float(temperature)),
-            model,
+            self.sampler,
             self.tokenizer,
             self.task,
             prompt_ids,
@@ -171,7 +170,6 @@ class EpisodeRunner:
             num_samples=int(num_samples),
             tool=self.tool if self.has_tool else None,
             pool=self.pool,
-            mesh=self.mesh,
         )
         g = int(num_samples)
         n_calls = np.asarray(result.n_calls)

@@ -1,7 +1,7 @@
 """Multi-turn agentic rollouts: decode, stop at a tool call, run the tool, append, resume.
 
-The driver runs the sampler's resumable decode (``mojax.sampling.generate`` then
-``append_and_continue`` on the same KV cache) and, between decode calls, the host work of a
+The driver runs a sampler's resumable decode (``Sampler.generate`` then ``append_and_continue`` on
+the same KV cache; ``mojax.sampling.sampler``) and, between decode calls, the host work of a
 tool-integrated agent (ToRL, arXiv:2503.23383; Search-R1, arXiv:2503.09516). One round is::
 
     decode until stop   every live row decodes until eos or the task's tool stop (``</calc>``,
@@ -45,21 +45,15 @@ import jax
 import numpy as np
 
 from mojax import distributed
-from mojax import sharding as sharding_lib
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES
 from mojax.rollout import stops as stops_lib
 from mojax.rollout.calls import ToolRunner, observations, parse_calls
-from mojax.rollout.observations import (  # noqa: F401 - re-exported
-    TRUNCATION_MARK,
-    decode_ids,
-    encode_observation,
-    malformed_message,
-)
+from mojax.rollout.observations import decode_ids
 from mojax.rollout.rows import WAIT_FALSE_STOP, DecodeView, Row, Turn, settle
-from mojax.rollout.spec import FINISH_REASONS, RolloutSpec  # noqa: F401 - re-exported
+from mojax.rollout.spec import RolloutSpec
 from mojax.rollout.tools.pool import ToolPool
-from mojax.sampling import api as sampling
 from mojax.sampling import buckets
+from mojax.sampling.sampler import InGraphSampler, Sampler
 
 
 @dataclasses.dataclass
@@ -190,9 +184,16 @@ def _round_plan(
     return _AppendPlan(obs_tokens, obs_lengths, resume, budget, min_bucket)
 
 
+def as_sampler(sampler_or_model, mesh=None, rules=DEFAULT_LOGICAL_AXIS_RULES) -> Sampler:
+    """A ``Sampler`` as is; a ``QwenModel`` as the in-graph sampler over ``mesh``."""
+    if hasattr(sampler_or_model, "append_and_continue"):
+        return sampler_or_model
+    return InGraphSampler.of(sampler_or_model, mesh=mesh, rules=rules)
+
+
 def run_rollout(
     spec: RolloutSpec,
-    model,
+    sampler,
     tokenizer,
     task,
     prompts_ids: Sequence[Sequence[int]],
@@ -208,7 +209,8 @@ def run_rollout(
 
     Args:
       spec: the fixed settings (``RolloutSpec.create(tokenizer, task, ...)``, built once).
-      model: a ``QwenModel`` (anything the sampler accepts).
+      sampler: a ``mojax.sampling.Sampler`` (its weights set), or a ``QwenModel`` to sample with the
+        in-graph sampler over ``mesh``.
       tokenizer: the tokenizer ``spec`` was built with (encode / decode).
       task: a ``mojax.tasks`` task (``parse_tool_call``, ``format_observation``).
       prompts_ids: P token lists (the chat-templated prompts, unpadded).
@@ -216,7 +218,7 @@ def run_rollout(
       num_samples: G.
       tool: needed when calls can be answered (``ToolRunner``).
       pool: a ``ToolPool`` to run calls in (default: a private pool of ``min(8, B)`` threads).
-      mesh, rules: sharding of the sampler (see ``mojax.sampling.generate``).
+      mesh, rules: sharding of the in-graph sampler when ``sampler`` is a model.
 
     Raises:
       ValueError naming the argument (``num_samples``, ``tool``, ``prompts_ids``, ...).
@@ -228,24 +230,23 @@ def run_rollout(
     g = int(num_samples)
     b = prompts.shape[0] * g
     name = getattr(task, "name", task)
-    layout = distributed.row_layout(
-        None if mesh is None else sharding_lib.batch_sharding(mesh, rules, 1), b
-    )
+    sampler = as_sampler(sampler, mesh, rules)
+    layout = distributed.row_layout(sampler.row_sharding, b)
     owned = layout.owner == distributed.process_index()
     runner = ToolRunner(spec, tool, pool, owned, name, gather=layout.shared)
     rows = [Row(call_budget=spec.first_budget(), local=bool(x)) for x in layout.local]
     counters: collections.Counter = collections.Counter(decode_calls=1)
     prompt_bucket = buckets.bucket_length(int(prompt_lengths.max()), spec.min_prompt_bucket)
     cache_slots = spec.cache_slots(prompt_bucket)
-    decode = dict(mesh=mesh, rules=rules, **spec.sampling)
+    decode = dict(spec.sampling)
     try:
-        out = _decode_first(spec, model, prompts, prompt_lengths, key, g, cache_slots, decode)
+        out = _decode_first(spec, sampler, prompts, prompt_lengths, key, g, cache_slots, decode)
         while True:
             view = DecodeView.of(out, layout)
             plan = _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters)
             if plan is None:
                 break
-            out = _decode_next(model, out, plan, decode)
+            out = _decode_next(sampler, out, plan, decode)
             counters["decode_calls"] += 1
     finally:
         runner.close()
@@ -253,10 +254,9 @@ def run_rollout(
     return _result(spec, rows, view, out, tokenizer, _counters(counters, layout), g, layout)
 
 
-def _decode_first(spec, model, prompts, prompt_lengths, key, g, cache_slots, decode):
+def _decode_first(spec, sampler, prompts, prompt_lengths, key, g, cache_slots, decode):
     """Prefill and the first decode call (a whole turn, or its first segment) of every row."""
-    return sampling.generate(
-        model,
+    return sampler.generate(
         prompts,
         key=key,
         max_new_tokens=spec.first_budget(),
@@ -272,10 +272,9 @@ def _decode_first(spec, model, prompts, prompt_lengths, key, g, cache_slots, dec
     )
 
 
-def _decode_next(model, out, plan: _AppendPlan, decode):
+def _decode_next(sampler, out, plan: _AppendPlan, decode):
     """Appends ``plan``'s observations to its rows and decodes them further (same KV cache)."""
-    return sampling.append_and_continue(
-        model,
+    return sampler.append_and_continue(
         out.state,
         plan.obs_tokens,
         plan.obs_lengths,
@@ -350,7 +349,7 @@ def _result(spec, rows, view, out, tokenizer, counters, num_samples, layout) -> 
 
 
 def rollout(
-    model,
+    sampler,
     tokenizer,
     task,
     prompts_ids: Sequence[Sequence[int]],
@@ -376,7 +375,7 @@ def rollout(
     spec = RolloutSpec.create(tokenizer, task, stop_spec=stop_spec, **settings)
     return run_rollout(
         spec,
-        model,
+        sampler,
         tokenizer,
         task,
         prompts_ids,

@@ -47,6 +47,7 @@ from mojax.sampling.api import append_and_continue, generate, stop_id_array
 from mojax.sampling.buckets import bucket_length, next_power_of_two, segment_caps
 from mojax.sampling.decode import continue_from_arrays, generate_from_arrays
 from mojax.sampling.processors import SamplingParams, process_logits, sample_step
+from mojax.sampling.sampler import InGraphSampler, Sampler
 from mojax.sampling.state import (
     FINISH_REASONS,
     LENGTH,
@@ -59,6 +60,8 @@ from mojax.sampling.state import (
 
 __all__ = [
     "FINISH_REASONS",
+    "InGraphSampler",
+    "Sampler",
     "LENGTH",
     "RUNNING",
     "STOP",

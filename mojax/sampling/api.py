@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax import distributed
+from mojax.models import layouts
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import buckets, decode
 from mojax.sampling.processors import SamplingParams
@@ -50,6 +51,12 @@ def stop_id_array(stop_token_ids, p: int, g: int) -> np.ndarray:
     raise ValueError(
         f"stop_token_ids must be a sequence of ints or a [P, J] / [B, J] array, got shape {a.shape}"
     )
+
+
+def _resolved(model: QwenModel) -> QwenModel:
+    """``model`` with its config's execution layouts set for this backend (unchanged when set)."""
+    config = layouts.resolve(model.config)
+    return model if config is model.config else QwenModel(config=config, params=model.params)
 
 
 def _check_tokens(name: str, tokens: np.ndarray, mask: np.ndarray, vocab: int):
@@ -119,6 +126,7 @@ def generate(
       state for ``append_and_continue``).
     """
     params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
+    model = _resolved(model)
     tokens = np.asarray(prompt_tokens)
     if tokens.ndim != 2 or tokens.shape[1] == 0:
         raise ValueError(f"prompt_tokens must be int [P, Tp] with Tp >= 1, got {tokens.shape}")
@@ -219,6 +227,7 @@ def append_and_continue(
         (``max_response_len``) cannot hold the observations plus one more token.
     """
     params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
+    model = _resolved(model)
     b, r, s = state.batch, state.max_response_len, state.max_total_len
     obs = np.asarray(obs_tokens, np.int64)
     if obs.ndim != 2 or obs.shape[0] != b:

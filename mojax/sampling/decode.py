@@ -30,6 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from mojax.models import layouts
 from mojax.models.cache import CACHE_LOGICAL_AXES, KVCache, init_cache
 from mojax.models.layer_cache import (
     LAYER_CACHE_LOGICAL_AXES,
@@ -133,14 +134,14 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
 def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ...]):
     """Runs the decode loop segment by segment until every row is done (or the cache is full).
 
-    On the CPU backend the loop runs unrolled layers (``unstack_layers``, once before the loop):
-    a scanned layer's weight slices were copied on every token, 6.5 of ~171 ms per step at
-    bench-qwen3-50m, B = 128 (``docs/performance.md`` §2). It also carries the cache in the
-    decode layout (``LayerKVCache``: one array per layer, keys with the slot axis minor), whose
-    attention reads no slice copies and reduces over non-minor axes; the state comes back in the
-    stacked ``KVCache`` layout. Other backends keep the model and the cache as they are.
+    With ``Layouts.decode_per_layer`` (the CPU layouts) the loop runs unrolled layers
+    (``unstack_layers``, once before the loop: a scanned layer copies its weight slices on every
+    token) and carries the cache in the decode layout (``LayerKVCache``: one array per layer, keys
+    with the slot axis minor), whose attention reads no slice copies and reduces over non-minor
+    axes; the state comes back in the stacked ``KVCache`` layout. Otherwise the model and the cache
+    stay as they are.
     """
-    if jax.default_backend() == "cpu":
+    if layouts.of(model.config).decode_per_layer:
         model = unstack_layers(model)
         s = s.replace(cache=_constrain_cache(to_layer_major(s.cache)))
     max_len = s.cache.max_len
@@ -194,7 +195,7 @@ def _generate_jit(
         mask = jnp.arange(tb)[None, :] < prompt_lengths[:, None]  # right-padded prompts
         cache = _constrain_cache(init_cache(model.config, p, tb, cache_dtype))
         logits, cache = _forward(model, prompt_tokens, mask, cache, prompt_lengths - 1)
-        if jax.default_backend() == "cpu":  # the decode layout (see ``_decode``), on P rows
+        if layouts.of(model.config).decode_per_layer:  # the decode layout (``_decode``), P rows
             cache = _constrain_cache(to_layer_major(cache))
         cache = _constrain_cache(state_lib.broadcast_cache(cache, num_samples, max_total_len))
         s = SamplingState(

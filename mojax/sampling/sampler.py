@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from mojax import sharding as sharding_lib
 from mojax.models import layouts as layouts_lib
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import api
@@ -55,21 +56,24 @@ class InGraphSampler:
 
     @classmethod
     def of(cls, model: QwenModel, *, mesh=None, rules=DEFAULT_LOGICAL_AXIS_RULES) -> InGraphSampler:
-        """A sampler over an existing model's config and weights."""
-        return cls(model.config, model.params, mesh=mesh, rules=rules)
+        """A sampler over an existing model (its class kept: a subclass's forward is used)."""
+        sampler = cls(model.config, mesh=mesh, rules=rules)
+        sampler.model = model.replace(config=sampler.config)
+        return sampler
 
     @property
     def row_sharding(self):
         """Rows over the mesh's batch axes (None without a mesh)."""
         if self.mesh is None:
             return None
-        from mojax import sharding as sharding_lib
-
         return sharding_lib.batch_sharding(self.mesh, self.rules, 1)
 
     def update_weights(self, params) -> None:
         """Samples from ``params`` from the next call on (no copy: the arrays are shared)."""
-        self.model = QwenModel(config=self.config, params=params)
+        if self.model is None:
+            self.model = QwenModel(config=self.config, params=params)
+        else:
+            self.model = self.model.replace(params=params)
 
     def _model(self) -> QwenModel:
         if self.model is None:
