@@ -10,8 +10,8 @@ damaged. The evidence is of two kinds:
   ``DATA_LOSS``, a byte range past the end of a file (``OUT_OF_RANGE``: a short file),
   ``NOT_FOUND`` (a file the index names is missing) or bytes that do not decode
   (``FAILED_PRECONDITION`` from decompression or decoding). An error that carries an OS error
-  other than a missing file (TensorStore reports EIO, ESTALE, EMFILE, ... as ``FAILED_PRECONDITION ...
-  [OS error ...]``) is no verdict on the bytes.
+  other than a missing file (TensorStore reports EIO, ESTALE, EMFILE, ... as
+  ``FAILED_PRECONDITION ... [OS error ...]``) is no verdict on the bytes.
 
 Everything else -- an ``OSError`` such as EIO, ESTALE or EMFILE, a ``MemoryError``, TensorStore's
 ``RESOURCE_EXHAUSTED`` / ``UNAVAILABLE``, orbax's "tree structures do not match" -- is no evidence:

@@ -42,8 +42,10 @@ PROGRESS_KEYS = ("reward/scalar/mean", "loss", "eval/accuracy", "eval/tool_calls
 def run(config, workdir: str) -> dict[str, float]:
     """Validates ``config`` and runs it in ``workdir`` (train, eval or dry run).
 
-    Training applies the workdir contract first (``mojax.workdir.prepare``): a workdir holding a
-    different config is refused and a finished one is reported, before anything is built.
+    Training holds the workdir's lock (``mojax.workdir.lock``) and applies the workdir contract
+    first (``mojax.workdir.prepare``): a workdir another job holds or that holds a different
+    config is refused and a finished one is reported, before anything is built. URL paths are
+    refused in every mode (``mojax.workdir.check_paths``).
     """
     if config.mode == "show":  # every resolved key, its value and its help; nothing is built
         from mojax.config_show import show
@@ -51,6 +53,7 @@ def run(config, workdir: str) -> dict[str, float]:
         print(show(config), flush=True)
         return {}
     spec = spec_lib.validate(config)
+    workdir_lib.check_paths(config, workdir)
     if spec.dry_run:
         from mojax.rl.dry_run import dry_run
 
@@ -58,12 +61,13 @@ def run(config, workdir: str) -> dict[str, float]:
     if spec.mode == "eval":
         os.makedirs(workdir, exist_ok=True)
         return evaluate_only(config, workdir)
-    finished = workdir_lib.prepare(config, workdir)
-    if finished is not None:
-        if is_leader():
-            print(finished.message, flush=True)
-        return finished.summary
-    return train_and_evaluate(config, workdir)
+    with workdir_lib.lock(workdir):
+        finished = workdir_lib.prepare(config, workdir)
+        if finished is not None:
+            if is_leader():
+                print(finished.message, flush=True)
+            return finished.summary
+        return train_and_evaluate(config, workdir)
 
 
 def build_run(config, spec: spec_lib.RunSpec, workdir: str, pool) -> Run:
@@ -268,7 +272,8 @@ def transcript_rows(run_: Run, episodes) -> list[dict]:
 
 
 def evaluate_only(config, workdir: str) -> dict[str, float]:
-    """``mode=eval``: evaluates ``eval.checkpoint`` (an HF dir) or the workdir's latest checkpoint."""
+    """``mode=eval``: evaluates ``eval.checkpoint`` (an HF dir) or the workdir's latest checkpoint
+    (opened read-only: a running job's checkpoints are neither cleaned up nor moved aside)."""
     from mojax.rollout.tools import ToolPool
 
     spec = spec_lib.validate(config)
@@ -280,7 +285,7 @@ def evaluate_only(config, workdir: str) -> dict[str, float]:
 
             params = load_params(spec.eval.checkpoint, run_.model_config)
         else:
-            ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"))
+            ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True)
             try:
                 target = rl.abstract_train_state(run_.model_config, run_.tx, run_.mesh, run_.rules)
                 params = ckpt.restore(target, fallback=True)[0].params
