@@ -321,12 +321,13 @@ class Checkpointer:
         """Renames step directory ``<step>`` to ``<step>.corrupt`` (``.corrupt-1``, ... if taken).
 
         Every process calls it: process 0 renames, then all meet at a barrier, so every process
-        sees the same step list afterwards. Returns the new path on process 0, else ``None``. The
-        directory is kept for inspection; renaming it back restores the step.
+        sees the same step list afterwards. Returns the new path on process 0, else ``None`` (also
+        when the directory is already gone). The directory is kept for inspection; renaming it back
+        restores the step.
         """
         self._check_writable("move a step aside")
         moved = None
-        if jax.process_index() == 0:
+        if jax.process_index() == 0 and os.path.isdir(self.step_path(step)):
             src = self.step_path(step)
             moved, i = f"{src}.corrupt", 0
             while os.path.exists(moved):
