@@ -16,8 +16,9 @@ Guarantees:
 
 * atomic: orbax writes a step into ``<step>.orbax-checkpoint-tmp-*`` and renames it when complete,
   so a process killed mid-save leaves the previous steps usable (unfinished tmp dirs are ignored);
-* a writing ``Checkpointer`` deletes unfinished tmp dirs when it opens the directory, so only the
-  job that holds the workdir lock (``mojax.workdir_lock``) opens one; readers (``mode=eval``,
+* a writing ``Checkpointer`` deletes unfinished tmp dirs when it opens the directory (in the
+  background, finished before its first save), so only the job that holds the workdir lock
+  (``mojax.workdir_lock``) opens one; readers (``mode=eval``,
   ``python -m mojax.export``) open it with ``read_only=True``, which creates, deletes, renames and
   writes nothing;
 * restore onto a different mesh: arrays are read slice-wise into the shardings of ``target``;

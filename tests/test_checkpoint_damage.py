@@ -184,8 +184,10 @@ def test_read_only_deletes_nothing_and_skips_damage_without_moving(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint directory"):
         Checkpointer(tmp_path / "absent", read_only=True)
     assert not (tmp_path / "absent").exists()
-    # a writing Checkpointer cleans the unfinished save up: only the lock holder opens one
-    Checkpointer(directory).close()
+    # a writing Checkpointer cleans the unfinished save up (by its first save at the latest):
+    # only the holder of the workdir lock opens one
+    with Checkpointer(directory) as ck:
+        ck.save(5, small_state(5), host_state(5))
     assert not (directory / "4.orbax-checkpoint-tmp-1234").exists()
     gc.collect()
 
