@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Run on every worker of a Cloud TPU VM slice (jax.distributed finds the TPU topology itself).
 #
-#   launch/tpu_vm.sh my-tpu us-central2-b configs/awpo.py:model=qwen3-4b,checkpoint=gs://b/qwen3-4b gs://b/runs/awpo
+#   launch/tpu_vm.sh my-tpu us-central2-b configs/awpo.py:model=qwen3-4b,checkpoint=/mnt/ckpt/qwen3-4b /mnt/runs/awpo
+#
+# Paths are local to each worker, not URLs: mojax refuses gs:// (and any ://) paths. The workdir
+# must be a directory every worker mounts with atomic directory rename (Filestore / NFS; not
+# gcsfuse), and the model checkpoint a directory each worker can read (copy it first, e.g.
+# `gcloud storage cp -r gs://b/qwen3-4b /mnt/ckpt/` on every worker or onto the shared mount).
 #
 set -euo pipefail
 tpu="${1:?usage: launch/tpu_vm.sh TPU_NAME ZONE CONFIG[:ARG] WORKDIR [extra flags]}"
@@ -10,6 +15,12 @@ config="${3:?config}"
 workdir="${4:?workdir}"
 shift 4
 extra="$*"
+for path in "$config" "$workdir"; do
+  if [[ "$path" == *://* ]]; then
+    echo "launch/tpu_vm.sh: '$path' holds a URL; give local paths, not a URL (see this script's header)" >&2
+    exit 2
+  fi
+done
 gcloud compute tpus tpu-vm ssh "$tpu" --zone="$zone" --worker=all --command="
   cd ~/mojax && pip install -q -e . 'jax[tpu]' &&
   MOJAX_DISTRIBUTED=1 python -m mojax.main --config='$config' --workdir='$workdir' $extra"

@@ -15,15 +15,25 @@ position. ``Checkpointer`` saves both under one step with orbax's ``CheckpointMa
 Guarantees:
 
 * atomic: orbax writes a step into ``<step>.orbax-checkpoint-tmp-*`` and renames it when complete,
-  so a process killed mid-save leaves the previous steps usable (unfinished tmp dirs are ignored
-  and cleaned up when the next ``Checkpointer`` opens the directory);
+  so a process killed mid-save leaves the previous steps usable (unfinished tmp dirs are ignored);
+* a writing ``Checkpointer`` deletes unfinished tmp dirs when it opens the directory (in the
+  background, finished before its first save), so only the job that holds the workdir lock
+  (``mojax.workdir_lock``) opens one; readers (``mode=eval``,
+  ``python -m mojax.export``) open it with ``read_only=True``, which creates, deletes, renames and
+  writes nothing;
 * restore onto a different mesh: arrays are read slice-wise into the shardings of ``target``;
-* a broken step raises ``CorruptCheckpointError`` naming its path and what is wrong; with
-  ``fallback=True`` it is moved aside to ``<step>.corrupt`` (renamed, never deleted; logged) and the
-  newest readable older step is restored instead, so the run can later save that step number again
-  instead of crash-looping on ``StepAlreadyExistsError``. A step that is readable but does not fit
-  the restore target (the model or optimizer changed) is not corruption: it raises a plain
-  ``CheckpointError`` and nothing is moved.
+* a step is called corrupt only on positive evidence that its files are damaged (a missing, short,
+  empty or unparsable file; ``mojax.checkpoint_damage``): ``CorruptCheckpointError`` names its
+  path and the evidence. With ``fallback=True`` it is moved aside to ``<step>.corrupt`` (renamed,
+  never deleted; logged) and the next older step is tried, so the run can later save that step
+  number again instead of crash-looping on ``StepAlreadyExistsError``;
+* any other read failure -- an I/O error, a stale file handle, too many open files, out of memory,
+  a saved tree that does not fit the target (a renamed parameter, a changed optimizer) -- raises a
+  plain ``CheckpointError`` that says so: nothing is moved and no older step is tried;
+* multi-host: every process reads its own shards and forms a verdict (read, damaged, failed);
+  the verdicts are all-gathered and every process acts on the same decision: any failure stops
+  all of them, else any damage moves the step aside on all of them (process 0 renames, then a
+  barrier), else all return the step.
 
 Host state is any JSON-like tree of dicts, lists, tuples, str, int, float (NaN / inf kept), bool,
 None, numpy scalars and arrays (dtype and shape kept, values exact) and dicts with int / float /
@@ -42,20 +52,26 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
 from jax.experimental import multihost_utils
+
+from mojax import checkpoint_damage as damage_lib
+from mojax import distributed
+from mojax.paths import local_path
 
 _log = logging.getLogger(__name__)
 
-_STATE, _HOST = "state", "host"
+_STATE, _HOST = damage_lib.STATE, damage_lib.HOST
+_OK, _CORRUPT, _FAILED = "ok", "corrupt", "failed"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint step cannot be restored (corrupt, or it does not fit the restore target)."""
+    """A checkpoint step cannot be restored (corrupt, unreadable for now, or it does not fit the
+    restore target)."""
 
 
 class CorruptCheckpointError(CheckpointError):
-    """A checkpoint step's files are missing, empty or unreadable although its saved array shapes
-    fit the target (truncated data, garbage bytes, a deleted item)."""
+    """A checkpoint step's files are damaged: missing, short, empty or unparsable."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,11 +160,15 @@ class Checkpointer:
     """Orbax ``CheckpointManager`` for (``TrainState``, host state) pairs; see the module docstring.
 
     Args:
-      directory: where the step directories live (created if missing).
+      directory: where the step directories live (created if missing, unless ``read_only``); a
+        URL (``gs://...``) raises ``mojax.paths.RemotePathError``.
       max_to_keep: keep the newest N steps (None = all).
       async_save: write in a background thread (``save`` returns once the arrays are copied to
         host memory); ``wait()`` / ``close()`` block until written.
       save_interval_steps: ``save`` is a no-op unless ``step`` is a multiple (or ``force=True``).
+      read_only: only read: nothing in the directory is created, deleted or renamed (unfinished
+        saves of a running job stay); ``save`` and ``move_aside`` raise, and ``restore(...,
+        fallback=True)`` skips a damaged step without moving it.
     """
 
     def __init__(
@@ -158,26 +178,35 @@ class Checkpointer:
         max_to_keep: int | None = 3,
         async_save: bool = True,
         save_interval_steps: int = 1,
+        read_only: bool = False,
     ):
-        self.directory = os.path.abspath(os.fspath(directory))
+        self.directory = local_path(directory, "checkpoint directory")
+        self.read_only = read_only
+        if read_only and not os.path.isdir(self.directory):
+            raise CheckpointError(f"no checkpoint directory {self.directory}")
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep,
-            save_interval_steps=save_interval_steps,
-            enable_async_checkpointing=async_save,
-            cleanup_tmp_directories=True,
-            create=True,
+            max_to_keep=None if read_only else max_to_keep,
+            save_interval_steps=0 if read_only else save_interval_steps,
+            enable_async_checkpointing=async_save and not read_only,
+            cleanup_tmp_directories=not read_only,
+            create=not read_only,
+            read_only=read_only,
         )
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=(_STATE, _HOST)
         )
+        self._state_reader = ocp.StandardCheckpointHandler()
+        self._host_reader = ocp.JsonCheckpointHandler()
 
     # --- saving
     def save(self, step: int, state: Any, host_state: Any = None, *, force: bool = False) -> bool:
         """Start saving ``state`` (a pytree of arrays) and ``host_state`` as ``step``.
 
         Returns False when skipped by ``save_interval_steps``. Raises ``TypeError`` naming the path
-        of a host-state value that JSON cannot hold (before anything is written).
+        of a host-state value that JSON cannot hold (before anything is written), and
+        ``CheckpointError`` when opened ``read_only``.
         """
+        self._check_writable("save")
         host = {"host_state": encode_host_state({} if host_state is None else host_state)}
         args = ocp.args.Composite(
             **{_STATE: ocp.args.StandardSave(state), _HOST: ocp.args.JsonSave(host)}
@@ -187,6 +216,10 @@ class Checkpointer:
     def wait(self) -> None:
         """Block until pending async saves are written and committed."""
         self._manager.wait_until_finished()
+
+    def _check_writable(self, what: str) -> None:
+        if self.read_only:
+            raise CheckpointError(f"cannot {what} in {self.directory}: opened read_only")
 
     # --- reading
     def all_steps(self) -> list[int]:
@@ -201,39 +234,14 @@ class Checkpointer:
     def step_path(self, step: int) -> str:
         return os.path.join(self.directory, str(step))
 
-    def _check_files(self, step: int) -> None:
-        path = self.step_path(step)
-        if not os.path.isdir(path):
-            raise CorruptCheckpointError(f"checkpoint step {step}: directory {path} does not exist")
-        for item in (_STATE, _HOST):
-            sub = os.path.join(path, item)
-            if not os.path.isdir(sub) or not os.listdir(sub):
-                raise CorruptCheckpointError(
-                    f"checkpoint step {step} at {path}: item {item!r} is missing or empty ({sub})"
-                )
-
-    def restore_step(self, target: Any, step: int) -> tuple[Any, Any]:
-        """(state, host_state) of ``step`` placed like ``target``.
-
-        Raises:
-          CorruptCheckpointError: files missing or unreadable (see the class).
-          CheckpointError: the step is readable but does not fit ``target``.
-        """
-        self._check_files(step)
-        args = ocp.args.Composite(
-            **{
-                _STATE: ocp.args.StandardRestore(_as_abstract(target)),
-                _HOST: ocp.args.JsonRestore(),
-            }
-        )
-        try:
-            out = self._manager.restore(step, args=args)
-            host = decode_host_state(out[_HOST]["host_state"])
-        except Exception as e:  # noqa: BLE001 - every reader failure becomes one named error
-            raise self._read_error(target, step, e) from e
-        state = out[_STATE]
-        got = jax.tree.structure(state)
-        want = jax.tree.structure(target)
+    def _read(self, target: Any, step: int) -> tuple[Any, Any]:
+        """(state, host_state) of ``step`` on this process; raises whatever the reader raises."""
+        path = epath.Path(self.step_path(step))
+        args = ocp.args.StandardRestore(_as_abstract(target))
+        state = self._state_reader.restore(path / _STATE, args=args)
+        host = self._host_reader.restore(path / _HOST, args=ocp.args.JsonRestore())
+        host = decode_host_state(host["host_state"])
+        got, want = jax.tree.structure(state), jax.tree.structure(target)
         if got != want:
             raise CheckpointError(
                 f"checkpoint step {step} at {self.step_path(step)}: saved state structure differs "
@@ -241,43 +249,86 @@ class Checkpointer:
             )
         return state, host
 
-    def _read_error(self, target: Any, step: int, err: Exception) -> CheckpointError:
-        """Corrupt, unless the step's own metadata is readable and its array shapes differ from
-        ``target``'s (then the model or optimizer changed, and nothing is corrupt)."""
+    def _verdict(self, target: Any, step: int, err: Exception) -> tuple[str, str]:
+        """(``_CORRUPT`` or ``_FAILED``, message) for a read of ``step`` that raised ``err``:
+        corrupt only on positive evidence (``mojax.checkpoint_damage``)."""
         where = f"checkpoint step {step} at {self.step_path(step)}"
-        cause = f"{type(err).__name__}: {err}"
+        if isinstance(err, CheckpointError):
+            return _FAILED, str(err)
         try:
-            saved = self._manager.item_metadata(step)[_STATE]
+            found = damage_lib.damage(self.step_path(step))
+        except OSError as e:
+            msg = damage_lib.not_damaged_message(where, err)
+            return _FAILED, f"{msg}\n  (its files could not be inspected either: {e})"
+        if found:
+            return _CORRUPT, f"{where} is damaged: {found}; reading it raised {type(err).__name__}"
+        mismatch = self._shape_mismatch(target, step)
+        if mismatch:
+            return _FAILED, (
+                f"{where} does not fit the restore target (model or optimizer changed?): {mismatch}"
+                f"; nothing was moved aside. Error: {damage_lib.describe(err)}"
+            )
+        found = damage_lib.reader_evidence(err)
+        if found:
+            return _CORRUPT, f"{where} is damaged: {found}"
+        return _FAILED, damage_lib.not_damaged_message(where, err)
+
+    def _shape_mismatch(self, target: Any, step: int) -> str | None:
+        """The array shapes only in the saved step and only in ``target``, or None when they
+        agree (or the saved metadata cannot be read)."""
+        try:
+            saved = self._state_reader.metadata(epath.Path(self.step_path(step)) / _STATE)
             saved = getattr(saved, "tree", saved)
-            saved_shapes = collections.Counter(
+            saved = collections.Counter(
                 tuple(getattr(x, "shape", ())) for x in jax.tree.leaves(saved)
             )
-        except Exception as meta_err:  # noqa: BLE001 - unreadable metadata is corruption
-            return CorruptCheckpointError(
-                f"{where} is unreadable: {cause} (its metadata too: {type(meta_err).__name__}: "
-                f"{meta_err})"
-            )
+        except Exception:  # noqa: BLE001 - no metadata, no shape verdict
+            return None
         want = collections.Counter(tuple(np.shape(x)) for x in jax.tree.leaves(target))
-        if saved_shapes != want:
-            only_saved = sorted((saved_shapes - want).elements())[:5]
-            only_target = sorted((want - saved_shapes).elements())[:5]
-            return CheckpointError(
-                f"{where} does not fit the restore target (model or optimizer changed?): array "
-                f"shapes only in the checkpoint {only_saved}, only in the target {only_target}; "
-                f"{cause}"
-            )
-        return CorruptCheckpointError(f"{where} is unreadable: {cause}")
+        if saved == want:
+            return None
+        only_saved = sorted((saved - want).elements())[:5]
+        only_target = sorted((want - saved).elements())[:5]
+        return f"array shapes only in the checkpoint {only_saved}, only in the target {only_target}"
+
+    def _read_together(self, target: Any, step: int) -> tuple[Any, list[tuple[str, str]]]:
+        """Reads ``step`` on this process; returns (its result or None, every process's verdict
+        ``(kind, message)`` in process order). Never raises before the all-gather, so every
+        process reaches it."""
+        result = None
+        try:
+            result, verdict = self._read(target, step), (_OK, "")
+        except Exception as e:  # noqa: BLE001 - every reader failure becomes a verdict
+            try:
+                verdict = self._verdict(target, step, e)
+            except Exception as inner:  # noqa: BLE001 - a verdict no matter what
+                verdict = (_FAILED, f"checkpoint step {step}: {e!r}; classifying it: {inner!r}")
+        return result, distributed.allgather_objects(verdict)
+
+    def restore_step(self, target: Any, step: int) -> tuple[Any, Any]:
+        """(state, host_state) of ``step`` placed like ``target`` (all processes call it).
+
+        Raises:
+          CorruptCheckpointError: some process found positive evidence of damage (and none
+            failed otherwise).
+          CheckpointError: some process could not read the step for another reason (transient
+            error, or the step does not fit ``target``).
+        """
+        result, verdicts = self._read_together(target, step)
+        _raise_unless_ok(verdicts)
+        return result
 
     def move_aside(self, step: int) -> str | None:
         """Renames step directory ``<step>`` to ``<step>.corrupt`` (``.corrupt-1``, ... if taken).
 
-        Only process 0 (``jax.process_index() == 0``) renames; with several processes all of them
-        then meet at a barrier, so every process sees the same step list afterwards. Returns the
-        new path on process 0, else ``None``. The directory is kept for inspection; renaming it
-        back restores the step.
+        Every process calls it: process 0 renames, then all meet at a barrier, so every process
+        sees the same step list afterwards. Returns the new path on process 0, else ``None`` (also
+        when the directory is already gone). The directory is kept for inspection; renaming it back
+        restores the step.
         """
+        self._check_writable("move a step aside")
         moved = None
-        if jax.process_index() == 0:
+        if jax.process_index() == 0 and os.path.isdir(self.step_path(step)):
             src = self.step_path(step)
             moved, i = f"{src}.corrupt", 0
             while os.path.exists(moved):
@@ -292,21 +343,22 @@ class Checkpointer:
     def restore(
         self, target: Any, *, step: int | None = None, fallback: bool = False
     ) -> tuple[Any, Any, int]:
-        """Restore ``(state, host_state, step)``.
+        """Restore ``(state, host_state, step)`` (every process calls it).
 
         Args:
           target: the state to restore into — a ``TrainState`` of ``jax.ShapeDtypeStruct`` with
             shardings (``mojax.learner.abstract_train_state``) or of arrays; the checkpoint is read
             straight into those shardings, whatever mesh it was saved from.
           step: the step to read (default the latest committed one).
-          fallback: if the step is corrupt, move it aside (``move_aside``: process 0 renames it to
-            ``<step>.corrupt``), log a warning and try the next older steps.
+          fallback: if the step is damaged, move it aside (``move_aside``; read-only: skip it,
+            moving nothing), log a warning and try the next older steps.
 
         Raises:
-          CorruptCheckpointError: the step (every step, with ``fallback``) is corrupt; the message
-            names each path and what is wrong.
-          CheckpointError: no committed step, or a readable step does not fit ``target`` (never
-            moved aside).
+          CorruptCheckpointError: the step (every step, with ``fallback``) is damaged; the
+            message names each path and the evidence.
+          CheckpointError: no committed step, or a step could not be read for another reason
+            (transient error, a tree that does not fit ``target``): nothing is moved and no
+            older step is tried.
         """
         steps = self.all_steps()
         if not steps:
@@ -317,30 +369,43 @@ class Checkpointer:
             )
         start = steps[-1] if step is None else step
         candidates = [s for s in reversed(steps) if s <= start]
-        if not fallback:
-            candidates = candidates[:1]
         errors = []
-        for s in candidates:
+        for s in candidates if fallback else candidates[:1]:
+            result, verdicts = self._read_together(target, s)
             try:
-                state, host = self.restore_step(target, s)
+                _raise_unless_ok(verdicts)
             except CorruptCheckpointError as e:
                 errors.append(str(e))
-                if fallback:
+                if not fallback:
+                    raise
+                if self.read_only:
+                    _log.warning("%s; skipped (read-only: not moved); trying an older step", e)
+                else:
                     moved = self.move_aside(s)
                     _log.warning("%s; moved it aside to %s; trying an older step", e, moved)
                 continue
-            return state, host, s
-        if len(errors) == 1:
-            raise CorruptCheckpointError(errors[0])
+            return (*result, s)
         raise CorruptCheckpointError("no readable checkpoint:\n  " + "\n  ".join(errors))
 
     def close(self) -> None:
         """Wait for pending saves and release the manager's threads."""
         self._manager.wait_until_finished()
         self._manager.close()
+        self._state_reader.close()
+        self._host_reader.close()
 
     def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _raise_unless_ok(verdicts: list[tuple[str, str]]) -> None:
+    """Raises the decision of all processes' verdicts: any failure -> ``CheckpointError``, else
+    any damage -> ``CorruptCheckpointError``; nothing when every process read the step."""
+    many = len(verdicts) > 1
+    for kind, error in ((_FAILED, CheckpointError), (_CORRUPT, CorruptCheckpointError)):
+        msgs = [(p, m) for p, (k, m) in enumerate(verdicts) if k == kind]
+        if msgs:
+            raise error("\n".join(f"process {p}: {m}" if many else m for p, m in msgs))

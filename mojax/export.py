@@ -16,7 +16,9 @@ The run is rebuilt the way the trainer builds it: the resolved config from ``<wo
 the tokenizer and model config from ``mojax.rl.builders`` (``build_tokenizer``,
 ``build_model_config``), and the params of the latest (or ``--step``) committed orbax checkpoint in
 ``<workdir>/checkpoints``. Only the params are read (orbax partial restore), never the optimizer
-moments, so the export needs host memory for the params alone.
+moments, so the export needs host memory for the params alone. The checkpoints are opened
+read-only: exporting from the workdir of a running job deletes, moves and writes nothing there
+(its unfinished saves stay). Paths are local: a URL (``gs://...``) is refused (``mojax.paths``).
 
 Tokenizer: an HF tokenizer (``tokenizer.path`` a directory, or the checkpoint's) has its files
 copied. The task's own sentencepiece vocabulary (``tokenizer.path="build"``, the calculator
@@ -94,7 +96,7 @@ def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None
 
     if not os.path.isdir(checkpoint_dir):
         raise FileNotFoundError(f"no checkpoint directory {checkpoint_dir}")
-    with ckpt_lib.Checkpointer(checkpoint_dir, async_save=False) as ckpt:
+    with ckpt_lib.Checkpointer(checkpoint_dir, read_only=True) as ckpt:
         steps = ckpt.all_steps()
     if not steps:
         raise ckpt_lib.CheckpointError(f"no committed checkpoint in {checkpoint_dir}")
@@ -115,7 +117,11 @@ def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None
     args = ocp.args.PyTreeRestore(
         item={"params": target}, restore_args={"params": restore_args}, partial_restore=True
     )
-    manager = ocp.CheckpointManager(os.path.abspath(checkpoint_dir), item_names=("state",))
+    manager = ocp.CheckpointManager(
+        os.path.abspath(checkpoint_dir),
+        options=ocp.CheckpointManagerOptions(read_only=True, save_interval_steps=0, create=False),
+        item_names=("state",),
+    )
     try:
         out = manager.restore(step, args=ocp.args.Composite(state=args))
     except Exception as e:  # noqa: BLE001 - one error naming the step and what is wrong
@@ -169,14 +175,26 @@ def export(
 
     Returns:
       ``{"step", "out_dir", "files", "tokenizer"}`` (``tokenizer`` says how it was exported).
+
+    Raises:
+      mojax.paths.RemotePathError, mojax.config.ConfigError: a path or a config path key is a URL.
     """
-    from mojax import hf_tokenizer, models
+    from mojax import hf_tokenizer, models, paths
     from mojax.rl import builders
     from mojax.rl import spec as spec_lib
+    from mojax.workdir import check_paths
 
+    for what, path in (
+        ("--workdir", workdir),
+        ("--out", out_dir),
+        ("--checkpoint_dir", checkpoint_dir),
+    ):
+        if path is not None:
+            paths.local_path(path, what)
     if config is None or isinstance(config, str):
         config = run_config(workdir, config)
     spec = spec_lib.validate(config, num_devices=None)
+    check_paths(spec.resolved, workdir)
     tokenizer = run_tokenizer(spec, workdir)
     model_config = builders.build_model_config(spec, tokenizer)
     params, step = restore_params(
@@ -225,14 +243,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint_dir", default=None, help="default <workdir>/checkpoints")
     parser.add_argument("--dtype", default=None, help="saved dtype, e.g. bfloat16")
     a = parser.parse_args(argv)
-    summary = export(
-        a.workdir,
-        a.out,
-        step=a.step,
-        config=a.config,
-        checkpoint_dir=a.checkpoint_dir,
-        dtype=a.dtype,
-    )
+    from mojax.config import ConfigError
+    from mojax.paths import RemotePathError
+
+    try:
+        summary = export(
+            a.workdir,
+            a.out,
+            step=a.step,
+            config=a.config,
+            checkpoint_dir=a.checkpoint_dir,
+            dtype=a.dtype,
+        )
+    except (RemotePathError, ConfigError) as e:  # a URL path (mojax.paths)
+        print(f"mojax.export: {e}", file=sys.stderr)
+        return 2
     print(
         f"exported step {summary['step']} of {a.workdir} to {a.out}: "
         f"{', '.join(summary['files'])}\ntokenizer: {summary['tokenizer']}"

@@ -9,10 +9,12 @@ as the launch scripts set, or given by ``--coordinator_address/--num_processes/-
 ``./workdir/<config name>[_<config arg>]`` (``mojax.workdir``): running the same command again
 resumes from its latest checkpoint, and a workdir that holds a different config is refused.
 
-Exit codes: 0 done (or already finished); 2 a bad config or a workdir holding another run (one
-block on stderr naming the key, its value and the allowed values; the traceback only with
-``--verbosity=1``); 128 + the signal number (143 SIGTERM, 130 SIGINT) when a signal stopped the run
-after checkpointing its last finished step (``mojax.preemption``).
+Exit codes: 0 done (or already finished); 2 a bad config, a URL path, or a workdir holding another
+run or locked by another job (one block on stderr naming the key, its value and the allowed values;
+the traceback only with ``--verbosity=1``); 3 a checkpoint that could not be restored (damaged
+beyond fallback, an I/O error, or a tree that does not fit: the message says which; nothing was
+moved unless damaged); 128 + the signal number (143 SIGTERM, 130 SIGINT) when a signal stopped
+the run after checkpointing its last finished step (``mojax.preemption``).
 """
 
 import os
@@ -39,6 +41,7 @@ _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Multi-process: num
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-process: this process's index.")
 flags.mark_flags_as_required(["config"])
 EXIT_CONFIG = 2
+EXIT_CHECKPOINT = 3
 
 
 def default_workdir(config_path: str) -> str:
@@ -116,8 +119,10 @@ def main(argv):
         except ValueError as e:
             print(_error_block("invalid command line", [str(e)]), file=sys.stderr)
             sys.exit(EXIT_CONFIG)
+    from mojax.checkpoint import CheckpointError
     from mojax.preemption import Preempted
     from mojax.rl import trainer
+    from mojax.workdir_lock import WorkdirLockedError
 
     workdir = _WORKDIR.value or default_workdir(flags.FLAGS["config"].config_filename)
     from mojax.distributed import is_leader
@@ -133,11 +138,16 @@ def main(argv):
             raise
         print(_error_block("invalid config", [str(e)]), file=sys.stderr)
         sys.exit(EXIT_CONFIG)
-    except workdir_lib.WorkdirError as e:
+    except (workdir_lib.WorkdirError, WorkdirLockedError) as e:
         if verbose:
             raise
         print(_error_block("workdir refused", [str(e)]), file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    except CheckpointError as e:
+        if verbose:
+            raise
+        print(f"mojax: checkpoint not restored\n{e}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_CHECKPOINT)
     except Preempted as e:
         print(f"mojax: {e}", file=sys.stderr, flush=True)
         sys.exit(e.exit_code)

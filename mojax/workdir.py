@@ -15,6 +15,18 @@
 * **Overrides** (``config.resume``): ``""`` (default) applies the check; ``"force"`` continues from
   the workdir's checkpoints under the new config and overwrites ``config.json``; ``"new"`` renames
   the old workdir to ``<workdir>.old-<n>`` (the first free ``n``) and starts from scratch.
+* **A rerun of a ``resume=new`` command resumes.** ``config.json`` records ``resume="new"``; when
+  the workdir holds a committed checkpoint of a run started by ``resume=new`` with the same
+  config, running the command again (what the preemption message says, what a SLURM requeue
+  does) resumes that run instead of moving it aside again.
+* **Damaged checkpoints.** A workdir whose ``checkpoints/`` holds steps moved aside as damaged
+  (``<step>.corrupt``) and no committed step is refused: a fresh start would train from step 0
+  and empty ``metrics.jsonl``. ``--config.resume=new`` starts over (the old workdir is kept);
+  renaming a ``.corrupt`` directory back retries that step.
+* **Lock.** Training holds the workdir's lock (:func:`lock`, ``mojax.workdir_lock``) around
+  :func:`prepare` and the run, so a second training job in the same workdir is refused.
+* **Local paths.** :func:`check_paths` refuses a URL workdir or a URL in a path key of the config
+  (``mojax.paths``) before anything is built.
 * **Finished runs.** A workdir whose ``done`` file records at least ``config.steps`` steps is
   finished: :func:`prepare` returns a :class:`Finished` whose message says so and how to extend it
   (a larger ``--config.steps`` resumes from the last checkpoint); nothing is trained and the exit
@@ -34,7 +46,9 @@ import re
 from typing import Any
 
 from mojax import logging as log_lib
+from mojax import paths
 from mojax.config import ConfigError
+from mojax.workdir_lock import LOCK_FILE, WorkdirLock
 
 #: Keys that may change between runs of one workdir: the run continues under the new values.
 RESUMABLE = (
@@ -129,6 +143,23 @@ def resume_mode(config: Any) -> str:
     return mode
 
 
+def lock(workdir: str) -> WorkdirLock:
+    """The workdir's exclusive lock (``mojax.workdir_lock``), to hold while training."""
+    return WorkdirLock(workdir)
+
+
+def check_paths(config: Any, workdir: str) -> None:
+    """Raises ``ConfigError`` naming ``--workdir`` or each config path key that holds a URL."""
+    lines = []
+    try:
+        paths.local_path(workdir, "--workdir")
+    except paths.RemotePathError as e:
+        lines.append(str(e))
+    lines += paths.remote_config_paths(config_values(config))
+    if lines:
+        raise ConfigError.of(lines)
+
+
 def prepare(config: Any, workdir: str) -> Finished | None:
     """Applies the contract (module docstring) before a training run builds anything.
 
@@ -136,15 +167,22 @@ def prepare(config: Any, workdir: str) -> Finished | None:
       None to train (``config.json`` is written, a stale ``done`` removed), or :class:`Finished`.
 
     Raises:
-      WorkdirError: the workdir holds a run of a different config (and ``config.resume`` is "").
+      WorkdirError: the workdir holds a run of a different config (and ``config.resume`` is ""),
+        or only damaged checkpoint steps (and ``config.resume`` is not "new").
       ConfigError: ``config.resume`` is not one of :data:`RESUME_MODES`.
     """
     mode = resume_mode(config)
     has_run = _has_outputs(workdir)
     saved_path = os.path.join(workdir, log_lib.CONFIG_FILE)
     saved = log_lib.read_config(saved_path) if os.path.isfile(saved_path) else None
+    if mode == "new" and _started_by_this_command(workdir, saved, config):
+        mode = ""
+        if log_lib.is_main_process():
+            print(_rerun_of_new_message(workdir), flush=True)
     if mode == "new":
         saved, has_run = None, False
+    elif _only_damaged_steps(workdir):
+        raise WorkdirError(_damaged_message(workdir))
     elif mode == "" and saved is None and has_run:
         raise WorkdirError(_no_config_message(workdir))
     elif mode == "" and saved is not None and has_run:
@@ -166,6 +204,28 @@ def prepare(config: Any, workdir: str) -> Finished | None:
         log_lib.write_config(workdir, config_tree(config))
     _barrier("mojax_workdir_written")
     return None
+
+
+def _step_names(workdir: str) -> list[str]:
+    path = os.path.join(workdir, "checkpoints")
+    return os.listdir(path) if os.path.isdir(path) else []
+
+
+def _only_damaged_steps(workdir: str) -> bool:
+    """RL checkpoint steps were moved aside as damaged and no committed step is left."""
+    names = _step_names(workdir)
+    return not any(n.isdigit() for n in names) and any(".corrupt" in n for n in names)
+
+
+def _started_by_this_command(workdir: str, saved: Any, config: Any) -> bool:
+    """The workdir holds a committed RL checkpoint step of a run that ``resume=new`` started
+    under the same config."""
+    return (
+        any(n.isdigit() for n in _step_names(workdir))
+        and saved is not None
+        and saved.get("resume", "") == "new"
+        and not config_diff(saved, config)
+    )
 
 
 def _has_outputs(workdir: str) -> bool:
@@ -194,14 +254,21 @@ def _last_metrics(workdir: str) -> dict[str, Any]:
 
 
 def _move_aside(workdir: str) -> str | None:
-    if not os.path.isdir(workdir) or not os.listdir(workdir):
+    """Renames the workdir to ``<workdir>.old-<n>`` and recreates it with this job's lock file
+    (which the rename took along)."""
+    names = os.listdir(workdir) if os.path.isdir(workdir) else []
+    if not [n for n in names if n != LOCK_FILE]:
         return None
     base = os.path.normpath(os.path.abspath(workdir))
     n = 1
     while os.path.exists(f"{base}.old-{n}"):
         n += 1
-    os.rename(base, f"{base}.old-{n}")
-    return f"{base}.old-{n}"
+    old = f"{base}.old-{n}"
+    os.rename(base, old)
+    os.makedirs(base)
+    if LOCK_FILE in names:
+        os.rename(os.path.join(old, LOCK_FILE), os.path.join(base, LOCK_FILE))
+    return old
 
 
 def _barrier(name: str) -> None:
@@ -238,6 +305,27 @@ def _no_config_message(workdir: str) -> str:
         f"workdir {workdir} holds run outputs but no {log_lib.CONFIG_FILE}, so its config cannot "
         "be checked against this one (it was written by an older mojax). Either:\n"
         + _OVERRIDES.format(workdir=workdir)
+    )
+
+
+def _damaged_message(workdir: str) -> str:
+    ckpt = os.path.join(workdir, "checkpoints")
+    damaged = sorted(n for n in _step_names(workdir) if ".corrupt" in n)
+    return (
+        f"workdir {workdir} holds no readable RL checkpoint: every step in {ckpt} was moved aside "
+        f"as damaged ({', '.join(damaged)}). Starting fresh would train from step 0 and empty "
+        "metrics.jsonl, so mojax refuses. Either:\n"
+        "  --config.resume=new  move the old workdir (damaged steps included) to "
+        f"{workdir}.old-<n> and start from scratch\n"
+        f"  mv {ckpt}/<step>.corrupt {ckpt}/<step>  retry a step (after fixing its files)"
+    )
+
+
+def _rerun_of_new_message(workdir: str) -> str:
+    return (
+        f"mojax: --config.resume=new: workdir {workdir} holds the run this command started "
+        "(its config.json has resume=new and the same config); resuming it. To start over "
+        "again, move or delete it, or use another --workdir."
     )
 
 

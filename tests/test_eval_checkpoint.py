@@ -4,6 +4,7 @@ checkpoint's vocabulary, naming the key and both sizes."""
 
 import importlib.util
 import json
+import os
 import pathlib
 
 import jax
@@ -99,3 +100,57 @@ def test_eval_checkpoint_without_config_json_is_named(tmp_path):
     c = eval_config(tmp_path / "nothing")
     with pytest.raises(FileNotFoundError, match="config.eval.checkpoint=.*no config.json"):
         builders.build_model_config(run_spec(c), None)
+
+
+def _files(workdir):
+    """``{path: sha256}`` of every file under ``workdir`` except the evaluation's own report."""
+    import hashlib
+
+    return {
+        str(p.relative_to(workdir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in pathlib.Path(workdir).rglob("*")
+        if p.is_file() and p.relative_to(workdir).parts[0] != "eval"
+    }
+
+
+def test_eval_of_a_live_run_leaves_its_files_intact(tmp_path, monkeypatch):
+    """``mode=eval`` on the workdir of a running job -- it holds the lock, its async save of step
+    6 is in flight and its step 5 is damaged -- evaluates step 3 and leaves every file of the
+    run as it was: nothing is deleted, moved aside or rewritten."""
+    import shutil
+
+    from test_checkpoint import truncate_array_data
+
+    from mojax import checkpoint as ckpt_lib
+    from mojax import learner
+    from mojax.rl.builders import build_run
+    from mojax.workdir_lock import WorkdirLock
+
+    c = eval_config("")  # "" = the workdir's latest checkpoint
+    work = tmp_path / "run"
+    run_ = build_run(run_spec(c), str(work), pool=None)
+    saved = {}
+    with ckpt_lib.Checkpointer(work / "checkpoints", async_save=False) as ck:
+        for seed, step in enumerate((3, 5)):
+            state = learner.create_train_state(
+                run_.model_config, run_.tx, seed=seed, mesh=run_.mesh, rules=run_.rules
+            )
+            ck.save(step, state, {"step": step})
+            saved[step] = jax.device_get(state.params)
+    shutil.copytree(work / "checkpoints" / "5", work / "checkpoints" / "6.orbax-checkpoint-tmp-7")
+    truncate_array_data(work / "checkpoints" / "5")
+    evaluated = []
+
+    def fake_evaluate(run_, host, params, step, split="test"):
+        evaluated.append(jax.device_get(params))
+        return {"eval/accuracy": 0.0}
+
+    monkeypatch.setattr(trainer, "evaluate", fake_evaluate)
+    with WorkdirLock(work):
+        before = _files(work)
+        trainer.run(c, str(work))
+        assert _files(work) == before
+    (params,) = evaluated
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(saved[3]), strict=True):
+        assert (a == b).all()
+    assert sorted(os.listdir(work / "checkpoints")) == ["3", "5", "6.orbax-checkpoint-tmp-7"]

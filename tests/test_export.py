@@ -222,6 +222,40 @@ def test_cli_step_and_config_fallback(calc_run, tmp_path):
         )
 
 
+def workdir_files(workdir):
+    """Every file under ``workdir`` with its size and modification time."""
+    return sorted(
+        (str(p.relative_to(workdir)), p.stat().st_size, p.stat().st_mtime_ns)
+        for p in pathlib.Path(workdir).rglob("*")
+        if p.is_file()
+    )
+
+
+def test_export_from_a_live_run_leaves_its_files_intact(calc_run, tmp_path):
+    """The running job holds the workdir lock and has an async save of step 6 in flight (its tmp
+    directory): the export reads committed step 5 and deletes, moves and writes nothing there."""
+    from mojax.workdir_lock import WorkdirLock
+
+    work = tmp_path / "run"
+    shutil.copytree(calc_run["workdir"], work)
+    ck = work / "checkpoints"
+    shutil.copytree(ck / "5", ck / "6.orbax-checkpoint-tmp-1700000000")
+    with WorkdirLock(work):
+        before = workdir_files(work)
+        assert "lock" in [f[0] for f in before]
+        summary = export_lib.export(str(work), str(tmp_path / "out"))
+        assert summary["step"] == 5
+        assert workdir_files(work) == before
+
+
+def test_url_paths_are_refused(tmp_path, capsys):
+    rc = export_lib.main(["--workdir", "gs://b/run", "--out", str(tmp_path / "out")])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--workdir='gs://b/run' is a URL" in err and "gcloud storage cp" in err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_export_with_an_hf_tokenizer(qwen2_tokenizer_dir, tmp_path):
     c = default_config()

@@ -182,6 +182,9 @@ def test_bad_resume_value_is_a_config_error(tmp_path):
 
 
 def _cli(workdir, *flags, cwd=REPO):
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
     return subprocess.run(
         [
             sys.executable,
@@ -191,6 +194,7 @@ def _cli(workdir, *flags, cwd=REPO):
             *flags,
         ],
         cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -223,3 +227,92 @@ def test_cli_default_workdir_has_the_config_arg(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"workdir {tmp_path / 'workdir' / 'saw_mode=gdpo'}" in p.stdout
     assert "already finished" in p.stdout
+
+
+def test_rerun_of_a_resume_new_command_resumes_it(tmp_path, capsys):
+    work = tmp_path / "run"
+    fake_run(work, load("grpo"))
+    new = with_keys(load("saw"), resume="new", steps=40)
+    assert wd.prepare(new, str(work)) is None  # the old run moved aside, a fresh start
+    assert (tmp_path / "run.old-1" / "checkpoints" / "2").is_dir()
+    # the new run checkpointed step 4, then was preempted; the same command runs again
+    (work / "checkpoints" / "4").mkdir(parents=True)
+    (work / "metrics.jsonl").write_text(json.dumps({"step": 4}) + "\n")
+    capsys.readouterr()
+    assert wd.prepare(new, str(work)) is None
+    assert "holds the run this command started" in capsys.readouterr().out
+    assert not (tmp_path / "run.old-2").exists()
+    assert (work / "checkpoints" / "4").is_dir()
+    assert (work / "metrics.jsonl").read_text() == json.dumps({"step": 4}) + "\n"
+    (work / "done").write_text("40\n")  # and once it finished, the same command reports it
+    assert isinstance(wd.prepare(new, str(work)), wd.Finished)
+    # resume=new with another config still starts over
+    assert wd.prepare(with_keys(new, **{"optimizer.learning_rate": 1.0}), str(work)) is None
+    assert (tmp_path / "run.old-2" / "checkpoints" / "4").is_dir()
+
+
+def test_only_damaged_checkpoints_refuse_a_fresh_start(tmp_path):
+    work = tmp_path / "run"
+    c = load("grpo")
+    fake_run(work, c)
+    ck = work / "checkpoints"
+    os.rename(ck / "2", ck / "2.corrupt")
+    (ck / "1.corrupt").mkdir()
+    before = {f: (work / f).read_text() for f in ("config.json", "metrics.jsonl")}
+    for mode in ("", "force"):
+        with pytest.raises(wd.WorkdirError) as info:
+            wd.prepare(with_keys(c, resume=mode), str(work))
+        msg = str(info.value)
+        assert f"workdir {work} holds no readable RL checkpoint" in msg
+        assert "(1.corrupt, 2.corrupt)" in msg and "empty metrics.jsonl" in msg
+        assert "--config.resume=new" in msg and f"mv {ck}/<step>.corrupt {ck}/<step>" in msg
+    assert {f: (work / f).read_text() for f in before} == before
+    (ck / "1").mkdir()  # a committed step beside the damaged ones: resumed from
+    assert wd.prepare(c, str(work)) is None
+    (ck / "1").rmdir()
+    assert wd.prepare(with_keys(c, resume="new"), str(work)) is None  # starts over, keeps all
+    assert (tmp_path / "run.old-1" / "checkpoints" / "2.corrupt").is_dir()
+
+
+def test_cli_damaged_checkpoints_stop_the_run_and_a_rerun_is_refused(tmp_path):
+    """The only step's files are damaged: the run moves it aside and stops (exit 3, nothing
+    trained); the rerun is refused (exit 2) instead of training from step 0 and emptying the
+    metrics."""
+    fake_run(tmp_path, load("grpo"))  # checkpoints/2 holds no items: damaged
+    metrics = (tmp_path / "metrics.jsonl").read_text()
+    p = _cli(tmp_path, "--config=configs/grpo.py")
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "mojax: checkpoint not restored" in p.stderr and "'state' is missing" in p.stderr
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["2.corrupt"]
+    p = _cli(tmp_path, "--config=configs/grpo.py")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "holds no readable RL checkpoint" in p.stderr and "--config.resume=new" in p.stderr
+    assert (tmp_path / "metrics.jsonl").read_text() == metrics
+    assert not (tmp_path / "lock").exists()  # released by both runs
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--workdir=gs://b/run"], "--workdir='gs://b/run' is a URL"),
+        (["--config.model.checkpoint=gs://b/qwen"], "config.model.checkpoint: 'gs://b/qwen' is a"),
+        (["--config.mode=eval", "--workdir=s3://b/run"], "--workdir='s3://b/run' is a URL"),
+    ],
+)
+def test_cli_url_paths_are_refused_before_anything_is_built(tmp_path, flags, says):
+    p = _cli(None, f"--config={REPO / 'configs' / 'grpo.py'}", *flags, cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "mojax: invalid config" in p.stderr and says in p.stderr
+    assert "gcloud storage cp" in p.stderr and "Traceback" not in p.stderr
+    assert list(tmp_path.iterdir()) == []  # no local gs:/... or workdir folder
+
+
+def test_tpu_vm_launcher_refuses_url_paths():
+    p = subprocess.run(
+        ["bash", str(REPO / "launch" / "tpu_vm.sh"), "tpu", "zone", "configs/grpo.py", "gs://b/r"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "gs://b/r" in p.stderr and "not a URL" in p.stderr

@@ -39,8 +39,10 @@ PROGRESS_KEYS = ("reward/scalar/mean", "loss", "eval/accuracy", "eval/tool_calls
 def run(config, workdir: str) -> dict[str, float]:
     """Validates ``config`` and runs it in ``workdir`` (train, eval, dry run or show).
 
-    Training applies the workdir contract first (``mojax.workdir.prepare``): a workdir holding a
-    different config is refused and a finished one is reported, before anything is built.
+    Training holds the workdir's lock (``mojax.workdir.lock``) and applies the workdir contract
+    first (``mojax.workdir.prepare``): a workdir another job holds or that holds a different
+    config is refused and a finished one is reported, before anything is built. URL paths are
+    refused in every mode (``mojax.workdir.check_paths``).
     """
     if config.mode == "show":  # every resolved key, its value and its help; nothing is built
         from mojax.rl.show import show
@@ -48,6 +50,7 @@ def run(config, workdir: str) -> dict[str, float]:
         print(show(config), flush=True)
         return {}
     spec = spec_lib.validate(config)
+    workdir_lib.check_paths(spec.resolved, workdir)
     if spec.dry_run:
         from mojax.rl.dry_run import dry_run
 
@@ -55,12 +58,13 @@ def run(config, workdir: str) -> dict[str, float]:
     if spec.mode == "eval":
         os.makedirs(workdir, exist_ok=True)
         return evaluate_only(spec, workdir)
-    finished = workdir_lib.prepare(spec.resolved, workdir)
-    if finished is not None:
-        if is_leader():
-            print(finished.message, flush=True)
-        return finished.summary
-    return train_and_evaluate(spec, workdir)
+    with workdir_lib.lock(workdir):
+        finished = workdir_lib.prepare(spec.resolved, workdir)
+        if finished is not None:
+            if is_leader():
+                print(finished.message, flush=True)
+            return finished.summary
+        return train_and_evaluate(spec, workdir)
 
 
 def train_and_evaluate(spec: RunSpec, workdir: str) -> dict[str, float]:
@@ -170,7 +174,8 @@ def with_reference(run_: Run, params) -> Run:
 
 
 def evaluate_only(spec: RunSpec, workdir: str) -> dict[str, float]:
-    """``mode=eval``: evaluates ``eval.checkpoint`` (an HF dir) or the workdir's latest checkpoint."""
+    """``mode=eval``: evaluates ``eval.checkpoint`` (an HF dir) or the workdir's latest checkpoint
+    (opened read-only: a running job's checkpoints are neither cleaned up nor moved aside)."""
     from mojax.rollout.tools import ToolPool
 
     pool = ToolPool(max_workers=spec.rollout.tool_workers, timeout_s=spec.rollout.tool_timeout_s)
@@ -181,7 +186,7 @@ def evaluate_only(spec: RunSpec, workdir: str) -> dict[str, float]:
 
             params = load_params(spec.eval.checkpoint, run_.model_config)
         else:
-            ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"))
+            ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True)
             try:
                 target = learner.abstract_train_state(
                     run_.model_config, run_.tx, run_.mesh, run_.rules

@@ -1,0 +1,217 @@
+"""An exclusive lock on a workdir, so that one training job at a time writes it.
+
+Two jobs in one workdir (a double ``sbatch``; ``srun`` without ``MOJAX_DISTRIBUTED=1``, which
+starts N processes that each think they are process 0) would race on checkpoint step directories,
+delete each other's unfinished saves and truncate each other's ``metrics.jsonl``. Training takes
+the lock before it reads or writes anything in the workdir (``mojax.workdir.lock``); ``mode=eval``
+and ``python -m mojax.export`` only read and take no lock.
+
+* **The file.** ``<workdir>/lock``, created with ``O_CREAT | O_EXCL`` (atomic, NFS included), holds
+  JSON naming the holder: host, pid, start time, command, SLURM job id and restart count, plus
+  what proves it gone (the kernel boot id, the pid namespace, the process's start tick).
+* **Refusal.** While the holder lives, :class:`WorkdirLockedError` names it, the lock file, and
+  what to do.
+* **Stale locks** are taken over (logged) only when the holder is provably gone: on the same host
+  (hostname and pid namespace), its pid runs no process that started when the holder did (dead,
+  or the pid reused); the same hostname with another boot id (rebooted); the same SLURM job id
+  with a lower ``SLURM_RESTART_COUNT`` (a requeued job); or an unreadable lock file older than a
+  minute (a writer killed mid-write). A lock of another host is never taken over.
+* **Processes of one job.** Process 0 alone takes and releases the lock; its outcome is
+  all-gathered, so every process of a refused job raises the same error and none touches the
+  file. The job is one holder: the processes share its fate, and only process 0 writes files.
+* **Release.** On exit process 0 removes the file if it still holds its own token.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import secrets
+import socket
+import sys
+import time
+from typing import Any
+
+from mojax import distributed
+
+LOCK_FILE = "lock"
+_UNREADABLE_STALE_S = 60.0
+_log = logging.getLogger(__name__)
+
+
+class WorkdirLockedError(RuntimeError):
+    """Another live job holds the workdir's lock (the message names it), or it cannot be taken."""
+
+
+def _read(path: str) -> str:
+    """The stripped text of ``path``; "" when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _proc_start(pid: int) -> int | None:
+    """The start tick of process ``pid`` (``/proc/<pid>/stat`` field 22), None if not running."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _parse(text: str) -> dict[str, Any] | None:
+    """The holder record in a lock file's text, None when it is not one."""
+    try:
+        holder = json.loads(text)
+    except ValueError:
+        return None
+    return holder if isinstance(holder, dict) and "pid" in holder else None
+
+
+def _pid_ns() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def holder_record(token: str) -> dict[str, Any]:
+    """This process as a lock holder."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv)[:500],
+        "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
+        "slurm_restart": int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        "boot_id": _read("/proc/sys/kernel/random/boot_id"),
+        "pid_ns": _pid_ns(),
+        "proc_start": _proc_start(os.getpid()),
+        "token": token,
+    }
+
+
+def stale_reason(holder: dict[str, Any] | None, age_s: float) -> str | None:
+    """Why the lock of ``holder`` (None: unreadable, ``age_s`` old) is stale, or None."""
+    if holder is None:
+        return "unreadable and over a minute old" if age_s > _UNREADABLE_STALE_S else None
+    me = holder_record("")
+    job, restart = holder.get("slurm_job"), holder.get("slurm_restart", 0)
+    if job and job == me["slurm_job"] and restart < me["slurm_restart"]:
+        return f"SLURM job {job} was requeued (restart {restart} -> {me['slurm_restart']})"
+    if holder.get("host") != me["host"]:
+        return None
+    if holder.get("boot_id") and holder["boot_id"] != me["boot_id"]:
+        return f"host {me['host']} rebooted since"
+    if holder.get("pid_ns") != me["pid_ns"]:
+        return None  # another container on this host: its pids are not ours to check
+    start = _proc_start(int(holder["pid"]))
+    if start is None:
+        return f"process {holder['pid']} is not running"
+    if holder.get("proc_start") is not None and start != holder["proc_start"]:
+        return f"pid {holder['pid']} now belongs to another process"
+    return None
+
+
+def locked_message(workdir: str, path: str, holder: dict[str, Any] | None) -> str:
+    if holder is None:
+        who = "  (the lock file is being written or unreadable)"
+    else:
+        job = f", SLURM job {holder['slurm_job']}" if holder.get("slurm_job") else ""
+        who = (
+            f"  host {holder.get('host')}, pid {holder.get('pid')}, started "
+            f"{holder.get('started')}{job}\n  command: {holder.get('command')}"
+        )
+    return (
+        f"workdir {workdir} is in use by another training run (lock file {path}):\n{who}\n"
+        "Two runs in one workdir overwrite each other's checkpoints and metrics. Wait for it to "
+        "finish or stop it, or use another --workdir. If that process is gone (e.g. its host "
+        f"crashed), remove {path}."
+    )
+
+
+class WorkdirLock:
+    """The lock of ``workdir`` (module docstring); a context manager that every process of the
+    job enters.
+
+    Raises (on entry, on every process):
+      WorkdirLockedError: another live job holds it, or it cannot be created.
+    """
+
+    def __init__(self, workdir: str | os.PathLike):
+        self.workdir = os.path.abspath(os.fspath(workdir))
+        self.path = os.path.join(self.workdir, LOCK_FILE)
+        self.token = secrets.token_hex(8)
+        self.held = False
+
+    def __enter__(self) -> WorkdirLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def acquire(self) -> None:
+        """Process 0 takes the lock; all processes learn the outcome (one all-gather)."""
+        error = None
+        if distributed.is_leader():
+            try:
+                self._acquire_here()
+            except (WorkdirLockedError, OSError) as e:
+                error = f"{e}" if isinstance(e, WorkdirLockedError) else f"cannot lock: {e}"
+        error = distributed.allgather_objects(error)[0]
+        if error:
+            raise WorkdirLockedError(error)
+
+    def _acquire_here(self) -> None:
+        os.makedirs(self.workdir, exist_ok=True)
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                self._judge_holder()
+                continue
+            os.write(fd, (json.dumps(holder_record(self.token)) + "\n").encode())
+            os.fsync(fd)
+            os.close(fd)
+            self.held = True
+            return
+        raise WorkdirLockedError(f"{self.path} changed hands 3 times while being taken; retry")
+
+    def _judge_holder(self) -> None:
+        """Raises naming a live holder; takes a stale lock away (the caller retries)."""
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                text = f.read()
+            age = time.time() - os.path.getmtime(self.path)
+        except FileNotFoundError:
+            return  # released meanwhile
+        holder = _parse(text)
+        why = stale_reason(holder, age)
+        if why is None:
+            raise WorkdirLockedError(locked_message(self.workdir, self.path, holder))
+        aside = f"{self.path}.stale-{self.token}"
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return
+        if _read(aside) != text.strip():  # another job took it over meanwhile: put theirs back
+            if not os.path.exists(self.path):
+                os.rename(aside, self.path)
+            return
+        _log.warning("taking over the stale workdir lock %s (%s): %s", self.path, why, text)
+        os.remove(aside)
+
+    def release(self) -> None:
+        """Process 0 removes the lock file if it still holds its token."""
+        if not self.held:
+            return
+        self.held = False
+        text = _read(self.path)
+        if (_parse(text) or {}).get("token") == self.token:
+            os.remove(self.path)
+        else:
+            _log.warning("workdir lock %s is no longer ours; left in place: %s", self.path, text)
