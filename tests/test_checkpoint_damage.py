@@ -26,7 +26,7 @@ from test_checkpoint import (
 
 from mojax.checkpoint import Checkpointer, CheckpointError, CorruptCheckpointError
 from mojax.paths import RemotePathError
-from mojax.rl import TrainState
+from mojax.learner import TrainState
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
