@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import app, flags  # noqa: E402
 
 from experiments import _calculator, _cli, _grid, _report  # noqa: E402
-from mojax.logging import read_transcripts  # noqa: E402
+from mojax.logbook import read_transcripts  # noqa: E402
 from mojax.tasks.calculator import CalculatorTask, think_format  # noqa: E402
 
 CALC = CalculatorTask()  # its tool protocol: the first call's expression

@@ -2,12 +2,13 @@
 
 Every method config (``configs/<method>.py``) starts from :func:`base_config`, sets what the method
 needs and returns the config locked, so ``--config.ppo.clip_hihg=0.3`` fails naming the key, and
-:func:`mojax.config.validate` checks values and combinations before anything is compiled.
+:func:`mojax.rl.spec.validate` checks values and combinations before anything is compiled.
 
-Sections (all keys are listed, with their meaning, in the comments below):
-``model``, ``tokenizer``, ``task``, ``rollout``, ``estimator`` + ``advantage`` (the estimator's keyword
-arguments), ``paretopo`` (Stage 1 / Stage 2 schedule), ``tool_reward``, ``dapo``, ``ppo``,
-``optimizer``, ``sft``, ``eval``, ``judge``, ``mesh``, and the run-level keys.
+Sections: ``model``, ``tokenizer``, ``task``, ``rollout``, ``estimator`` + ``advantage`` (the
+estimator's keyword arguments), ``paretopo`` (ParetoPO's Stage 1 / Stage 2 schedule),
+``tool_reward``, ``dapo``, ``ppo``, ``optimizer``, ``sft``, ``eval``, ``judge``, ``wandb``, ``mesh``,
+and the run-level keys. What each key means is the help text of the spec field that reads it
+(``python -m mojax.main --config=... --config.mode=show`` prints every key with its help).
 """
 
 from __future__ import annotations
@@ -53,168 +54,142 @@ def _cast(name, value: str, default):
 
 
 def base_config() -> ml_collections.ConfigDict:
-    """Defaults shared by every method: the embedded tiny calculator run (before method tweaks)."""
+    """Defaults shared by every method: the embedded tiny calculator run (before method tweaks).
+
+    Every key's meaning is the help of the spec field that reads it (``mojax.rl.sections``,
+    ``--config.mode=show``)."""
     c = ml_collections.ConfigDict()
-    c.seed = 0
-    c.steps = 40  # RL steps (rollout batch -> advantages -> PPO update(s))
-    c.mode = (
-        "train"  # "train" | "eval" (eval.checkpoint or the latest checkpoint) | "show" (config)
+    c.seed, c.steps, c.mode, c.dry_run = 0, 40, "train", False
+    c.checkpoint_every, c.keep_checkpoints, c.eval_every = 10, 2, 10
+    c.transcripts_per_step, c.resume = 4, ""
+    c.model = _section(
+        variant="tiny-qwen3",
+        overrides=ml_collections.ConfigDict(),
+        checkpoint="",
+        dtype="float32",
+        param_dtype="float32",
+        cache_dtype="",
+        remat="none",
     )
-    c.dry_run = False  # build with jax.eval_shape, check shardings, print memory per device; no run
-    c.checkpoint_every = 10
-    c.keep_checkpoints = 2
-    c.eval_every = 10  # validation every N RL steps (ParetoPO Stage 1 overrides with its own)
-    c.transcripts_per_step = 4  # sampled transcripts written to transcripts.jsonl per logged step
-    # rerunning a workdir (mojax.workdir): "" resumes only if its config.json matches (up to
-    # steps / eval / checkpoint cadence), "force" resumes under this config anyway, "new" moves the
-    # old workdir to <workdir>.old-<n> and starts from scratch
-    c.resume = ""
-
-    c.model = ml_collections.ConfigDict()
-    c.model.variant = "tiny-qwen3"  # a mojax.models.VARIANTS name (random init) ...
-    c.model.overrides = ml_collections.ConfigDict()  # ... with QwenConfig fields replaced
-    c.model.checkpoint = ""  # HF directory (safetensors + config.json); overrides variant
-    c.model.dtype = "float32"  # compute dtype
-    c.model.param_dtype = "float32"
-    c.model.cache_dtype = ""  # KV cache dtype ("" = compute dtype; "bfloat16" halves memory)
-    c.model.remat = "none"  # "none" | "full" | "dots"
-
-    c.tokenizer = ml_collections.ConfigDict()
-    c.tokenizer.path = "build"  # "build": train the task's own sentencepiece; "": the checkpoint's
-    c.tokenizer.vocab_size = 96  # for "build"
-
-    c.task = ml_collections.ConfigDict()
-    c.task.name = "calculator"  # calculator | toolrl | math | qa | musique | maze
-    c.task.train_path = ""  # data file for file-backed tasks
-    c.task.eval_path = ""
-    c.task.num_train = 4000  # generated tasks (calculator, maze): training problems
-    c.task.num_eval = 128  # validation problems (ParetoPO's v_t) / evaluation problems
-    c.task.num_answers = 0  # S answers per completion (VPO, Multi-RLVR); 0 = single answer
-    c.task.kwargs = ml_collections.ConfigDict()  # task constructor arguments (e.g. toolrl mode)
-    # objectives added to the task by import path, {name: {fn: "pkg.mod:attr", min, max, weight,
-    # kwargs}}, appended in name order (mojax.tasks.extra_rewards, docs/custom_task.md)
-    c.task.extra_rewards = ml_collections.ConfigDict()  # {name: {fn, min, max, weight, kwargs}}
-    # goal-conditioned GRPO (VPO App. E.5): w ~ Dir(1) per training prompt, written into the prompt,
-    # reward w . r (estimator grpo / dr_grpo); evaluation and validation condition on w*
-    c.task.goal_conditioned = False
-    # calculator difficulty mix (easy: single-digit, medium: two-digit +/-, hard: products); the
-    # default leans on easy and hard problems, where answering directly vs calling is clear-cut
-    c.task.mix = ml_collections.ConfigDict({"easy": 0.5, "medium": 0.1, "hard": 0.4})
-
-    c.rollout = ml_collections.ConfigDict()
-    c.rollout.prompts_per_step = 16  # P
-    c.rollout.num_samples = 8  # G
-    c.rollout.max_prompt_len = 0  # 0 = measured from the data (dry runs assume 1024)
-    c.rollout.max_new_tokens = 24  # per turn
-    c.rollout.max_response_len = 48  # R: all turns and observations together
-    c.rollout.max_turns = 3  # decode turns (tool calls + 1)
-    c.rollout.max_tool_calls = 2
-    c.rollout.temperature = 1.0
-    c.rollout.top_p = 1.0
-    c.rollout.top_k = 0
-    c.rollout.draw = "gumbel"  # or "inverse_cdf": same distribution, 14x cheaper draw at 32k vocab
-    c.rollout.tool_timeout_s = 10.0
-    c.rollout.tool_workers = 4
-    c.rollout.sandbox = (
-        "bwrap"  # math's Python tool: "bwrap" (fails closed) | "unsafe_fallback" (weak)
+    c.tokenizer = _section(path="build", vocab_size=96)
+    c.task = _task()
+    c.rollout = _rollout()
+    c.estimator, c.advantage = "pareto_rank", ml_collections.ConfigDict()
+    c.paretopo = _paretopo()
+    c.tool_reward = _section(alpha=0.7, no_success="zero")
+    c.dapo = _section(
+        dynamic_sampling=False, max_refill_rounds=2, overlong_buffer=0, overlong_penalty=1.0
     )
-    c.rollout.retrieval_url = ""  # Search-R1 retrieval server (qa); "" = BM25 over the data
-
-    c.estimator = "pareto_rank"  # a name of mojax.advantages.ESTIMATORS
-    c.advantage = ml_collections.ConfigDict()  # the estimator's keyword arguments
-
-    c.paretopo = ml_collections.ConfigDict()
-    c.paretopo.enabled = False
-    c.paretopo.stage1_steps = 10  # Stage 1 (HV-guided scalarization) steps, then Stage 2
-    c.paretopo.stage1_estimator = "grpo"  # estimator of the scalarized reward in Stage 1
-    c.paretopo.weights = (0.6, 0.4)  # w of r_w = w . r (ParetoPO Eq. 5)
-    c.paretopo.mode = "global"  # "global" (Algorithm 1) | "per_trajectory" (Eq. 6)
-    c.paretopo.gamma = 0.5  # EMA of ΔHV
-    c.paretopo.reference = "initial"  # HV reference: "initial" (v_0) | "zeros"
-    c.paretopo.validate_every = 1  # Stage-1 validation (archive update) every N steps
-    c.paretopo.dynamic_weighting = True  # False: ablation "w/o dynamic weighting" (r_pareto = 1)
-    c.paretopo.pareto_ranking = (
-        True  # False: ablation "w/o Pareto ranking" (Stage 1 estimator only)
-    )
-
-    c.tool_reward = ml_collections.ConfigDict()
-    c.tool_reward.alpha = 0.7  # r_tool = exp(-alpha |N_call - N_opt|) (ParetoPO Eq. 4)
-    c.tool_reward.no_success = "zero"  # "zero" | "group_min" | "assume_zero_calls"
-
-    c.dapo = ml_collections.ConfigDict()
-    c.dapo.dynamic_sampling = False  # drop groups with no variance in any objective, refill
-    c.dapo.max_refill_rounds = 2
-    c.dapo.overlong_buffer = 0  # tokens before the max length where the soft penalty ramps up
-    c.dapo.overlong_penalty = 1.0  # penalty at the max length (subtracted from every objective)
-
-    c.ppo = ml_collections.ConfigDict()
-    c.ppo.clip_low = 0.2
-    c.ppo.clip_high = 0.28
-    c.ppo.dual_clip = ml_collections.FieldReference(None, field_type=float)
-    c.ppo.agg = "token-mean"
-    c.ppo.max_len = ml_collections.FieldReference(None, field_type=int)
-    c.ppo.kl_coef = 0.0
-    c.ppo.kl_type = "k3"
-    c.ppo.entropy_coef = 0.0
-    c.ppo.ppo_epochs = 1
-    c.ppo.num_minibatches = 1
-    c.ppo.num_microbatches = 1
-    c.ppo.shuffle = True
-    c.ppo.logprob_chunk = ml_collections.FieldReference(None, field_type=int)
-    c.ppo.log_entropy = True
-    c.ppo.ratio_level = "token"  # "token" | "sequence" (AWPO Eq. 30)
-    c.ppo.num_seqs = ml_collections.FieldReference(None, field_type=int)  # seq-mean constant N
-
-    c.optimizer = ml_collections.ConfigDict()
-    c.optimizer.learning_rate = 1e-4
-    c.optimizer.schedule = "constant"
-    c.optimizer.warmup_steps = 0
-    c.optimizer.total_steps = 0
-    c.optimizer.end_lr_ratio = 0.0
-    c.optimizer.b1 = 0.9
-    c.optimizer.b2 = 0.999
-    c.optimizer.eps = 1e-8
-    c.optimizer.weight_decay = 0.0
-    c.optimizer.max_grad_norm = ml_collections.FieldReference(1.0, field_type=float)
-
-    c.sft = ml_collections.ConfigDict()
-    c.sft.steps = 0  # SFT warm-start steps before RL (0 = none)
-    c.sft.batch_size = 64
-    c.sft.num_examples = 4000
-    c.sft.data_path = ""  # demonstrations file for file-backed tasks (e.g. rlla_sft.json)
-    c.sft.learning_rate = 3e-3
-    c.sft.warmup_steps = 20
-    # calculator demonstrations: behaviour mix (always call / never call / call only when hard)
-    c.sft.behaviours = ml_collections.ConfigDict({"always": 0.5, "never": 0.2, "when_hard": 0.3})
-    # calculator demonstrations: the fraction that open with a <think> plan (the think= argument)
-    c.sft.think_rate = 0.0
-
-    c.eval = ml_collections.ConfigDict()
-    c.eval.num_samples = 1  # samples per problem (best@k / pass@k need k <= this)
-    c.eval.temperature = 0.0  # 0 = greedy
-    c.eval.ks = (1,)  # best@k / pass@k budgets (each k <= num_samples x answers)
-    c.eval.checkpoint = ""  # mode=eval: an HF dir, or "" = the workdir's latest checkpoint
-    c.eval.split = "test"
-
-    c.judge = ml_collections.ConfigDict()  # AWPO's reasoning-reward judge
-    c.judge.kind = "overlap"  # "overlap" (offline) | "http" (OpenAI-compatible) | "model" (local)
-    c.judge.url = ""
-    c.judge.model = ""
-    c.judge.timeout_s = 30.0
-
-    c.wandb = ml_collections.ConfigDict()  # Weights & Biases logging (mojax.logging.MetricsWriter)
-    c.wandb.enabled = False
-    c.wandb.project = "mojax"
-    c.wandb.entity = ""
-    c.wandb.mode = "online"  # "online" | "offline" | "disabled"
-    c.wandb.name = ""  # "" = the workdir's name
-    c.wandb.group = ""
-
-    c.mesh = ml_collections.ConfigDict()
-    c.mesh.data = -1
-    c.mesh.fsdp = 1
-    c.mesh.tensor = 1
+    c.ppo = _ppo()
+    c.optimizer = _optimizer()
+    c.sft = _sft()
+    c.eval = _section(num_samples=1, temperature=0.0, ks=(1,), checkpoint="", split="test")
+    c.judge = _section(kind="overlap", url="", model="", timeout_s=30.0)
+    c.wandb = _section(enabled=False, project="mojax", entity="", mode="online", name="", group="")
+    c.mesh = _section(data=-1, fsdp=1, tensor=1)
     return c
+
+
+def _section(**values) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(values)
+
+
+def _optional(value, field_type) -> ml_collections.FieldReference:
+    """A key whose value may be None, typed so that ``--config.KEY=...`` overrides it."""
+    return ml_collections.FieldReference(value, field_type=field_type)
+
+
+def _task() -> ml_collections.ConfigDict:
+    return _section(
+        name="calculator",
+        train_path="",
+        eval_path="",
+        num_train=4000,
+        num_eval=128,
+        num_answers=0,
+        kwargs=ml_collections.ConfigDict(),
+        extra_rewards=ml_collections.ConfigDict(),
+        goal_conditioned=False,
+        # the default leans on easy and hard problems, where answering directly vs calling is
+        # clear-cut
+        mix=ml_collections.ConfigDict({"easy": 0.5, "medium": 0.1, "hard": 0.4}),
+    )
+
+
+def _rollout() -> ml_collections.ConfigDict:
+    return _section(
+        prompts_per_step=16,
+        num_samples=8,
+        max_prompt_len=0,
+        max_new_tokens=24,
+        max_response_len=48,
+        max_turns=3,
+        max_tool_calls=2,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        draw="gumbel",
+        tool_timeout_s=10.0,
+        tool_workers=4,
+        sandbox="bwrap",
+        retrieval_url="",
+    )
+
+
+def _paretopo() -> ml_collections.ConfigDict:
+    return _section(
+        enabled=False,
+        stage1_steps=10,
+        stage1_estimator="grpo",
+        weights=(0.6, 0.4),
+        mode="global",
+        gamma=0.5,
+        reference="initial",
+        validate_every=1,
+        dynamic_weighting=True,
+        pareto_ranking=True,
+    )
+
+
+def _ppo() -> ml_collections.ConfigDict:
+    return _section(
+        clip_low=0.2,
+        clip_high=0.28,
+        dual_clip=_optional(None, float),
+        agg="token-mean",
+        max_len=_optional(None, int),
+        kl_coef=0.0,
+        kl_type="k3",
+        entropy_coef=0.0,
+        ppo_epochs=1,
+        num_minibatches=1,
+        num_microbatches=1,
+        shuffle=True,
+        logprob_chunk=_optional(None, int),
+        log_entropy=True,
+        ratio_level="token",
+        num_seqs=_optional(None, int),
+    )
+
+
+def _optimizer() -> ml_collections.ConfigDict:
+    c = _section(learning_rate=1e-4, schedule="constant", warmup_steps=0, total_steps=0)
+    c.end_lr_ratio, c.b1, c.b2, c.eps, c.weight_decay = 0.0, 0.9, 0.999, 1e-8, 0.0
+    c.max_grad_norm = _optional(1.0, float)
+    return c
+
+
+def _sft() -> ml_collections.ConfigDict:
+    return _section(
+        steps=0,
+        batch_size=64,
+        num_examples=4000,
+        data_path="",
+        learning_rate=3e-3,
+        warmup_steps=20,
+        behaviours=ml_collections.ConfigDict({"always": 0.5, "never": 0.2, "when_hard": 0.3}),
+        think_rate=0.0,
+    )
 
 
 # The embedded default's model: a tiny Qwen3-architecture decoder (GQA, q/k norm, untied head) sized

@@ -12,7 +12,7 @@ writes ``config.json`` + ``model.safetensors`` (``mojax.models.save_pretrained``
 (and servable by vLLM).
 
 The run is rebuilt the way the trainer builds it: the resolved config from ``<workdir>/config.json``
-(``mojax.logging.write_config``; ``--config=configs/x.py[:arg]`` for runs that did not save one),
+(``mojax.logbook.write_config``; ``--config=configs/x.py[:arg]`` for runs that did not save one),
 the tokenizer and model config from ``mojax.rl.builders`` (``build_tokenizer``,
 ``build_model_config``), and the params of the latest (or ``--step``) committed orbax checkpoint in
 ``<workdir>/checkpoints``. Only the params are read (orbax partial restore), never the optimizer
@@ -54,7 +54,7 @@ def load_config_file(spec: str):
 def run_config(workdir: str, config_spec: str | None = None):
     """``<workdir>/config.json`` if the run saved one (it holds the run's overrides too), else the
     config of ``config_spec``."""
-    from mojax import logging as log_lib
+    from mojax import logbook as log_lib
 
     saved = os.path.join(workdir, log_lib.CONFIG_FILE)
     if os.path.isfile(saved):

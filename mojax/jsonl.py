@@ -1,6 +1,6 @@
 """Reading the JSON-lines files a run writes (``metrics.jsonl``, ``transcripts.jsonl``).
 
-A leaf module: ``mojax.logging`` (writers) and ``mojax.plots`` (readers) both use it.
+A leaf module: ``mojax.logbook`` (writers) and ``mojax.plots`` (readers) both use it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Backends behind ``mojax.logging.MetricsWriter``: JSONL (always), TensorBoard, Weights & Biases.
+"""Backends behind ``mojax.logbook.MetricsWriter``: JSONL (always), TensorBoard, Weights & Biases.
 
 A backend has ``write(step, record)`` (``record``: the step's scalars as JSON values, ``"step"``
 included) and ``close()``; ``log_config(config_dict)`` is optional. ``MetricsWriter`` builds them

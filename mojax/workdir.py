@@ -5,7 +5,7 @@
   ``workdir/saw_mode=gdpo`` (:func:`default_workdir`). Characters other than letters, digits and
   ``. _ = + -`` become ``_``; a name over 100 characters is cut and ends in a hash of the argument.
 * **Saved config.** At the start of training, process 0 writes the resolved config to
-  ``<workdir>/config.json`` (``mojax.logging.read_config`` and ``python -m mojax.export`` read it).
+  ``<workdir>/config.json`` (``mojax.logbook.read_config`` and ``python -m mojax.export`` read it).
 * **Refusal.** A training run in a workdir whose ``config.json`` differs from the new config in any
   key outside :data:`RESUMABLE` (run length and checkpoint / eval cadence) or :data:`LOGGING_ONLY`
   stops before anything is built, with a :class:`WorkdirError` that lists each differing key as
@@ -45,7 +45,7 @@ import os
 import re
 from typing import Any
 
-from mojax import logging as log_lib
+from mojax import logbook as log_lib
 from mojax import paths
 from mojax.config import ConfigError
 from mojax.workdir_lock import LOCK_FILE, WorkdirLock

@@ -25,8 +25,8 @@ from test_checkpoint import (
 )
 
 from mojax.checkpoint import Checkpointer, CheckpointError, CorruptCheckpointError
-from mojax.paths import RemotePathError
 from mojax.learner import TrainState
+from mojax.paths import RemotePathError
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 

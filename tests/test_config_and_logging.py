@@ -6,7 +6,8 @@ import ml_collections
 import pytest
 
 from mojax import config as cfg_lib
-from mojax import logging as log_lib
+from mojax import logbook as log_lib
+from mojax import plots
 
 
 def _config():
@@ -68,7 +69,7 @@ def test_metrics_writer_truncates_on_resume_and_plots(tmp_path):
         w.write(4, {"loss": 0.25})
     steps = [r["step"] for r in log_lib.read_metrics(tmp_path)]
     assert steps == [1, 1, 2, 2, 3, 3, 4]
-    paths = log_lib.plot_run(tmp_path, ["task", "tool"])
+    paths = plots.plot_run(tmp_path, ["task", "tool"])
     assert {p.name for p in paths} == {"rewards.png", "hypervolume.png", "pareto_front.png"}
     assert all(p.stat().st_size > 1000 for p in paths)
     assert any((tmp_path / "tensorboard").iterdir())

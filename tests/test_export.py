@@ -4,7 +4,7 @@ task's own sentencepiece tokenizer converted to an HF tokenizer with the same id
 
 The run is made the way the trainer makes one: config -> ``builders`` tokenizer (written to
 ``<workdir>/tokenizer.model``) and model config -> ``learner.create_train_state`` -> ``Checkpointer`` in
-``<workdir>/checkpoints``, plus ``config.json`` from ``mojax.logging.write_config``.
+``<workdir>/checkpoints``, plus ``config.json`` from ``mojax.logbook.write_config``.
 """
 
 import importlib.util
@@ -26,7 +26,7 @@ from mojax_test_utils import run_spec  # noqa: E402
 from mojax import checkpoint as ckpt_lib  # noqa: E402
 from mojax import export as export_lib  # noqa: E402
 from mojax import learner, models  # noqa: E402
-from mojax import logging as log_lib  # noqa: E402
+from mojax import logbook as log_lib  # noqa: E402
 from mojax import sampling as ms  # noqa: E402
 from mojax import sharding as sharding_lib  # noqa: E402
 from mojax.rl import builders  # noqa: E402

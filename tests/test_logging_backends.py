@@ -9,8 +9,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from mojax import log_backends
-from mojax import logging as log_lib
+from mojax import log_backends, plots
+from mojax import logbook as log_lib
 
 OBJ = ("r_task", "r_tool")
 
@@ -68,7 +68,7 @@ def test_only_process_zero_writes(tmp_path, monkeypatch):
         _steps(w)
     log_lib.write_transcripts(tmp_path / "b", 1, [{"prompt": "p"}])
     assert log_lib.write_config(tmp_path / "b", _config()) is None
-    assert log_lib.plot_run(tmp_path / "b", OBJ) == []
+    assert plots.plot_run(tmp_path / "b", OBJ) == []
     assert not (tmp_path / "b").exists()
 
 
@@ -284,7 +284,7 @@ def test_write_transcripts_rich_rows(tmp_path):
 
 
 def test_no_wandb_or_matplotlib_import_unless_used(tmp_path):
-    """W&B is imported only when enabled; importing mojax.logging loads no plotting library."""
+    """W&B is imported only when enabled; importing mojax.logbook loads no plotting library."""
     import subprocess
     import sys
 

@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from mojax import logging as log_lib
+from mojax import logbook as log_lib
 from mojax import plots
 
 OBJ2 = ["r_task", "r_tool"]
@@ -60,7 +60,7 @@ def _step_ticks_are_integers(ax):
 
 def test_run_plots_two_objectives(tmp_path, figures):
     run = fake_run(tmp_path / "paretopo-calc", OBJ2)
-    paths = log_lib.plot_run(run, OBJ2)
+    paths = plots.plot_run(run, OBJ2)
     assert [p.name for p in paths] == ["rewards.png", "hypervolume.png", "pareto_front.png"]
     for p in paths:
         _png_ok(p)
@@ -87,7 +87,7 @@ def test_run_plots_two_objectives(tmp_path, figures):
 
 def test_single_points_show_with_integer_ticks(tmp_path, figures):
     run = fake_run(tmp_path / "short", OBJ2, steps=1, evals=(1,), hv_steps=(0,))
-    log_lib.plot_run(run, OBJ2)
+    plots.plot_run(run, OBJ2)
     hv = figures["hypervolume.png"].axes[0]
     (line, _) = hv.lines
     assert len(line.get_xdata()) == 1 and line.get_marker() not in (None, "", "None")
@@ -99,7 +99,7 @@ def test_single_points_show_with_integer_ticks(tmp_path, figures):
 
 def test_pareto_pair_grid_for_four_objectives(tmp_path, figures):
     run = fake_run(tmp_path / "vpo", OBJ4, hv_steps=())
-    paths = log_lib.plot_run(run, OBJ4)
+    paths = plots.plot_run(run, OBJ4)
     assert [p.name for p in paths] == ["rewards.png", "pareto_front.png"]
     _png_ok(paths[1], 20000)
     fig = figures["pareto_front.png"]
@@ -135,7 +135,7 @@ def test_plot_comparison_from_rows_and_workdirs(tmp_path, figures):
     a = fake_run(tmp_path / "grpo", OBJ2, seed=1)
     rows_b = log_lib.read_metrics(fake_run(tmp_path / "paretopo", OBJ2, seed=2))
     same = [dict(r) for r in rows_b]  # a third method with identical numbers: must stay visible
-    out = log_lib.plot_comparison(
+    out = plots.plot_comparison(
         {"grpo": a, "paretopo": rows_b, "copy": same},
         ["eval/accuracy", "pareto/hv", "reward/r_task/mean", "not/logged"],
         tmp_path / "cmp.png",
@@ -159,19 +159,19 @@ def test_plot_comparison_from_rows_and_workdirs(tmp_path, figures):
         _step_ticks_are_integers(ax)
     assert fig._suptitle.get_text() == "calculator: methods"
     with pytest.raises(ValueError, match="at least one run and one key"):
-        log_lib.plot_comparison({}, ["loss"], tmp_path / "x.png")
+        plots.plot_comparison({}, ["loss"], tmp_path / "x.png")
 
 
 def test_sample_set_is_written(tmp_path):
     """The sample set a reviewer looks at: a 2-objective ParetoPO run, a 4-objective run, a
     one-step run and a comparison of three methods."""
     out = []
-    out += log_lib.plot_run(fake_run(tmp_path / "paretopo-calc", OBJ2), OBJ2)
-    out += log_lib.plot_run(fake_run(tmp_path / "vpo-4obj", OBJ4, hv_steps=()), OBJ4)
+    out += plots.plot_run(fake_run(tmp_path / "paretopo-calc", OBJ2), OBJ2)
+    out += plots.plot_run(fake_run(tmp_path / "vpo-4obj", OBJ4, hv_steps=()), OBJ4)
     short = fake_run(tmp_path / "short", OBJ2, steps=1, evals=(1,), hv_steps=(0,))
-    out += log_lib.plot_run(short, OBJ2)
+    out += plots.plot_run(short, OBJ2)
     runs = {m: fake_run(tmp_path / m, OBJ2, seed=i) for i, m in enumerate(["grpo", "gdpo", "saw"])}
-    out.append(log_lib.plot_comparison(runs, ["eval/accuracy", "loss"], tmp_path / "cmp.png"))
+    out.append(plots.plot_comparison(runs, ["eval/accuracy", "loss"], tmp_path / "cmp.png"))
     assert len(out) == 3 + 2 + 3 + 1
     for p in out:
         _png_ok(p)

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from mojax import logging as log_lib
+from mojax import logbook as log_lib
 from mojax import workdir as wd
 from mojax.config import ConfigError
 

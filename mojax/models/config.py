@@ -233,59 +233,13 @@ class QwenConfig:
           ValueError: for an unsupported architecture / model_type / rope type, sliding-window
             attention, or (``strict``) an unknown key (named), so a config is never half-understood.
         """
-        if isinstance(path_or_dict, dict):
-            hf = dict(path_or_dict)
-        else:
-            path = os.fspath(path_or_dict)
-            if os.path.isdir(path):
-                path = os.path.join(path, "config.json")
-            with open(path) as fh:
-                hf = json.load(fh)
-        archs = hf.get("architectures") or []
-        model_type = hf.get("model_type")
-        bad = [a for a in archs if a not in SUPPORTED_ARCHITECTURES]
-        if bad or model_type not in SUPPORTED_ARCHITECTURES.values():
-            raise ValueError(
-                f"unsupported architecture {archs or None} / model_type {model_type!r}: "
-                f"mojax.models implements {sorted(SUPPORTED_ARCHITECTURES)}"
-            )
-        if hf.get("use_sliding_window", False):
-            raise ValueError("use_sliding_window=True is not supported (no Qwen release uses it)")
-        if hf.get("hidden_act", "silu") != "silu":
-            raise ValueError(f"hidden_act={hf['hidden_act']!r} is not supported (only 'silu')")
+        hf = _read_hf(path_or_dict)
+        _check_hf(hf, strict)
         heads = int(hf["num_attention_heads"])
-        rope_params = dict(hf.get("rope_parameters") or {})
-        rope_scaling = dict(hf.get("rope_scaling") or {})
-        rope_theta = hf.get("rope_theta", rope_params.pop("rope_theta", 10000.0))
-        rope_params.pop("rope_theta", None)
-        if not rope_scaling and rope_params.get("rope_type", "default") != "default":
-            rope_scaling = rope_params
-        if rope_scaling.get("rope_type", rope_scaling.get("type")) == "default":
-            rope_scaling = {}
-        known = _IGNORED_HF_KEYS | {
-            "vocab_size",
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-            "head_dim",
-            "rms_norm_eps",
-            "rope_theta",
-            "rope_scaling",
-            "rope_parameters",
-            "max_position_embeddings",
-            "tie_word_embeddings",
-            "attention_bias",
-        }
-        unknown = sorted(set(hf) - known)
-        if unknown and strict:
-            raise ValueError(
-                f"unknown config.json key(s) {unknown}; refusing to guess their meaning"
-            )
-        qwen3 = model_type == "qwen3"
+        qwen3 = hf["model_type"] == "qwen3"
+        rope_theta, rope_scaling = _hf_rope(hf)
         kw = dict(
-            model_type=model_type,
+            model_type=hf["model_type"],
             vocab_size=int(hf["vocab_size"]),
             hidden_size=int(hf["hidden_size"]),
             intermediate_size=int(hf["intermediate_size"]),
@@ -359,3 +313,67 @@ def _freeze(d: dict) -> tuple:
             v = v.item()
         items.append((k, v))
     return tuple(items)
+
+
+# HF config.json keys this port reads.
+_READ_HF_KEYS = {
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "attention_bias",
+}
+
+
+def _read_hf(path_or_dict: str | os.PathLike | dict) -> dict[str, Any]:
+    """The ``config.json`` dict of a checkpoint directory, a ``config.json`` path or a dict."""
+    if isinstance(path_or_dict, dict):
+        return dict(path_or_dict)
+    path = os.fspath(path_or_dict)
+    if os.path.isdir(path):
+        path = os.path.join(path, "config.json")
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def _check_hf(hf: dict[str, Any], strict: bool) -> None:
+    """Raises ``ValueError`` for an architecture, activation or attention this port does not
+    implement, and (``strict``) for keys it does not know."""
+    archs = hf.get("architectures") or []
+    model_type = hf.get("model_type")
+    bad = [a for a in archs if a not in SUPPORTED_ARCHITECTURES]
+    if bad or model_type not in SUPPORTED_ARCHITECTURES.values():
+        raise ValueError(
+            f"unsupported architecture {archs or None} / model_type {model_type!r}: "
+            f"mojax.models implements {sorted(SUPPORTED_ARCHITECTURES)}"
+        )
+    if hf.get("use_sliding_window", False):
+        raise ValueError("use_sliding_window=True is not supported (no Qwen release uses it)")
+    if hf.get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act={hf['hidden_act']!r} is not supported (only 'silu')")
+    unknown = sorted(set(hf) - _IGNORED_HF_KEYS - _READ_HF_KEYS)
+    if unknown and strict:
+        raise ValueError(f"unknown config.json key(s) {unknown}; refusing to guess their meaning")
+
+
+def _hf_rope(hf: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """``(rope_theta, rope_scaling)`` from the ``rope_theta`` / ``rope_scaling`` keys, or from
+    transformers 5's ``rope_parameters``; a ``"default"`` rope type is plain RoPE (``{}``)."""
+    rope_params = dict(hf.get("rope_parameters") or {})
+    rope_scaling = dict(hf.get("rope_scaling") or {})
+    rope_theta = hf.get("rope_theta", rope_params.pop("rope_theta", 10000.0))
+    rope_params.pop("rope_theta", None)
+    if not rope_scaling and rope_params.get("rope_type", "default") != "default":
+        rope_scaling = rope_params
+    if rope_scaling.get("rope_type", rope_scaling.get("type")) == "default":
+        rope_scaling = {}
+    return rope_theta, rope_scaling

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from mojax import logging as log_lib
+from mojax import logbook as log_lib
 from mojax.rl.host_state import HostState
 from mojax.rl.validation import evaluate, validation_vector
 

@@ -18,8 +18,8 @@ import jax
 from absl import logging
 
 from mojax import checkpoint as ckpt_lib
-from mojax import learner
-from mojax import logging as log_lib
+from mojax import learner, plots
+from mojax import logbook as log_lib
 from mojax import workdir as workdir_lib
 from mojax.distributed import is_leader
 from mojax.preemption import Preempted, Preemption
@@ -99,7 +99,7 @@ def train_and_evaluate(spec: RunSpec, workdir: str) -> dict[str, float]:
             run_ = with_reference(run_, ref)
             last = _loop(run_, workdir, state, host, resumed, writer, ckpt, preemption)
         ckpt.wait()
-        log_lib.plot_run(workdir, run_.task.objective_names)
+        plots.plot_run(workdir, run_.task.objective_names)
         if is_leader():
             with open(os.path.join(workdir, workdir_lib.DONE_FILE), "w") as f:
                 f.write(f"{spec.steps}\n")

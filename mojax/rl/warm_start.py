@@ -17,7 +17,7 @@ from absl import logging
 
 from mojax import checkpoint as ckpt_lib
 from mojax import learner
-from mojax import logging as log_lib
+from mojax import logbook as log_lib
 from mojax.rl.builders import sft_arrays
 
 

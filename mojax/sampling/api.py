@@ -5,6 +5,19 @@ compiled cores of ``mojax.sampling.decode``. See ``mojax.sampling`` for the mult
 
 Shape legend: P prompts, G samples per prompt, B = P*G rows, Tp prompt width, To observation width,
 J stop ids per row, R response slots, C cache slots.
+
+Arguments both calls take (they may differ per call):
+
+* ``temperature`` (0.0 = greedy), ``top_p``, ``top_k``, ``min_p``: ``mojax.sampling.processors``;
+* ``logprobs``: ``"policy"`` (default; log-softmax of the raw logits at temperature 1, the PPO old
+  log-prob) or ``"sampling"`` (under the processed distribution);
+* ``draw``: ``"gumbel"`` (default) or ``"inverse_cdf"``: how a token is drawn from the processed
+  distribution (the same distribution, another random stream);
+* ``segmented``: attend over growing cache prefixes (faster; False attends over all C slots), and
+  ``segment_growth``, the ratio of successive prefix sizes (``buckets.segment_caps``: closer to 1
+  reads fewer unused slots per step and compiles more decode loops);
+* ``mesh``, ``rules``: shard the batch / heads by the logical axis rules (batch on data, heads on
+  tensor).
 """
 
 from __future__ import annotations
@@ -97,29 +110,18 @@ def generate(
       prompt_tokens: int32 [P, Tp], right-padded.
       key: PRNG key; the whole call (and its continuations) is deterministic given it.
       max_new_tokens: int, or [P] / [B] per-row budgets for this call.
-      temperature: 0.0 = greedy. top_p / top_k / min_p: see ``mojax.sampling.processors``.
       num_samples: G; output rows are prompt-major (row ``p * G + g``).
       stop_token_ids: ids shared by all rows, or a per-row [P, J] / [B, J] array padded with -1.
         The stop token is kept as the row's last token.
       prompt_lengths: int [P] real tokens per prompt (None = all Tp). Must be >= 1.
       pad_id: written after each row's end.
-      logprobs: "policy" (default; log-softmax of the raw logits at temperature 1, the PPO
-        old log-prob) or "sampling" (under the processed distribution).
-      draw: "gumbel" (default) or "inverse_cdf": how a token is drawn from the processed
-        distribution (``mojax.sampling.processors``; the same distribution, another random stream).
       max_response_len: R, response slots (default ``max(max_new_tokens)``); make it larger to
         leave room for appended observations and later turns.
-      max_total_len: C, cache slots (default ``Tb + R``, Tb the prompt bucket). Fix it across calls
-        to get one compiled program per (P, G, Tb). Each decode step of the batch uses one slot and
-        each append uses ``To`` (its bucket) slots for every row.
+      max_total_len: C, cache slots (default ``Tb + R``, Tb the prompt bucket); fixed across calls,
+        one compiled program per (P, G, Tb). A decode step uses one slot, an append ``To``.
       cache_dtype: k/v storage dtype (e.g. ``jnp.bfloat16``); default the model's compute dtype.
       min_prompt_bucket: prompts are padded to ``max(min_prompt_bucket, next_pow2(max length))``.
-      segmented: attend over growing cache prefixes (faster); False attends over all C slots.
-      segment_growth: the ratio of successive prefix sizes (``buckets.segment_caps``): closer to
-        1 reads fewer unused slots per step and compiles more decode loops (at 2048 slots from
-        scratch, bench-qwen3-50m: 15 loops and 9.4 s to compile at 1.25, 6 and 4.7 s at 2).
-      mesh, rules: shard the batch / heads by the logical axis rules (batch on data, heads on
-        tensor).
+      others: see the module docstring.
 
     Returns:
       ``SamplingOutput`` (tokens / logprobs / loss_mask [B, R], lengths [B], finish_reason [B],
@@ -127,6 +129,38 @@ def generate(
     """
     params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
     model = _resolved(model)
+    padded, lengths, max_new, g = _prompt_arrays(
+        model, prompt_tokens, prompt_lengths, num_samples, max_new_tokens, min_prompt_bucket
+    )
+    tb = padded.shape[1]
+    r = int(max_response_len or max_new.max())
+    s = int(max_total_len or tb + r)
+    if s < tb + 1:
+        raise ValueError(f"max_total_len={s} leaves no slot after the prompt bucket {tb}")
+    caps = buckets.segment_caps(tb, s, growth=segment_growth) if segmented else (s,)
+    state = decode.generate_from_arrays(
+        model,
+        jnp.asarray(padded),
+        jnp.asarray(lengths, jnp.int32),
+        jnp.asarray(stop_id_array(stop_token_ids, padded.shape[0], g)),
+        jnp.asarray(max_new),
+        key,
+        jnp.asarray(pad_id, jnp.int32),
+        num_samples=g,
+        max_total_len=s,
+        max_response_len=r,
+        params=params,
+        cache_dtype=None if cache_dtype is None else jnp.dtype(cache_dtype).name,
+        caps=caps,
+        mesh=mesh,
+        rules=tuple(rules) if mesh is not None else (),
+    )
+    return SamplingOutput.from_state(state)
+
+
+def _prompt_arrays(model, prompt_tokens, prompt_lengths, num_samples, max_new_tokens, bucket):
+    """Checked, bucketed host arrays of a ``generate`` call: ``(padded [P, Tb], lengths [P],
+    max_new [B], G)``; a ``ValueError`` names the argument that does not fit."""
     tokens = np.asarray(prompt_tokens)
     if tokens.ndim != 2 or tokens.shape[1] == 0:
         raise ValueError(f"prompt_tokens must be int [P, Tp] with Tp >= 1, got {tokens.shape}")
@@ -143,33 +177,39 @@ def generate(
     max_new = _per_row(max_new_tokens, "max_new_tokens", p, g, np.int32)
     if max_new.min() < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    tb = buckets.bucket_length(int(lengths.max()), min_prompt_bucket)
+    tb = buckets.bucket_length(int(lengths.max()), bucket)
     padded = np.zeros((p, tb), np.int32)
     width = min(tp, tb)
     padded[:, :width] = np.where(np.arange(width)[None] < lengths[:, None], tokens[:, :width], 0)
-    r = int(max_response_len or max_new.max())
-    s = int(max_total_len or tb + r)
-    if s < tb + 1:
-        raise ValueError(f"max_total_len={s} leaves no slot after the prompt bucket {tb}")
-    caps = buckets.segment_caps(tb, s, growth=segment_growth) if segmented else (s,)
-    state = decode.generate_from_arrays(
-        model,
-        jnp.asarray(padded),
-        jnp.asarray(lengths, jnp.int32),
-        jnp.asarray(stop_id_array(stop_token_ids, p, g)),
-        jnp.asarray(max_new),
-        key,
-        jnp.asarray(pad_id, jnp.int32),
-        num_samples=g,
-        max_total_len=s,
-        max_response_len=r,
-        params=params,
-        cache_dtype=None if cache_dtype is None else jnp.dtype(cache_dtype).name,
-        caps=caps,
-        mesh=mesh,
-        rules=tuple(rules) if mesh is not None else (),
+    return padded, lengths, max_new, g
+
+
+def _append_arrays(model, b, obs_tokens, obs_lengths, resume, max_new_tokens, bucket):
+    """Checked, bucketed host arrays of an ``append_and_continue`` call: ``(padded [B, To],
+    obs_lengths [B] (0 where not resumed), resume [B], max_new [B])``. The bucket is the same on
+    every process (each may fill in only its own rows)."""
+    obs = np.asarray(obs_tokens, np.int64)
+    if obs.ndim != 2 or obs.shape[0] != b:
+        raise ValueError(f"obs_tokens must be int [B={b}, To], got {obs.shape}")
+    obs_len = np.asarray(obs_lengths, np.int32)
+    res = np.asarray(resume, bool)
+    if obs_len.shape != (b,) or res.shape != (b,):
+        raise ValueError(f"obs_lengths / resume must be [B={b}], got {obs_len.shape}, {res.shape}")
+    if obs_len.min(initial=0) < 0 or obs_len.max(initial=0) > obs.shape[1]:
+        raise ValueError(f"obs_lengths must be in [0, To={obs.shape[1]}], got {obs_len}")
+    obs_len = np.where(res, obs_len, 0)
+    _check_tokens(
+        "obs_tokens", obs, np.arange(obs.shape[1])[None] < obs_len[:, None], model.config.vocab_size
     )
-    return SamplingOutput.from_state(state)
+    max_new = _per_row(max_new_tokens, "max_new_tokens", b, 1, np.int32)
+    if max_new[res].min(initial=1) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    longest = int(distributed.global_max([obs_len.max(initial=0)])[0])
+    to = buckets.bucket_length(longest, bucket)
+    padded = np.zeros((b, to), np.int32)
+    width = min(obs.shape[1], to)
+    padded[:, :width] = np.where(np.arange(width)[None] < obs_len[:, None], obs[:, :width], 0)
+    return padded, obs_len, res, max_new
 
 
 def _row_sharding(mesh, rules):
@@ -214,8 +254,7 @@ def append_and_continue(
       obs_lengths: int [B] real tokens per row (ignored where ``resume`` is False).
       resume: bool [B] rows to continue.
       max_new_tokens: int or [B] budget of this call for the resumed rows.
-      temperature, top_p, top_k, min_p, logprobs, draw, segmented, segment_growth: as in
-        ``generate`` (may differ per call).
+      others: see the module docstring.
       min_obs_bucket: ``To`` is padded to ``max(min_obs_bucket, next_pow2(max obs length))``.
 
     Multi-process: each process reads only the rows its devices hold from ``obs_tokens``,
@@ -229,28 +268,10 @@ def append_and_continue(
     params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
     model = _resolved(model)
     b, r, s = state.batch, state.max_response_len, state.max_total_len
-    obs = np.asarray(obs_tokens, np.int64)
-    if obs.ndim != 2 or obs.shape[0] != b:
-        raise ValueError(f"obs_tokens must be int [B={b}, To], got {obs.shape}")
-    obs_len = np.asarray(obs_lengths, np.int32)
-    res = np.asarray(resume, bool)
-    if obs_len.shape != (b,) or res.shape != (b,):
-        raise ValueError(f"obs_lengths / resume must be [B={b}], got {obs_len.shape}, {res.shape}")
-    if obs_len.min(initial=0) < 0 or obs_len.max(initial=0) > obs.shape[1]:
-        raise ValueError(f"obs_lengths must be in [0, To={obs.shape[1]}], got {obs_len}")
-    obs_len = np.where(res, obs_len, 0)
-    _check_tokens(
-        "obs_tokens", obs, np.arange(obs.shape[1])[None] < obs_len[:, None], model.config.vocab_size
+    padded, obs_len, res, max_new = _append_arrays(
+        model, b, obs_tokens, obs_lengths, resume, max_new_tokens, min_obs_bucket
     )
-    max_new = _per_row(max_new_tokens, "max_new_tokens", b, 1, np.int32)
-    if max_new[res].min(initial=1) < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    # the same bucket on every process (each may fill in only its own rows)
-    longest = int(distributed.global_max([obs_len.max(initial=0)])[0])
-    to = buckets.bucket_length(longest, min_obs_bucket)
-    padded = np.zeros((b, to), np.int32)
-    width = min(obs.shape[1], to)
-    padded[:, :width] = np.where(np.arange(width)[None] < obs_len[:, None], obs[:, :width], 0)
+    to = padded.shape[1]
     layout = distributed.row_layout(_row_sharding(mesh, rules), b)
     length = layout.read(state.length)  # this process's rows only (0 elsewhere)
     end = int(layout.read(state.cache.end)[int(np.argmax(layout.local))])  # same in every row

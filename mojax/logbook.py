@@ -9,7 +9,7 @@ Only process 0 writes (``jax.process_index() == 0``): on the other hosts of a mu
 ``MetricsWriter``, ``write_transcripts``, ``write_config`` and ``plot_run`` do nothing, so every
 process can call them unconditionally.
 
-Plots live in ``mojax.plots`` (``plot_run``, ``plot_comparison``; re-exported here).
+Plots live in ``mojax.plots`` (``plot_run``, ``plot_comparison``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import numpy as np
 from mojax import log_backends
 from mojax.jsonl import METRICS_FILE, read_jsonl, read_metrics
 from mojax.log_backends import WandbOptions
-from mojax.plots import plot_comparison, plot_run
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 CONFIG_FILE = "config.json"
@@ -41,8 +40,6 @@ __all__ = [
     "format_progress",
     "is_main_process",
     "mark_response",
-    "plot_comparison",
-    "plot_run",
     "read_config",
     "read_metrics",
     "read_transcripts",
