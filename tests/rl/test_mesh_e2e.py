@@ -29,7 +29,7 @@ import pytest
 
 from conftest import run_with_devices
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def unread_sft_loop(steps: int, mesh_shape=(2, 2, 2), max_in_flight=None):

@@ -16,7 +16,7 @@ from mojax.defaults import TINY_CALC_MODEL
 from mojax.rl import builders, trainer
 from mojax.tasks import build_task
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def eval_config(hf_dir):

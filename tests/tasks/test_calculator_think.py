@@ -12,7 +12,7 @@ from mojax_test_utils import run_spec
 from mojax.tasks import build_task
 from mojax.tasks import calculator as C
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _config(arg):

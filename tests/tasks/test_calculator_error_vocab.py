@@ -24,7 +24,7 @@ from mojax.tasks.base import TAGS
 from mojax.tasks.calculator import CalculatorTask
 from mojax.tasks.vocab import REQUIRED_CHARS, build_sentencepiece
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # one expression per ``raise CalculatorError`` site of mojax/rollout/tools/calculator.py
 ERROR_EXPRESSIONS = {

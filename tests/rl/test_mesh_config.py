@@ -22,7 +22,7 @@ from mojax import sharding as shl
 from mojax.config import ConfigError
 from mojax.rl import spec as spec_lib
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def grpo_config(data=-1, fsdp=1, tensor=1, **overrides):

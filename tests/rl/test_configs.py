@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted((REPO / "configs").glob("*.py"))
 
 

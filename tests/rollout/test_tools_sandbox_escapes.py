@@ -41,7 +41,7 @@ from sandbox_support import HOST_IS_ROOT, MODES, assert_none_left, make_sandbox,
 from mojax.rollout.tools import PythonSandbox, SandboxUnavailableError, _bwrap, python_sandbox
 from mojax.rollout.tools._host import world_accessible
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HOST_PID = os.getpid()
 ESCAPE = (
     "exec(compile(\"import ctypes; ctypes.CDLL(None).system(b'id > pwned.txt')\", "

@@ -9,7 +9,7 @@ from mojax_test_utils import run_spec
 
 from mojax.rl import builders
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def grpo(arg):

@@ -43,7 +43,7 @@ import uuid
 import pytest
 from sandbox_support import MODES, assert_none_left, make_sandbox, pids_with_cmdline
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", params=MODES)

@@ -16,7 +16,7 @@ from mojax.rl.builders import build_run
 from mojax.rl.warm_start import initial_params
 from mojax.rollout.tools import ToolPool
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def sft_config():

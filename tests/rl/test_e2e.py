@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mojax_test_utils import load_config, shrink
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py"))
 PUBLIC_KEYS = ("step", "reward/scalar/mean", "loss", "time/step_s")
 
