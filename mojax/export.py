@@ -12,7 +12,7 @@ writes ``config.json`` + ``model.safetensors`` (``mojax.models.save_pretrained``
 (and servable by vLLM).
 
 The run is rebuilt the way the trainer builds it: the resolved config from ``<workdir>/config.json``
-(``mojax.logbook.write_config``; ``--config=configs/x.py[:arg]`` for runs that did not save one),
+(``mojax.logbook.write_config``; ``--config=configs/<name>.py[:arg]`` for runs that did not save one),
 the tokenizer and model config from ``mojax.rl.builders`` (``build_tokenizer``,
 ``build_model_config``), and the params of the latest (or ``--step``) committed orbax checkpoint in
 ``<workdir>/checkpoints``. Only the params are read (orbax partial restore), never the optimizer
@@ -63,7 +63,7 @@ def run_config(workdir: str, config_spec: str | None = None):
         return load_config_file(config_spec)
     raise FileNotFoundError(
         f"--workdir={workdir}: no {log_lib.CONFIG_FILE} in the run directory; pass the run's "
-        "--config=configs/x.py[:arg] to rebuild it"
+        "--config=configs/<name>.py[:arg] to rebuild it"
     )
 
 
@@ -168,7 +168,7 @@ def export(
       workdir: the run directory.
       out_dir: where to write (created).
       step: the checkpoint step (default the latest committed one).
-      config: the run's config (ConfigDict) or a ``configs/x.py[:arg]`` spec; default the run's
+      config: the run's config (ConfigDict) or a ``configs/<name>.py[:arg]`` spec; default the run's
         ``config.json``.
       checkpoint_dir: default ``<workdir>/checkpoints``.
       dtype: dtype of the saved tensors (default the params' dtype, ``model.param_dtype``).
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="the HF model directory to write")
     parser.add_argument("--step", type=int, default=None, help="checkpoint step (default latest)")
     parser.add_argument(
-        "--config", default=None, help="configs/x.py[:arg], for runs without config.json"
+        "--config", default=None, help="configs/<name>.py[:arg], for runs without config.json"
     )
     parser.add_argument("--checkpoint_dir", default=None, help="default <workdir>/checkpoints")
     parser.add_argument("--dtype", default=None, help="saved dtype, e.g. bfloat16")

@@ -1,6 +1,6 @@
 """Run outputs: ``metrics.jsonl``, TensorBoard / W&B, ``config.json``, transcripts and PNG plots.
 
-``metrics.jsonl`` holds one JSON object per logged step (public keys in design.md: ``step``,
+``metrics.jsonl`` holds one JSON object per logged step (public keys, ``docs/architecture.md``: ``step``,
 ``reward/<objective>/mean``, ``reward/scalar/mean``, ``loss``, ``time/step_s``, ``eval/...``). On resume the
 writer truncates lines of steps after the restored checkpoint, so a killed-and-resumed run leaves the
 same file as an uninterrupted one.

@@ -28,8 +28,8 @@ def dirichlet_weights(key, num_groups: int, num_weights: int, num_objectives: in
     """``[P, K, M]`` weights on the simplex, ``Dir(alpha * 1_M)``; deterministic in ``key``.
 
     For ``alpha == 1`` (the papers' choice) the draw is normalised i.i.d. Exp(1) variables, which is
-    exactly ``Dir(1)`` and compiles far faster than the gamma sampler behind
-    ``jax.random.dirichlet`` (used for any other ``alpha``).
+    exactly ``Dir(1)`` without the gamma sampler behind ``jax.random.dirichlet`` (used for any
+    other ``alpha``).
     """
     shape = (num_groups, num_weights, num_objectives)
     if isinstance(alpha, (int, float)) and float(alpha) == 1.0:

@@ -1,7 +1,7 @@
 """Token log-probabilities (and entropies) of a sequence under the Qwen policy, in fp32.
 
 ``token_logprobs(config, params, tokens)[b, t] = log π(tokens[b, t] | tokens[b, :t])`` — aligned with
-the tokens as the rollout batch contract fixes (design.md), 0 at t = 0 (no prediction there; the
+the tokens as the rollout batch contract fixes (``docs/architecture.md``), 0 at t = 0 (no prediction there; the
 loss mask is 0 on the prompt anyway). The vocabulary projection is done from the final hidden
 states in chunks of ``chunk_size`` positions under ``jax.checkpoint``, so neither the forward nor the
 backward pass holds the whole ``[B, T, V]`` logits (V = 152k for Qwen): only ``[B, chunk, V]`` at a
@@ -43,7 +43,7 @@ def _chunk_terms(
     if vocab_sharded:  # a masked sum keeps vocab-sharded logits sharded (no gather of [B, Tc, V])
         vocab_ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
         picked = jnp.sum(jnp.where(vocab_ids == targets[..., None], logits, 0.0), axis=-1)
-    else:  # a gather: ~25% cheaper on CPU
+    else:  # a gather of the picked logits
         picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
     lp = picked - lse
     if not entropy:

@@ -207,8 +207,7 @@ def apply_update(
     updates, new_opt = tx.update(grads, opt_state, params)
     new_params = optax.apply_updates(params, updates)
 
-    # a select per element fuses into the update loops (measured ~2x cheaper than lax.cond on CPU,
-    # whose branch outputs are copied out)
+    # a select per element fuses into the update loops (lax.cond copies its branch outputs out)
     def keep(new, old):
         return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)
 

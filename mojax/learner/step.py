@@ -9,7 +9,7 @@ state donated, so it runs unchanged from one CPU to a multi-host mesh::
     step = make_train_step(model_config, tx, PPOConfig(...), mesh, rules)
     state, metrics = step(state, batch)       # batch: dict of host or device arrays (keys below)
 
-Batch keys (design.md rollout contract): ``tokens`` int32 [B, T], ``loss_mask`` [B, T],
+Batch keys (the rollout batch contract, ``docs/architecture.md``): ``tokens`` int32 [B, T], ``loss_mask`` [B, T],
 ``old_logprobs`` fp32 [B, T], ``advantages`` [B] or [B, T]; ``ref_logprobs`` [B, T] when
 ``kl_coef != 0``; optional ``attention_mask`` [B, T], ``clip_eps`` (scalar AWPO radius); ``n_calls``
 and other host metadata are accepted and ignored. A missing or unknown key raises naming it.
@@ -82,8 +82,7 @@ class ShardedStep:
     in-flight semaphore is reached; on the CPU backend that semaphore is acquired inside the launch
     task on the client's thread pool (one thread per device), so blocked launches and devices
     waiting in a collective for a device whose queued step cannot get a thread fill the pool: a
-    deadlock that XLA aborts after 40 s ("Expected 8 threads to join the rendezvous, but only 7
-    arrived"; issue 12).
+    deadlock that XLA aborts ("Expected 8 threads to join the rendezvous, but only 7 arrived").
 
     Attributes:
       trace_count: how many times the step function was traced (1 across steps of equal shapes).

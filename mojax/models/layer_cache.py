@@ -1,7 +1,7 @@
 """The decode layout of the KV cache: one array per layer, keys stored with the slot axis minor.
 
 ``KVCache`` (``mojax.models.cache``) stacks the layers, ``[L, B, C, K, D]``, as a scanned model
-needs. In the CPU decode loop that layout costs twice (``docs/performance.md`` §2):
+needs. In the CPU decode loop that layout costs twice:
 
 * each layer's ``k_all[layer]`` is a slice that XLA CPU copies out of the stacked array before the
   attention reads it, on every token;
@@ -21,9 +21,7 @@ Both einsums of a multi-token cached call (an appended observation) then have th
 slot index) are those of ``KVCache``; ``to_layer_major`` and ``LayerKVCache.to_stacked`` convert
 between the two exactly (transposes only).
 
-In-process at B = 128, 32 decode steps of the attention alone (write, scores, softmax, output),
-fp32, min of 7 calls: bench-qwen3-50m (10 layers, 160 slots) 62.7-69.5 ms per step stacked,
-27.0-28.7 ms in this layout; tiny-qwen3 (2 layers, 192 slots) 3.35-3.71 ms and 1.22-1.25 ms.
+The decode loop uses this layout when ``Layouts.decode_per_layer`` is set (the CPU layouts).
 
 Shape legend (``mojax/__init__.py``): L layers, B rows, C cache slots, K kv heads, D head dim,
 T tokens.

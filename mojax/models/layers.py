@@ -130,8 +130,8 @@ class Projection(nn.Module):
     """Projection with a kernel of any shape (e.g. ``[E, H, D]``) and optional bias.
 
     The leading ``n_in`` kernel dims contract with the trailing ``n_in`` dims of ``x``. The product
-    is one 2-D matmul ``[B*T, in] @ [in, out]`` (free reshapes): XLA's CPU backend runs the weight
-    gradient of a 3-D einsum (contracting over both B and T) several times slower.
+    is one 2-D matmul ``[B*T, in] @ [in, out]`` (free reshapes), whose weight gradient XLA's CPU
+    backend runs as one matmul (a 3-D einsum contracting over both B and T is not).
     """
 
     config: QwenConfig
@@ -179,9 +179,7 @@ def _attend_one_query(qg, keys, values, visible, dtype):
 
     The two einsums of ``attend`` contract a ``[B, S, K, D]`` cache slice whose batch axes (B, K)
     are not leading, so XLA CPU copies (transposes) every layer's keys and values before its
-    batched dots; broadcast-multiply + sum reads them in place. In-process at bench-qwen3-50m,
-    B = 128, 192 cache slots, fp32, a cached forward step (vocabulary head excluded) took 191.6 ms
-    with the einsums and 147.3 ms with this (66.7 ms with no attention; ``docs/performance.md`` §2).
+    batched dots; broadcast-multiply + sum reads them in place (``Layouts.one_query_reduce``).
     """
     d = qg.shape[-1]
     q = qg[:, 0].astype(jnp.float32)  # [B, K, G, D]

@@ -1,6 +1,6 @@
 """Pareto primitives: jit non-dominated sorting, hypervolume, archive, ParetoPO Stage 1.
 
-Public names (design.md): :func:`nondominated_rank`, :func:`hypervolume`.
+Public names (``docs/architecture.md``, "Data contracts"): :func:`nondominated_rank`, :func:`hypervolume`.
 """
 
 from mojax.pareto.archive import archive_add, is_dominated_by, nondominated_filter

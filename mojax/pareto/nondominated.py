@@ -20,13 +20,10 @@ Invalid rows (or rows with a non-finite value) are never "remaining", so they ne
 are dominated, and keep rank -1; padding rows of the last word likewise. Exact duplicates do not
 dominate each other (dominance needs a strict improvement), so they share a front.
 
-Choices measured against alternatives (``docs/performance.md``): the issue suggests, for M = 2, an
-``O(G log G)`` sweep after a sort, and for general M longest paths by max-plus matrix squaring.
-On XLA CPU a batched sort of ``[1024, 64]`` with two keys costs several times the whole bitset
-computation (XLA's CPU sort is comparator-based), and the 2-D sweep is G dependent sequential steps
-(more than the ~9-18 fronts); max-plus squaring costs ``G^3`` per round (``log2 G`` rounds), which
-exceeds ``fronts * G^2 / 32`` word operations at every benchmarked shape. So one algorithm serves all
-M; its cost is one ``O(N G^2 M)`` comparison pass plus ``fronts * N G^2 / 32`` word operations.
+One algorithm serves every M: its cost is one ``O(N G^2 M)`` comparison pass plus
+``fronts * N G^2 / 32`` word operations. (An ``O(G log G)`` sweep for M = 2 needs a batched sort,
+comparator-based on XLA CPU, and G dependent sequential steps; max-plus matrix squaring for general
+M costs ``G^3`` per round.)
 """
 
 from __future__ import annotations
@@ -130,7 +127,7 @@ def _peel(words: jax.Array, valid: jax.Array, k: int) -> jax.Array:
     ``A_0`` = the valid rows), so a row's rank is the number of rounds it survives: ``ranks += A_t``
     needs no front counter. Several rounds run per loop iteration, since on CPU each iteration's
     fixed cost (its kernels' launches and the loop test) exceeds the ``N * G * W`` word operations
-    of a round (``docs/performance.md`` §1); rounds after the last front change nothing.
+    of a round; rounds after the last front change nothing.
     """
     w = words.shape[1]
 

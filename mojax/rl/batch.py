@@ -1,4 +1,4 @@
-"""Assembling the PPO rollout batch (design.md "Rollout batch") from prompts and sampled responses.
+"""Assembling the PPO rollout batch (``docs/architecture.md``, "Data contracts") from prompts and sampled responses.
 
 Row ``b = p * G + g`` holds prompt ``p`` followed by its ``g``-th response, right-padded to a fixed
 ``T`` (so the jitted step sees one shape every step):

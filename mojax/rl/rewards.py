@@ -1,4 +1,4 @@
-"""From rollouts to the reward batch ``rewards [P, G, M]``, ``valid [P, G]`` (design.md contracts).
+"""From rollouts to the reward batch ``rewards [P, G, M]``, ``valid [P, G]`` (``docs/architecture.md``, "Data contracts").
 
 Host-side and stateless apart from the objects passed in (the N_optimal tracker is returned, not
 mutated). Covers the pieces every method shares:

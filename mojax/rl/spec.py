@@ -40,7 +40,7 @@ RESUME_MODES = ("", "force", "new")
 @dataclasses.dataclass(frozen=True)
 class AdvantageSpec:
     """``config.estimator`` + ``config.advantage``: the method and its keywords, and the config
-    sections the methods declare (``sections[name]``, e.g. ``paretopo``)."""
+    sections the methods declare (``sections[name]``)."""
 
     SECTION: ClassVar[str] = ""
     estimator: str = option(help="a name of mojax.advantages.METHODS", key="estimator")

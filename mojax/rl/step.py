@@ -1,6 +1,6 @@
 """One RL step, top to bottom: ``rl_step(run, host, train_state, key)``.
 
-The algorithm every method shares (design.md "The loop"), in the order it runs::
+The algorithm every method shares (``docs/architecture.md``), in the order it runs::
 
     collect     P prompt groups x G rollouts with tool turns; each round is rolled out, scored into
                 rewards [P, G, M] (or sets [P, G, S, M]) and shaped (DAPO overlong penalty); with DAPO
@@ -116,16 +116,16 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
 def _episodes_round(
     run: Run, host: HostState, params, key, round_: int = 0
 ) -> tuple[HostState, Episodes]:
-    """The next ``P`` training prompts, rolled out, scored and overlong-shaped. Goal-conditioned
-    GRPO (``task.goal_conditioned``) draws each prompt's ``w ~ Dir(1)`` from ``(seed, step,
-    round_)`` and writes it into the prompt (VPO, arXiv:2605.22817, App. E.5)."""
+    """The next ``P`` training prompts, rolled out, scored and overlong-shaped. A goal-conditioned
+    task (``task.goal_conditioned``; arXiv:2605.22817, App. E.5) draws each prompt's ``w ~ Dir(1)``
+    from ``(seed, step, round_)`` and writes it into the prompt."""
     rs = run.spec.rollout
     data = PromptIterator(run.splits.train, rs.prompts_per_step, seed=run.spec.seed)
     if host.data:
         data.load_state_dict(host.data)
     examples = data.next()
     goal_w = None
-    if run.spec.task.goal_conditioned:  # --- goal-conditioned GRPO
+    if run.spec.task.goal_conditioned:  # per-prompt weights in the prompt
         from mojax.tasks.goal import draw_goal_weights
 
         m = run.task.num_objectives

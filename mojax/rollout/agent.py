@@ -16,7 +16,7 @@ independently: a finished row stays finished while the others keep calling tools
 
 Observation tokens are in ``tokens`` with ``loss_mask`` 0 and ``logprobs`` 0, so the PPO loss never
 trains on tool output; the policy tokens carry the sampler's fp32 policy log-probs (the
-``old_logprobs`` of design.md "Rollout batch"). ``n_calls`` is the ``N_call`` of the tool reward
+``old_logprobs`` of the rollout batch contract (``docs/architecture.md``)). ``n_calls`` is the ``N_call`` of the tool reward
 ``r_tool`` of ParetoPO (arXiv:2606.16111, Eq. 4).
 
 Tool stops that are several tokens are detected with candidate ids and a host-side check (see

@@ -31,10 +31,8 @@ def segment_caps(
 
     The first cap is ``start + 1`` rounded up to ``granularity`` (at least ``min_cap``); each next
     one is ``growth`` times the last, rounded up to ``granularity``. A step reads at most
-    ``growth`` times the slots it needs (doubling read up to 2x: at the 50M sampler benchmark,
-    prompt bucket 64 + 128 new tokens, 144 slots per step on average instead of 160, and 1.8% off
-    the whole call, ``docs/performance.md`` §2), for ``log(max_len / start) / log(growth)``
-    compiled loops instead of ``log2``.
+    ``growth`` times the slots it needs (doubling reads up to 2x), for
+    ``log(max_len / start) / log(growth)`` compiled loops instead of ``log2``.
 
     Example: ``segment_caps(32, 300) == (64, 96, 128, 160, 224, 288, 300)``.
     """

@@ -17,15 +17,15 @@ renormalised (the others get ``-inf``) and one token per row is drawn, by ``draw
 
 * ``"gumbel"`` (default): Gumbel-max, the token of ``jax.random.categorical(key, z)``: one random
   draw per vocabulary entry (4.2 M per step at [128, 32768]). ``gumbel_max_draw`` computes the same
-  ``argmax(z + gumbel(key, z.shape))`` with ``first_argmax``, a two-level argmax: XLA CPU's
-  variadic (value, index) reduction over 32k entries was 2x the cost of the random bits themselves.
+  ``argmax(z + gumbel(key, z.shape))`` with ``first_argmax``, a two-level argmax (XLA CPU's
+  variadic (value, index) reduction over a whole vocabulary is slow).
 * ``"inverse_cdf"``: one uniform ``u`` per row and the two-level inverse CDF of the unnormalised
   probabilities ``p = exp(z - max z)``: the block of ``INVERSE_CDF_BLOCK`` entries whose cumulative
   block mass first exceeds ``u * sum p``, then the entry inside it whose cumulative mass first
   exceeds the remainder. The token is ``min {i : sum_{j <= i} p_j > u * sum p}`` up to fp32
   rounding of the sums (as in ``torch.multinomial``); zero-probability (removed, ``-inf``)
-  entries are never drawn. 14x cheaper than Gumbel at [128, 32768] on the CPU
-  (``docs/performance.md``), and another random stream: a run's tokens depend on ``draw``.
+  entries are never drawn. One uniform per row instead of one Gumbel draw per entry, and another
+  random stream: a run's tokens depend on ``draw``.
 
 Order: temperature, top-k, top-p, min-p (transformers' order).
 
@@ -158,8 +158,8 @@ def first_argmax(x: jax.Array, block: int = ARGMAX_BLOCK) -> jax.Array:
     On order-preserving uint32 keys (``_argmax_keys``; XLA's float max reduction need not propagate
     NaN), level one takes each ``block``-entry block's max (a plain max reduction, vectorised); the
     first block holding the row maximum is an argmax over V / block entries, and the answer is the
-    first maximum inside that block. Same result as one argmax over V, whose variadic (value,
-    index) reduction XLA CPU runs ~10x slower than a max (``docs/performance.md`` §2).
+    first maximum inside that block. Same result as one argmax over V, without its variadic
+    (value, index) reduction, which XLA CPU runs far slower than a max.
     """
     b, v = x.shape
     block = min(block, v)

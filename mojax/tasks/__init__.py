@@ -1,4 +1,4 @@
-"""Tasks, datasets and reward functions (design.md "Tasks and tools").
+"""Tasks, datasets and reward functions (``docs/architecture.md``, "Data contracts").
 
 Each task loads examples from the public formats, builds prompts through a tokenizer's chat
 template, declares its objectives (name, theoretical min/max, success) and scores responses into

@@ -2,7 +2,7 @@
 
 A task turns a model response into a reward vector ``float32 [M]`` whose objectives it declares up
 front (name, theoretical min/max, which ones define "success"). Every objective is oriented
-**higher is better** (design.md). Reward code never crashes a run: :meth:`Task.score_safe` catches
+**higher is better** (``docs/architecture.md``). Reward code never crashes a run: :meth:`Task.score_safe` catches
 exceptions, NaN/inf, wrong shapes and values outside the declared bounds, marks the sample invalid
 and counts the reason in a :class:`RewardStats` (exception type name, ``"nan"``, ``"inf"``, ...).
 

@@ -299,7 +299,8 @@ def sft_demonstrations(
       mental_error: per difficulty, the probability that a direct answer is off (by ±1 … ±100).
       think_rate: the probability that a demo opens with a plan, ``<think>tool</think>`` or
         ``<think>mental</think>`` (:func:`think_plan`), the format :func:`think_format` rewards.
-        At 0 (the default) no draw is made, so the demos are those of earlier versions.
+        At 0 (the default) no draw is made: the random stream (and so every demo) is the same as
+        without the argument.
     """
     behaviours = dict(DEFAULT_BEHAVIOURS if behaviours is None else behaviours)
     mental_error = dict(DEFAULT_MENTAL_ERROR if mental_error is None else mental_error)

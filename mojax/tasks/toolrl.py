@@ -22,7 +22,7 @@ object ``{"name", "parameters"}`` per line) and/or a ``<response>`` block.
   without tool call (T empty) Eq. 19 read literally is ``r_name / 1`` with the Jaccard of two empty
   name sets = 1: **1 if the response calls no tool, 0 for a spurious call** (``direct_reply="eq19"``,
   default; a ``<tool_call>`` block that does not parse counts as a call, an empty block as none).
-  ``direct_reply="neutral"`` restores mojax's earlier constant 0.5 (ToolRL's neutral 0 mapped into
+  ``direct_reply="neutral"`` scores such a response a constant 0.5 (ToolRL's neutral 0 mapped into
   [0, 1]), under which a spurious call costs nothing. ``R_out = format + exec`` ∈ [0, 2].
 * **Tool-name Jaccard** (``name_jaccard``): ``"multiset"`` (default; the ToolRL authors' code,
   ``Counter`` intersection over ``len(a) + len(b) − inter``, with their quirks: equal lists → 1,
