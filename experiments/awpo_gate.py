@@ -47,7 +47,7 @@ COST = """\
 A cell is the most expensive run of the four claims on this 2-core CPU: the prompts are ~4k tokens
 of tool descriptions and the output layer spans the real Qwen2 vocabulary (151,936 tokens). The
 PPO update projects onto the vocabulary only the chunks of positions that hold response tokens
-(`need` in `mojax/rl/logprobs.py`; before, every one of the ~4k prompt positions was projected);
+(`need` in `mojax/learner/logprobs.py`; before, every one of the ~4k prompt positions was projected);
 what remains is the attention over 4k-token sequences, recomputed under `remat`. In this grid (run
 niced next to the VPO grid, 2026-11-26) one RL step took 340-605 s per cell (`time/step_s`), of
 which the rollout 7-17 s and the PPO update 324-583 s (`time/train_s`). Each cell scored 16

@@ -2,7 +2,7 @@
 come back on exit; a second signal stops at once; exit codes are 128 + the signal number.
 
 The end-to-end behaviour (a SIGTERMed run checkpoints, exits 143 and resumes to the uninterrupted
-result) is ``tests/test_e2e.py::test_sigterm_checkpoints_exits_143_and_resumes_identical``.
+result) is ``tests/rl/test_e2e.py::test_sigterm_checkpoints_exits_143_and_resumes_identical``.
 """
 
 import os

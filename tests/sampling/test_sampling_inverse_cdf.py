@@ -6,7 +6,7 @@ whole vocabulary (one level, no blocks). The fp32 two-level draw may differ from
 ``u * sum(p)`` lies within fp32 rounding of a cumulative boundary; everywhere else the tokens must
 be equal. Plus: removed (``-inf``) entries are never drawn, whatever ``u`` (0, boundaries, the
 largest fp32 below 1), and ``sample_step`` frequencies pass the same chi-square test as the
-Gumbel draw (tests/test_sampling_processors.py).
+Gumbel draw (tests/sampling/test_sampling_processors.py).
 """
 
 import jax
