@@ -36,7 +36,7 @@ def _loops(model, b, prompt, n, dtype, draw):
     import jax
     import jax.numpy as jnp
 
-    from mojax.models import init_cache, to_layer_major
+    from mojax.models import init_cache, layouts, to_layer_major
     from mojax.sampling import SamplingParams, sample_step
     from mojax.sampling.decode import _forward
 
@@ -50,7 +50,7 @@ def _loops(model, b, prompt, n, dtype, draw):
         slot_mask=jnp.broadcast_to(jnp.arange(full) < prompt, (b, full)),
         end=jnp.full((b,), prompt, jnp.int32),
     )
-    if jax.default_backend() == "cpu":  # as ``mojax.sampling.decode._decode`` runs there
+    if layouts.of(cfg).decode_per_layer:  # as ``mojax.sampling.decode._decode`` runs it
         cache = to_layer_major(cache)
     params = SamplingParams(1.0, 0, 1.0, 0.0, "policy", draw)
     ones = jnp.ones((b, 1), bool)
@@ -91,10 +91,12 @@ def worker(args):
 
     import mojax.models as mm
     import mojax.sampling as ms
+    from mojax.models import layouts
 
     model = mm.from_pretrained(args.variant, dtype=args.dtype, seed=0)
-    # the bare loops run the layers as the sampler's decode loop does on this backend
-    fmodel = mm.unstack_layers(model) if jax.default_backend() == "cpu" else model
+    model = model.replace_config(layouts=layouts.for_backend())  # the sampler's layouts
+    # the bare loops run the layers as the sampler's decode loop does with these layouts
+    fmodel = mm.unstack_layers(model) if layouts.of(model.config).decode_per_layer else model
     dtype = jnp.dtype(args.dtype)
     n = args.new_tokens
     out = {"device": jax.devices()[0].device_kind}

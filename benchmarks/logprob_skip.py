@@ -33,7 +33,7 @@ def worker(args) -> None:
 
     shape = dict(defaults.TINY_CALC_MODEL, vocab_size=151936, max_position_embeddings=8192)
     shape["tie_word_embeddings"] = True
-    config = models.get_variant("tiny-qwen3", **shape)
+    config = models.layouts.resolve(models.get_variant("tiny-qwen3", **shape))
     params = models.Qwen(config).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
     b, t = args.batch, args.prompt + args.response
     rng = np.random.default_rng(0)

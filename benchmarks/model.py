@@ -64,6 +64,7 @@ def mojax_steps(ckpt, tokens_np, scan_layers):
     import mojax.models as mm
 
     model = mm.from_pretrained(ckpt, scan_layers=scan_layers)
+    model = model.replace_config(layouts=mm.layouts.for_backend())  # the learner's layouts
     apply, params = model.apply_fn, model.params
     tokens = jnp.asarray(tokens_np, jnp.int32)
     mask = jnp.ones_like(tokens)

@@ -48,10 +48,12 @@ Param pytree (``scan_layers=True``, the default; leading L axis under "layers"):
     (scan_layers=False: the same without the L axis under layers_0 .. layers_{L-1})
 """
 
+from mojax.models import layouts
 from mojax.models.cache import KVCache, init_cache
 from mojax.models.config import QwenConfig
 from mojax.models.hf import from_pretrained, load_params, param_count, save_pretrained
 from mojax.models.layer_cache import LayerKVCache, to_layer_major, to_stacked
+from mojax.models.layouts import Layouts
 from mojax.models.qwen import (
     DEFAULT_LOGICAL_AXIS_RULES,
     Qwen,
@@ -67,6 +69,8 @@ from mojax.models.tokenizer import HFTokenizer, SentencePieceTokenizer, load_tok
 from mojax.models.variants import VARIANTS, get_variant
 
 __all__ = [
+    "Layouts",
+    "layouts",
     "DEFAULT_LOGICAL_AXIS_RULES",
     "KVCache",
     "LayerKVCache",
