@@ -287,6 +287,50 @@ def test_spec_built_once_gives_the_same_rollout(tok, scene, monkeypatch):
         ]
 
 
+class RecordingSampler:
+    """A ``mojax.sampling.Sampler`` of its own (not the in-graph class): forwards every call to an
+    in-graph sampler and records it, so the test sees what the rollout asks of its engine."""
+
+    def __init__(self, model):
+        from mojax.sampling import InGraphSampler
+
+        self.inner, self.calls = InGraphSampler.of(model), []
+
+    @property
+    def row_sharding(self):
+        self.calls.append("row_sharding")
+        return self.inner.row_sharding
+
+    def update_weights(self, params):
+        self.calls.append("update_weights")
+        self.inner.update_weights(params)
+
+    def generate(self, prompt_tokens, **kwargs):
+        self.calls.append("generate")
+        return self.inner.generate(prompt_tokens, **kwargs)
+
+    def append_and_continue(self, state, obs_tokens, obs_lengths, resume, **kwargs):
+        self.calls.append("append_and_continue")
+        return self.inner.append_and_continue(state, obs_tokens, obs_lengths, resume, **kwargs)
+
+
+def test_the_rollout_runs_on_any_sampler(tok, scene):
+    """The driver reaches the engine only through the sampler interface: a sampler of another
+    class gives the same rollout, with one ``generate`` and one ``append_and_continue`` per
+    further decode call."""
+    task, calc, model, prompts, built = scene
+    spec = RolloutSpec.create(tok, task, temperature=0.0, **SETTINGS)
+    key = jax.random.key(0)
+    rec = RecordingSampler(model)
+    got = run_rollout(spec, rec, tok, task, prompts, key=key, tool=calc)
+    ref = run_rollout(spec, model, tok, task, prompts, key=key, tool=calc)
+    for field in ("tokens", "logprobs", "loss_mask", "lengths", "n_calls"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(ref, field))
+    assert rec.calls[:2] == ["row_sharding", "generate"]
+    appends = rec.calls.count("append_and_continue")
+    assert rec.calls.count("generate") == 1 and appends == got.counters["decode_calls"] - 1 > 0
+
+
 class SlowTool:
     """The Calculator behind a delay that differs per call (so calls finish out of submission
     order), recording how many decode calls were dispatched while each call was running."""

@@ -195,3 +195,33 @@ def test_custom_task_trains_two_gdpo_steps(custom_module, tmp_path):
     train_calls = sum(r["rollout/tool_calls_mean"] * 16 for r in records[1:])
     assert train_calls >= 1
     assert len(log.read_text().splitlines()) >= round(train_calls)
+
+
+def test_a_task_by_import_path_takes_the_built_in_path(tmp_path):
+    """The calculator named by import path builds exactly what ``task=calculator`` builds: the
+    recipe defaults, the splits, the tool, the SFT demonstrations and the self-built vocabulary
+    (nothing outside ``mojax/tasks`` branches on the name)."""
+    from mojax.rl import builders
+    from mojax.rl.show import flatten
+
+    path = "mojax.tasks.calculator:CalculatorTask"
+    built = {}
+    for name, arg in (("calculator", None), ("path", f"task={path}")):
+        c = load_config("grpo", arg)
+        with c.unlocked():
+            c.task.num_train, c.task.num_eval, c.sft.num_examples = 64, 4, 64
+        spec = run_spec(c)
+        task = spec.build_task()
+        splits = builders.load_splits(task, spec)
+        tok = builders.build_tokenizer(spec, task, splits, str(tmp_path / name))
+        pieces = [tok.sp.id_to_piece(i) for i in range(tok.sp.get_piece_size())]
+        tokens, mask = builders.sft_arrays(spec, task, tok, splits.train)
+        tool = builders.build_tool(task, spec, splits)
+        built[name] = (flatten(c), splits, pieces, tokens, mask, type(tool))
+    (ca, sa, pa, ta, ma, ka), (cb, sb, pb, tb, mb, kb) = built["calculator"], built["path"]
+    assert {k for k in ca if ca[k] != cb[k]} == {"task.name"} and cb["task.name"] == path
+    for split in ("train", "validation", "test"):
+        assert [x.id for x in getattr(sa, split)] == [x.id for x in getattr(sb, split)]
+    assert pa == pb and ka is kb
+    np.testing.assert_array_equal(ta, tb)
+    np.testing.assert_array_equal(ma, mb)
