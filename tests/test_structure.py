@@ -273,16 +273,22 @@ def test_docstrings_carry_no_issue_numbers():
 
 
 def _resolves(name: str) -> bool:
-    """Whether a dotted ``mojax.…`` name is a module, or an attribute / dataclass field of one."""
+    """Whether a dotted ``mojax.…`` name is a module, or an attribute / dataclass field of one. An
+    entry module with import-time flags (``mojax.main``) is read with ``ast`` instead."""
     import dataclasses
     import importlib
 
     parts = name.split(".")
     for i in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:i]))
-        except ImportError:
+        mod = ".".join(parts[:i])
+        path = PKG.parent.joinpath(*parts[:i])
+        if not (path.with_suffix(".py").exists() or (path / "__init__.py").exists()):
             continue
+        if mod == "mojax.main":
+            tree = ast.parse(path.with_suffix(".py").read_text())
+            top = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            return len(parts) == i or parts[i] in top
+        obj = importlib.import_module(mod)
         for a in parts[i:]:
             fields = (
                 {f.name for f in dataclasses.fields(obj)} if dataclasses.is_dataclass(obj) else ()
