@@ -55,11 +55,19 @@ def _read(path: str) -> str:
 
 
 def _proc_start(pid: int) -> int | None:
-    """The start tick of process ``pid`` (``/proc/<pid>/stat`` field 22), None if not running."""
+    """The start tick of process ``pid`` (``/proc/<pid>/stat`` field 22), None if not running.
+
+    A zombie (state ``Z``; ``X`` dead) is not running: it holds no files and writes nothing,
+    and where nobody reaps it (a container whose init does not, a killed launcher's children)
+    it keeps its pid and start tick for as long as the host lives.
+    """
     stat = _read(f"/proc/{pid}/stat")
     if not stat:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
 
 
 def _parse(text: str) -> dict[str, Any] | None:

@@ -70,6 +70,19 @@ def test_second_job_is_refused_naming_the_holder_then_takes_over_once_it_died(tm
     assert sorted(os.listdir(work)) == []  # nothing else left behind (no .stale-* file)
 
 
+def test_a_killed_holder_that_is_a_zombie_is_taken_over(tmp_path, holder):
+    """kill -9 of a launcher leaves its children as zombies where nothing reaps them (a
+    container's init): the pid keeps its /proc entry and start tick, but holds nothing."""
+    work = tmp_path / "w"
+    os.killpg(holder.pid, signal.SIGKILL)
+    deadline = time.time() + 30
+    while pathlib.Path(f"/proc/{holder.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.time() < deadline, "the killed holder never became a zombie"
+        time.sleep(0.05)
+    with WorkdirLock(work) as lock:  # not reaped yet (holder.wait() runs in the fixture)
+        assert lock.held and json.loads((work / LOCK_FILE).read_text())["pid"] == os.getpid()
+
+
 def _record(**changes):
     return {**holder_record("someone-else"), **changes}
 
