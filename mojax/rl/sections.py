@@ -218,7 +218,7 @@ class SFTSpec:
         c.in_range("sft.steps", 0)
         c.in_range("sft.batch_size", 1)
         c.in_range("sft.num_examples", 1)
-        c.in_range("sft.learning_rate", 0.0)
+        c.in_range("sft.learning_rate", 0.0, finite=True)
         c.in_range("sft.warmup_steps", 0)
         c.in_range("sft.think_rate", 0.0, 1.0)
         c.raise_if_any()

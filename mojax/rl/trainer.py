@@ -23,6 +23,7 @@ from mojax import logbook as log_lib
 from mojax import workdir as workdir_lib
 from mojax.distributed import is_leader
 from mojax.preemption import Preempted, Preemption
+from mojax.rl import inputs
 from mojax.rl import spec as spec_lib
 from mojax.rl.builders import build_run
 from mojax.rl.evaluate import write_report
@@ -49,17 +50,18 @@ def run(config, workdir: str) -> dict[str, float]:
 
         print(show(config), flush=True)
         return {}
+    workdir_lib.check_paths(config, workdir)
     spec = spec_lib.validate(config)
-    workdir_lib.check_paths(spec.resolved, workdir)
     if spec.dry_run:
         from mojax.rl.dry_run import dry_run
 
         return dry_run(spec)
+    inputs.check_files(spec)
     if spec.mode == "eval":
         os.makedirs(workdir, exist_ok=True)
         return evaluate_only(spec, workdir)
     with workdir_lib.lock(workdir):
-        finished = workdir_lib.prepare(spec.resolved, workdir)
+        finished = inputs.prepare_workdir(spec, workdir)
         if finished is not None:
             if is_leader():
                 print(finished.message, flush=True)

@@ -108,6 +108,7 @@ def test_checkpoint_config_json_is_checked(tmp_path):
     c = grpo_config(1, 1, 4)
     with c.unlocked():
         c.model.checkpoint = str(tmp_path)
+        c.tokenizer.path = ""  # the checkpoint's own tokenizer
     (err,) = errors(c, num_devices=4)
     assert err.startswith("config.mesh.tensor=4: ") and "num_kv_heads=2" in err
 
