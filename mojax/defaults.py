@@ -85,6 +85,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft = _sft()
     c.eval = _section(num_samples=1, temperature=0.0, ks=(1,), checkpoint="", split="test")
     c.judge = _section(kind="overlap", url="", model="", timeout_s=30.0)
+    c.judge.workers, c.judge.max_failures_in_a_row, c.judge.batch_deadline_s = 8, 8, 0.0
     c.wandb = _section(enabled=False, project="mojax", entity="", mode="online", name="", group="")
     c.mesh = _section(data=-1, fsdp=1, tensor=1)
     return c

@@ -44,7 +44,29 @@ CASES = {
         *_SFT,
     ],
     "vpo": ["--config=configs/vpo.py", "--config.steps=2"],  # set rewards [P, G, S, M], no SFT
+    # ToolRL with the offline overlap judge: (R_out, R_reason), a scalar clip_eps in the PPO
+    # batch, the judge split by groups; DAPO refills (the judge's rewards decide them)
+    "awpo": [
+        "--config=configs/awpo.py",
+        "--config.steps=2",
+        "--config.dapo.dynamic_sampling=true",
+        "--config.dapo.max_refill_rounds=1",
+    ],
 }
+
+
+def toolrl_subset(tmp_path, n=12) -> str:
+    """The ``n`` ToolRL test records of the shortest prompts (real data, a small model
+    context), as JSONL in ``tmp_path``."""
+    import pyarrow.parquet as pq
+
+    from mojax.tasks.data import shared_dir
+
+    rows = pq.read_table(os.path.join(shared_dir(), "data", "toolrl", "test.parquet")).to_pylist()
+    rows.sort(key=lambda r: sum(len(m["content"]) for m in r["prompt"]))
+    path = tmp_path / "toolrl_short.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:n]))
+    return str(path)
 
 
 def _env(tmp_path, **extra):
@@ -134,12 +156,17 @@ def test_distributed_helpers_on_two_processes(tmp_path):
         # 3 rows do not divide into 2 shards: worked on whole by both, split for the tools
         assert lay["uneven"] == [[True] * 3, [0, 0, 1], True, True]
         assert lay["read_local"] and lay["put_rows"] and lay["gather_rows"]
+        assert lay["shard_batch_scalar"]  # AWPO's scalar clip_eps in a 2-process PPO batch
         assert lay["gather_objects"] and lay["global_max"] == [1, 10]
         sc = r["scores"]  # each process scored its own 4 rows; everyone has all 8
         assert sc["scored_here"] == [f"r{i}" for i in range(4 * r["process"], 4 * r["process"] + 4)]
         assert sc["rewards"] == [0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 6.0, 7.0]
         assert sc["valid"] == [True] * 5 + [False] + [True] * 2
         assert (sc["invalid"], sc["scored"]) == (1, 8)
+        jd = r["judge"]  # AWPO's judge: each process called it for its own 4 rows only
+        assert jd["judged_here"] == [f"r{i}" for i in range(4 * r["process"], 4 * r["process"] + 4)]
+        assert jd["scores"] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, None, 0.7]  # the same everywhere
+        assert jd["counts"] == {"failures": 1, "skipped": 0}
 
 
 def test_rollout_on_two_processes_reads_only_its_rows(tmp_path):
@@ -185,8 +212,11 @@ def test_partial_distributed_flags_are_refused(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_two_processes_equal_one_process_with_two_devices(name, tmp_path):
+def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, request):
     flags = CASES[name] + _SHORT
+    if name == "awpo":
+        request.getfixturevalue("shared")  # skips with a reason when ../shared is absent
+        flags += [f"--config.task.train_path={toolrl_subset(tmp_path)}", "--config.task.num_eval=2"]
     two_processes(tmp_path, tmp_path / "two", flags)
     one_process(tmp_path, tmp_path / "one", flags)
     a, b = metrics(tmp_path / "one"), metrics(tmp_path / "two")
@@ -196,6 +226,9 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path):
     assert any("reward/scalar/mean" in r for r in b) and np.isfinite(b[-1]["loss"])
     if name == "paretopo":
         assert {"pareto/hv", "pareto/archive_size"} <= set().union(*b)  # Stage 1 steps
+    if name == "awpo":  # the judge scored every row, and the clip radius reached the update
+        assert all(r["judge/failures"] == 0 and "awpo/clip_eps" in r for r in b[1:])
+        assert all(0.1 <= r["awpo/clip_eps"] <= 0.2 for r in b[1:])
     lines = (tmp_path / "two" / "transcripts.jsonl").read_text().splitlines()
     assert len(lines) == len((tmp_path / "one" / "transcripts.jsonl").read_text().splitlines())
     assert (tmp_path / "two" / "done").exists()

@@ -208,6 +208,7 @@ class EpisodeRunner:
             judge=self.judge,
             prompts_text=prompts_text,
             stats=stats,
+            judge_budget=self.spec.judge.budget() if self.judge is not None else None,
         )
         eps = Episodes(examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics)
         eps.reason_valid = rb.reason_valid

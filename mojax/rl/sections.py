@@ -265,12 +265,32 @@ class JudgeSpec:
     url: str = option(help="the http judge's endpoint")
     model: str = option(help="the http judge's model name, or the local judge's HF directory")
     timeout_s: float = option(help="deadline of one judge call")
+    workers: int = option(8, help="judge calls in flight at once, per process")
+    max_failures_in_a_row: int = option(
+        8, help="after this many failed calls in a row, skip the batch's other rows (0 = never)"
+    )
+    batch_deadline_s: float = option(
+        0.0, help="one deadline for each batch of judge calls, per process (0 = none)"
+    )
 
     def __post_init__(self):
         c = _checker("judge", self)
         c.choice("judge.kind", JUDGE_KINDS)
         c.in_range("judge.timeout_s", 0.0, low_inclusive=False)
+        c.in_range("judge.workers", 1)
+        c.in_range("judge.max_failures_in_a_row", 0)
+        c.in_range("judge.batch_deadline_s", 0.0, finite=True)
         c.raise_if_any()
+
+    def budget(self):
+        """The ``mojax.tasks.judge.JudgeBudget`` of one batch of judge calls."""
+        from mojax.tasks.judge import JudgeBudget
+
+        return JudgeBudget(
+            workers=int(self.workers),
+            deadline_s=float(self.batch_deadline_s) or None,
+            max_failures_in_a_row=int(self.max_failures_in_a_row),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
