@@ -59,6 +59,8 @@ RESUMABLE = (
     "keep_checkpoints",
     "transcripts_per_step",
     "resume",
+    "preemption_grace_s",
+    "sft.checkpoint_every",
 )
 #: Keys (and sections, ending in ``.``) that only change what is logged.
 LOGGING_ONLY = ("wandb.",)

@@ -45,12 +45,21 @@ CASES = {
     ],
     "vpo": ["--config=configs/vpo.py", "--config.steps=2"],  # set rewards [P, G, S, M], no SFT
     # ToolRL with the offline overlap judge: (R_out, R_reason), a scalar clip_eps in the PPO
-    # batch, the judge split by groups; DAPO refills (the judge's rewards decide them)
+    # batch, the judge split by groups; DAPO refills (the judge's rewards decide them). A small
+    # self-built vocabulary and a short warm start on the gold answers, so that the policy writes
+    # <think> blocks the judge scores (a random policy's rewards are all 0)
     "awpo": [
         "--config=configs/awpo.py",
         "--config.steps=2",
         "--config.dapo.dynamic_sampling=true",
         "--config.dapo.max_refill_rounds=1",
+        "--config.tokenizer.path=build",
+        "--config.tokenizer.vocab_size=320",
+        "--config.model.overrides.vocab_size=512",
+        "--config.sft.steps=40",
+        "--config.sft.batch_size=8",
+        "--config.rollout.max_new_tokens=48",
+        "--config.rollout.max_response_len=48",
     ],
 }
 
@@ -216,7 +225,12 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, reques
     flags = CASES[name] + _SHORT
     if name == "awpo":
         request.getfixturevalue("shared")  # skips with a reason when ../shared is absent
-        flags += [f"--config.task.train_path={toolrl_subset(tmp_path)}", "--config.task.num_eval=2"]
+        data = toolrl_subset(tmp_path)
+        flags += [
+            f"--config.task.train_path={data}",
+            f"--config.sft.data_path={data}",
+            "--config.task.num_eval=2",
+        ]
     two_processes(tmp_path, tmp_path / "two", flags)
     one_process(tmp_path, tmp_path / "one", flags)
     a, b = metrics(tmp_path / "one"), metrics(tmp_path / "two")
@@ -229,6 +243,9 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, reques
     if name == "awpo":  # the judge scored every row, and the clip radius reached the update
         assert all(r["judge/failures"] == 0 and "awpo/clip_eps" in r for r in b[1:])
         assert all(0.1 <= r["awpo/clip_eps"] <= 0.2 for r in b[1:])
+        # not a comparison of zeros: the judge rewarded some reasoning, the update moved
+        assert max(r["reward/r_reason/mean"] for r in b[1:]) > 0
+        assert max(r["advantage/abs_mean"] for r in b[1:]) > 0
     lines = (tmp_path / "two" / "transcripts.jsonl").read_text().splitlines()
     assert len(lines) == len((tmp_path / "one" / "transcripts.jsonl").read_text().splitlines())
     assert (tmp_path / "two" / "done").exists()

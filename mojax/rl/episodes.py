@@ -69,6 +69,7 @@ class EpisodeRunner:
     tool: Any = None
     pool: Any = None
     judge: Any = None
+    interrupt: Any = None  # polled between decode calls; raises to abandon (mojax.preemption)
     _prompt_cache: dict = dataclasses.field(default_factory=dict)
     _driver: Any = None  # mojax.rollout.RolloutSpec: the driver's fixed settings, built once
 
@@ -91,6 +92,7 @@ class EpisodeRunner:
                 top_k=rc.top_k,
                 draw=rc.draw,
                 cache_dtype=self.spec.model.cache_dtype or None,
+                decode_segment=rc.decode_segment,
             )
         return self._driver
 
@@ -169,6 +171,7 @@ class EpisodeRunner:
             num_samples=int(num_samples),
             tool=self.tool if self.has_tool else None,
             pool=self.pool,
+            interrupt=self.interrupt,
         )
         g = int(num_samples)
         n_calls = np.asarray(result.n_calls)

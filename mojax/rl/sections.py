@@ -135,6 +135,9 @@ class RolloutSpec:
     max_refill_rounds: int = option(
         help="DAPO: refill rounds per step at most", key="dapo.max_refill_rounds"
     )
+    decode_segment: int = option(
+        0, help="decode in calls of at most N tokens (0 = a turn per call); bounds signal latency"
+    )
 
     def __post_init__(self):
         c = _checker("rollout", self)
@@ -155,6 +158,7 @@ class RolloutSpec:
             "rollout.max_response_len",
             "must be >= rollout.max_new_tokens (it holds every turn and observation)",
         )
+        c.in_range("rollout.decode_segment", 0)
         if self.max_refill_rounds < 0:
             c.fail("dapo.max_refill_rounds", f"{self.max_refill_rounds} is out of range [0, inf)")
         c.raise_if_any()
@@ -212,6 +216,7 @@ class SFTSpec:
     think_rate: float = option(
         help="calculator demonstrations: the fraction that open with a <think> plan"
     )
+    checkpoint_every: int = option(100, help="checkpoint the warm start every N steps (and at the end)")
 
     def __post_init__(self):
         c = _checker("sft", self)
@@ -221,6 +226,7 @@ class SFTSpec:
         c.in_range("sft.learning_rate", 0.0, finite=True)
         c.in_range("sft.warmup_steps", 0)
         c.in_range("sft.think_rate", 0.0, 1.0)
+        c.in_range("sft.checkpoint_every", 1)
         c.raise_if_any()
 
     def optimizer(self):

@@ -101,6 +101,9 @@ class RunSpec:
     eval_every: int = option(help="held-out evaluation every N RL steps (and at the end)")
     transcripts_per_step: int = option(help="sampled transcripts written per step")
     resume: str = option(help='rerunning a workdir: "" (same config only) | "force" | "new"')
+    preemption_grace_s: float = option(
+        30.0, help="seconds between the scheduler's SIGTERM and SIGKILL (mojax.preemption)"
+    )
     model: S.ModelSpec = None
     tokenizer: S.TokenizerSpec = None
     task: S.TaskSpec = None
@@ -130,6 +133,8 @@ class RunSpec:
             c.fail("seed", f"{self.seed} is out of range [0, {MAX_SEED}] (numpy's seed range)")
         if self.steps < 0:
             c.fail("steps", f"{self.steps} is out of range [0, inf)")
+        if not (isinstance(self.preemption_grace_s, int | float) and self.preemption_grace_s > 0):
+            c.fail("preemption_grace_s", f"{self.preemption_grace_s!r} must be a number > 0")
         for key in ("checkpoint_every", "eval_every", "keep_checkpoints"):
             if getattr(self, key) < 1:
                 c.fail(key, f"{getattr(self, key)} is out of range [1, inf)")
