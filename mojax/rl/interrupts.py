@@ -16,7 +16,7 @@ state" is:
   saved, as when the loop polls at its top.
 
 Multi-host: the poll is agreed by every process, so all stop at the same point and save the
-same step together.
+same step together; they leave :func:`stop` together, after the save is committed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from mojax import distributed
 from mojax.preemption import Preempted
 from mojax.rl.host_state import HostState
 
@@ -49,6 +50,9 @@ def stop(
     if saved != host.step:
         ckpt.save(host.step, state, host.to_dict(), force=True)
     ckpt.wait()
+    # every process past the commit before any exits: a launcher that stops the others when one
+    # exits (srun --kill-on-bad-exit) must not cut a slower process's part of the save short
+    distributed.barrier("mojax_preempted_saved")
     return Preempted(
         signum,
         host.step,

@@ -216,7 +216,9 @@ class SFTSpec:
     think_rate: float = option(
         help="calculator demonstrations: the fraction that open with a <think> plan"
     )
-    checkpoint_every: int = option(100, help="checkpoint the warm start every N steps (and at the end)")
+    checkpoint_every: int = option(
+        100, help="checkpoint the warm start every N steps (and at the end)"
+    )
 
     def __post_init__(self):
         c = _checker("sft", self)

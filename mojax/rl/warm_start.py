@@ -19,7 +19,7 @@ import numpy as np
 from absl import logging
 
 from mojax import checkpoint as ckpt_lib
-from mojax import learner
+from mojax import distributed, learner
 from mojax import logbook as log_lib
 from mojax.preemption import Interrupted, Preempted
 from mojax.rl.builders import sft_arrays
@@ -104,6 +104,7 @@ def _sft_steps(run, workdir: str, tx, ckpt, state, done: int):
                 _write_sft_metrics(w, pending, n, steps, t0)
                 ckpt.save(n, state, {"phase": "sft"}, force=True)
                 ckpt.wait()
+                distributed.barrier("mojax_preempted_saved")  # all committed before any exits
                 path = ckpt.step_path(n)
                 raise Preempted(e.signum, n, path, f"after SFT step {n} of {steps}") from None
             if n % 100 == 0 or save:

@@ -3,7 +3,8 @@
 One run is stopped three times, each time by a real signal sent from inside the work it interrupts
 (so the moment is exact), and resumed each time; it must end as the uninterrupted run does:
 
-1. SIGHUP during the SFT warm start (step 8 of 20): the warm start saves step 8 and stops;
+1. SIGHUP during the SFT warm start (step 8 of 20, checkpointed every 5): the warm start saves
+   step 8 and stops;
 2. SIGTERM inside the first decode call of RL step 2's rollout: the rollout is abandoned (no other
    decode call follows), and step 1, the last completed one, is saved (``checkpoint_every`` is too
    large to have saved it otherwise);
@@ -33,6 +34,7 @@ def _config():
     with c.unlocked():
         c.steps, c.checkpoint_every, c.eval_every = 3, 100, 1
         c.sft.steps, c.sft.batch_size, c.sft.num_examples = 20, 16, 64
+        c.sft.checkpoint_every = 5
         c.task.num_train, c.task.num_eval = 64, 4
         c.rollout.prompts_per_step, c.rollout.num_samples = 2, 4
         c.eval.ks, c.eval.num_samples = (1,), 1
@@ -123,10 +125,21 @@ def test_signals_in_sft_rollout_and_evaluation_resume_to_the_uninterrupted_run(
 
         return call
 
+    from mojax.checkpoint import Checkpointer
+
+    saves, save = [], Checkpointer.save
+
+    def recorded(self, step, *args, **kwargs):
+        saves.append((pathlib.Path(self.directory).name, step))
+        return save(self, step, *args, **kwargs)
+
     with monkeypatch.context() as m:
         m.setattr(learner, "make_sft_step", make_trapped)
+        m.setattr(Checkpointer, "save", recorded)
         e = _stopped(stopped)
     assert e.exit_code == 129 and box["n"] == 8 and "after SFT step 8 of 20" in str(e)
+    assert saves == [("checkpoints_sft", 5), ("checkpoints_sft", 8)]  # periodic, then the signal
+    assert [r["step"] for r in _lines(stopped / "sft_metrics.jsonl")] == list(range(1, 9))
     assert e.checkpoint == str(stopped / "checkpoints_sft" / "8")
     assert sorted(p.name for p in (stopped / "checkpoints_sft").iterdir()) == ["8"]
     assert not (stopped / "checkpoints").exists() or not list((stopped / "checkpoints").iterdir())
