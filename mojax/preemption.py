@@ -46,11 +46,18 @@ DEFAULT_GRACE_S = 30.0
 
 
 class Interrupted(Exception):
-    """A signal stopped a rollout (or an SFT warm start) between two of its steps; ``signum``."""
+    """A signal stopped a rollout (or an SFT warm start) between two of its steps.
 
-    def __init__(self, signum: int):
-        self.signum = int(signum)
+    Attributes: signum; signal_time: ``time.monotonic()`` of the signal on this process (None when
+    only another process got it); grace_s: the grace period.
+    """
+
+    def __init__(self, signum: int, signal_time: float | None = None, grace_s: float | None = None):
+        self.signum, self.signal_time, self.grace_s = int(signum), signal_time, grace_s
         super().__init__(f"abandoned on {signal.Signals(self.signum).name}")
+
+    def seconds_since_signal(self) -> float | None:
+        return None if self.signal_time is None else time.monotonic() - self.signal_time
 
 
 class Preempted(Exception):
@@ -172,7 +179,7 @@ class Preemption:
         poll)."""
         signum = self.requested()
         if signum:
-            raise Interrupted(signum)
+            raise Interrupted(signum, self.signal_time, self.grace_s)
 
     def seconds_since_signal(self) -> float | None:
         return None if self.signal_time is None else time.monotonic() - self.signal_time

@@ -105,8 +105,14 @@ def _sft_steps(run, workdir: str, tx, ckpt, state, done: int):
                 ckpt.save(n, state, {"phase": "sft"}, force=True)
                 ckpt.wait()
                 distributed.barrier("mojax_preempted_saved")  # all committed before any exits
-                path = ckpt.step_path(n)
-                raise Preempted(e.signum, n, path, f"after SFT step {n} of {steps}") from None
+                raise Preempted(
+                    e.signum,
+                    n,
+                    ckpt.step_path(n),
+                    f"after SFT step {n} of {steps}",
+                    saved_after_s=e.seconds_since_signal(),
+                    grace_s=e.grace_s,
+                ) from None
             if n % 100 == 0 or save:
                 pending = _write_sft_metrics(w, pending, n, steps, t0)
             if save:
