@@ -7,9 +7,18 @@
 # submits its points the same way: launch/sweep.py --launcher="sbatch --nodes=4 launch/slurm.sh" ...
 # jax.distributed picks up the SLURM environment (coordinator = first node), so the same command line as a
 # single-machine run works; the mesh (config.mesh.*) spans every device of every host.
+#
+# Preemption: 120 s before the time limit SLURM sends SIGTERM to every task (--signal; not B:, which
+# would signal this script only). mojax abandons the rollout under way, saves its last completed
+# state within --config.preemption_grace_s and exits 128 + the signal (143); this script then
+# requeues the job (--requeue), which reruns the same command and resumes. A job preempted by the
+# scheduler (PreemptMode=REQUEUE) gets SIGTERM, GraceTime seconds, and is requeued by SLURM. Set
+# MOJAX_REQUEUE=0 to stop instead. scancel signals this script too, which then ends without requeueing.
 #SBATCH --job-name=mojax
 #SBATCH --ntasks-per-node=1
 #SBATCH --exclusive
+#SBATCH --signal=TERM@120
+#SBATCH --requeue
 set -euo pipefail
 usage="usage: launch/slurm.sh CONFIG[:ARG] WORKDIR [--config.KEY=VALUE ...]"
 config="${1:?$usage}"
@@ -25,4 +34,12 @@ case "$workdir" in
 esac
 shift 2
 export MOJAX_DISTRIBUTED=1
-srun --kill-on-bad-exit=1 python -m mojax.main --config="$config" --workdir="$workdir" "$@"
+rc=0
+srun --kill-on-bad-exit=1 python -m mojax.main --config="$config" --workdir="$workdir" "$@" || rc=$?
+# 143 / 130 / 129: stopped by SIGTERM / SIGINT / SIGHUP after saving; the same command resumes
+if [[ $rc -eq 143 || $rc -eq 130 || $rc -eq 129 ]] && [[ -n "${SLURM_JOB_ID:-}" ]] \
+    && [[ "${MOJAX_REQUEUE:-1}" == 1 ]]; then
+  echo "launch/slurm.sh: mojax stopped on a signal (exit $rc) after saving; requeueing job $SLURM_JOB_ID" >&2
+  scontrol requeue "$SLURM_JOB_ID"
+fi
+exit "$rc"

@@ -21,6 +21,16 @@ for path in "$config" "$workdir"; do
     exit 2
   fi
 done
+# The run is detached from the ssh session (setsid nohup): closing the terminal or losing the
+# connection does not stop it. Each worker logs to ~/mojax/<workdir name>.<worker host>.log; follow
+# with `gcloud compute tpus tpu-vm ssh TPU --zone=ZONE --worker=0 --command='tail -f ~/mojax/*.log'`.
+# Stop it with SIGTERM on every worker (`pkill -TERM -f mojax.main` there): mojax saves its last
+# completed state and exits; rerunning this script resumes. A spot/preemptible TPU's own SIGTERM
+# does the same within --config.preemption_grace_s.
+log="\$(basename '$workdir').\$(hostname).log"
 gcloud compute tpus tpu-vm ssh "$tpu" --zone="$zone" --worker=all --command="
-  cd ~/mojax && pip install -q -e . 'jax[tpu]' &&
-  MOJAX_DISTRIBUTED=1 python -m mojax.main --config='$config' --workdir='$workdir' $extra"
+  cd ~/mojax && pip install -q -e . 'jax[tpu]' && {
+    MOJAX_DISTRIBUTED=1 setsid nohup python -m mojax.main --config='$config' --workdir='$workdir' \
+      $extra > \"$log\" 2>&1 < /dev/null &
+    echo \"mojax started on \$(hostname) (pid \$!), log ~/mojax/$log\"
+  }"

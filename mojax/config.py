@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -83,10 +84,15 @@ class Checker:
         *,
         low_inclusive: bool = True,
         high_inclusive: bool = True,
+        finite: bool = False,
     ) -> Any:
-        """The numeric value at ``path`` must lie in the given (half-)open or closed interval."""
+        """The numeric value at ``path`` must lie in the given (half-)open or closed interval
+        (and, with ``finite``, be neither infinite nor NaN)."""
         value = self.typed(path, (int, float))
         if value is None or isinstance(value, bool):
+            return value
+        if finite and not math.isfinite(value):
+            self.fail(path, f"{value!r} is not a finite number")
             return value
         ok = True
         if low is not None:
@@ -156,6 +162,15 @@ def field_help(cls: type) -> dict[str, str]:
         for f in dataclasses.fields(cls)
         if "help" in f.metadata
     }
+
+
+def field_defaults(cls: type) -> dict[str, Any]:
+    """``{config key: default}`` of every :func:`option` field of ``cls`` that declares one."""
+    out = {}
+    for f in dataclasses.fields(cls):
+        if "help" in f.metadata and f.default is not dataclasses.MISSING:
+            out[field_key(cls, f)] = f.default
+    return out
 
 
 def lookup(config: Any, key: str) -> Any:

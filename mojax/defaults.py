@@ -61,7 +61,7 @@ def base_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed, c.steps, c.mode, c.dry_run = 0, 40, "train", False
     c.checkpoint_every, c.keep_checkpoints, c.eval_every = 10, 2, 10
-    c.transcripts_per_step, c.resume = 4, ""
+    c.transcripts_per_step, c.resume, c.preemption_grace_s = 4, "", 30.0
     c.model = _section(
         variant="tiny-qwen3",
         overrides=ml_collections.ConfigDict(),
@@ -85,6 +85,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.sft = _sft()
     c.eval = _section(num_samples=1, temperature=0.0, ks=(1,), checkpoint="", split="test")
     c.judge = _section(kind="overlap", url="", model="", timeout_s=30.0)
+    c.judge.workers, c.judge.max_failures_in_a_row, c.judge.batch_deadline_s = 8, 8, 0.0
     c.wandb = _section(enabled=False, project="mojax", entity="", mode="online", name="", group="")
     c.mesh = _section(data=-1, fsdp=1, tensor=1)
     return c
@@ -133,6 +134,7 @@ def _rollout() -> ml_collections.ConfigDict:
         tool_workers=4,
         sandbox="bwrap",
         retrieval_url="",
+        decode_segment=0,
     )
 
 
@@ -189,6 +191,7 @@ def _sft() -> ml_collections.ConfigDict:
         warmup_steps=20,
         behaviours=ml_collections.ConfigDict({"always": 0.5, "never": 0.2, "when_hard": 0.3}),
         think_rate=0.0,
+        checkpoint_every=100,
     )
 
 

@@ -262,12 +262,15 @@ def read_local(x: Any) -> np.ndarray:
 def put_rows(value: np.ndarray, sharding: Any) -> Any:
     """A global array with ``sharding`` from a host value of the global shape of which only this
     process's addressable parts are read (``jax.make_array_from_process_local_data``; the value is
-    used as is in one process)."""
+    used as is in one process). A scalar, or any value with a fully replicated sharding, is the
+    same on every process: each device gets the whole value."""
     import jax
 
     value = np.asarray(value)
     if sharding is None or process_count() == 1:
         return jax.numpy.asarray(value)
+    if value.ndim == 0 or sharding.is_fully_replicated:
+        return jax.make_array_from_callback(value.shape, sharding, lambda idx: value[idx])
     rows = np.zeros(value.shape[0], bool)
     for idx in sharding.addressable_devices_indices_map(value.shape).values():
         rows[idx[0]] = True

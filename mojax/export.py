@@ -24,6 +24,8 @@ Tokenizer: an HF tokenizer (``tokenizer.path`` a directory, or the checkpoint's)
 copied. The task's own sentencepiece vocabulary (``tokenizer.path="build"``, the calculator
 default; the run's ``<workdir>/tokenizer.model``) is converted to ``tokenizer.json`` by
 ``mojax.hf_tokenizer`` (same ids, ChatML chat template) and ``tokenizer.model`` is copied beside it.
+The model rows its vocabulary was padded with for sharding are not exported
+(``mojax.models.without_padding_rows``): ``vocab_size`` is the tokenizer's.
 """
 
 from __future__ import annotations
@@ -200,7 +202,8 @@ def export(
     params, step = restore_params(
         checkpoint_dir or os.path.join(workdir, CHECKPOINTS), model_config, step=step
     )
-    model = models.QwenModel(config=model_config, params=params)
+    # a self-built vocabulary's padding rows are dropped: HF and vLLM would sample them
+    model = models.without_padding_rows(models.QwenModel(config=model_config, params=params))
     hf_dir = None
     if isinstance(tokenizer, models.HFTokenizer):
         hf_dir = _hf_tokenizer_dir(spec)

@@ -42,16 +42,7 @@ class JsonlBackend:
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
 
     def _truncate_after(self, resume_step: int | None) -> None:
-        if not self.path.exists():
-            return
-        kept = [
-            line
-            for line in self.path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and resume_step is not None and line_step(line) <= resume_step
-        ]
-        tmp = self.path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        truncate_after(self.path, resume_step)
 
     def write(self, step: int, record: Mapping[str, Any]) -> None:
         del step
@@ -60,6 +51,22 @@ class JsonlBackend:
 
     def close(self) -> None:
         self._file.close()
+
+
+def truncate_after(path: str | os.PathLike, resume_step: int | None) -> None:
+    """Drops the lines of ``path`` (JSONL with a ``step`` field) of steps after ``resume_step``
+    (all of them when None: a fresh start); no file, nothing to do."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        return
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and resume_step is not None and line_step(line) <= resume_step
+    ]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def line_step(line: str) -> int:

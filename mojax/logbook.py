@@ -2,8 +2,8 @@
 
 ``metrics.jsonl`` holds one JSON object per logged step (public keys, ``docs/architecture.md``: ``step``,
 ``reward/<objective>/mean``, ``reward/scalar/mean``, ``loss``, ``time/step_s``, ``eval/...``). On resume the
-writer truncates lines of steps after the restored checkpoint, so a killed-and-resumed run leaves the
-same file as an uninterrupted one.
+writer truncates lines of steps after the restored checkpoint (in ``metrics.jsonl`` and
+``transcripts.jsonl``), so a killed-and-resumed run leaves the same files as an uninterrupted one.
 
 Only process 0 writes (``jax.process_index() == 0``): on the other hosts of a multi-host run
 ``MetricsWriter``, ``write_transcripts``, ``write_config`` and ``plot_run`` do nothing, so every
@@ -100,7 +100,8 @@ class MetricsWriter:
     Args:
       workdir: the run directory (created if needed).
       resume_step: when resuming from a checkpoint at this step, lines with a larger ``step`` (written
-        after that checkpoint by the interrupted run) are dropped first.
+        after that checkpoint by the interrupted run) are dropped first; for ``metrics.jsonl``
+        from ``transcripts.jsonl`` too, so a step redone after a resume appears once.
       tensorboard: also write TensorBoard event files under ``<workdir>/tensorboard``.
       filename: the JSONL file name (e.g. ``sft_metrics.jsonl`` for the warm start).
       wandb: ``WandbOptions`` (or a mapping / ConfigDict such as ``config.wandb``, see
@@ -138,6 +139,8 @@ class MetricsWriter:
             return
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.backends.append(log_backends.JsonlBackend(self.path, resume_step=resume_step))
+        if filename == METRICS_FILE:  # the run's transcripts are redone with its steps
+            log_backends.truncate_after(self.workdir / TRANSCRIPTS_FILE, resume_step)
         if tensorboard:
             self.backends.append(log_backends.TensorBoardBackend(self.workdir / "tensorboard"))
         options = WandbOptions.from_config(wandb)

@@ -9,8 +9,8 @@ as the launch scripts set, or given by ``--coordinator_address/--num_processes/-
 ``./workdir/<config name>[_<config arg>]`` (``mojax.workdir``): running the same command again
 resumes from its latest checkpoint, and a workdir that holds a different config is refused.
 
-Exit codes: 0 done (or already finished); 2 a bad config, a URL path, or a workdir holding another
-run or locked by another job (one block on stderr naming the key, its value and the allowed values;
+Exit codes: 0 done (or already finished); 2 a bad config, a URL path, a missing or unreadable data
+file, or a workdir holding another run (or whose data files changed) or locked by another job (one block on stderr naming the key, its value and the allowed values;
 the traceback only with ``--verbosity=1``); 3 a checkpoint that could not be restored (damaged
 beyond fallback, an I/O error, or a tree that does not fit: the message says which; nothing was
 moved unless damaged); 128 + the signal number (143 SIGTERM, 130 SIGINT) when a signal stopped
@@ -122,6 +122,7 @@ def main(argv):
     from mojax.checkpoint import CheckpointError
     from mojax.preemption import Preempted
     from mojax.rl import trainer
+    from mojax.tasks.data import DataFileError
     from mojax.workdir_lock import WorkdirLockedError
 
     workdir = _WORKDIR.value or default_workdir(flags.FLAGS["config"].config_filename)
@@ -142,6 +143,11 @@ def main(argv):
         if verbose:
             raise
         print(_error_block("workdir refused", [str(e)]), file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+    except DataFileError as e:
+        if verbose:
+            raise
+        print(_error_block("invalid data file", [str(e)]), file=sys.stderr)
         sys.exit(EXIT_CONFIG)
     except CheckpointError as e:
         if verbose:

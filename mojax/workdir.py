@@ -43,6 +43,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mojax import logbook as log_lib
@@ -58,11 +59,14 @@ RESUMABLE = (
     "keep_checkpoints",
     "transcripts_per_step",
     "resume",
+    "preemption_grace_s",
+    "sft.checkpoint_every",
 )
 #: Keys (and sections, ending in ``.``) that only change what is logged.
 LOGGING_ONLY = ("wandb.",)
 RESUME_MODES = ("", "force", "new")
 DONE_FILE = "done"
+INPUTS_FILE = "inputs.json"
 _CHECKPOINT_DIRS = ("checkpoints", "checkpoints_sft")
 _MAX_NAME = 100
 
@@ -122,15 +126,28 @@ def _resumable(key: str) -> bool:
     )
 
 
-def config_diff(old: Any, new: Any) -> dict[str, tuple[Any, Any]]:
+def config_diff(
+    old: Any,
+    new: Any,
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    same_inputs: Iterable[str] = (),
+) -> dict[str, tuple[Any, Any]]:
     """``{key: (old, new)}`` for every key outside the resumable set whose value differs
-    (``"<absent>"`` for a key one side lacks)."""
+    (``"<absent>"`` for a key one side lacks).
+
+    ``defaults``: ``{key: default}``; a key the old config lacks counts as its default (it was
+    added after that run started). ``same_inputs``: path keys whose file contents are unchanged
+    (``mojax.rl.inputs``), so a moved path is not a difference."""
     a, b = config_values(old), config_values(new)
     absent = "<absent>"
+    for k, v in (defaults or {}).items():
+        if k not in a and k in b:
+            a[k] = config_values({"v": v})["v"]
     return {
         k: (a.get(k, absent), b.get(k, absent))
         for k in sorted(set(a) | set(b))
-        if not _resumable(k) and a.get(k, absent) != b.get(k, absent)
+        if not _resumable(k) and k not in same_inputs and a.get(k, absent) != b.get(k, absent)
     }
 
 
@@ -160,22 +177,38 @@ def check_paths(config: Any, workdir: str) -> None:
         raise ConfigError.of(lines)
 
 
-def prepare(config: Any, workdir: str) -> Finished | None:
+def prepare(
+    config: Any,
+    workdir: str,
+    *,
+    inputs: Mapping[str, str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> Finished | None:
     """Applies the contract (module docstring) before a training run builds anything.
 
+    Args:
+      inputs: ``{config key: fingerprint}`` of the run's input files (``mojax.rl.inputs``).
+      defaults: ``{config key: default}`` for keys an older ``config.json`` lacks.
+
     Returns:
-      None to train (``config.json`` is written, a stale ``done`` removed), or :class:`Finished`.
+      None to train (``config.json`` and ``inputs.json`` are written, a stale ``done`` removed),
+      or :class:`Finished`.
 
     Raises:
-      WorkdirError: the workdir holds a run of a different config (and ``config.resume`` is ""),
-        or only damaged checkpoint steps (and ``config.resume`` is not "new").
+      WorkdirError: the workdir holds a run of a different config or whose data files changed
+        (and ``config.resume`` is ""), or only damaged checkpoint steps (and ``config.resume`` is
+        not "new").
       ConfigError: ``config.resume`` is not one of :data:`RESUME_MODES`.
     """
     mode = resume_mode(config)
     has_run = _has_outputs(workdir)
     saved_path = os.path.join(workdir, log_lib.CONFIG_FILE)
     saved = log_lib.read_config(saved_path) if os.path.isfile(saved_path) else None
-    if mode == "new" and _started_by_this_command(workdir, saved, config):
+    record = inputs is not None
+    inputs, saved_inputs = dict(inputs or {}), _read_inputs(workdir)
+    same = {k for k, v in inputs.items() if saved_inputs.get(k) == v}
+    diff_kw = dict(defaults=defaults, same_inputs=same)
+    if mode == "new" and _started_by_this_command(workdir, saved, config, **diff_kw):
         mode = ""
         if log_lib.is_main_process():
             print(_rerun_of_new_message(workdir), flush=True)
@@ -186,9 +219,13 @@ def prepare(config: Any, workdir: str) -> Finished | None:
     elif mode == "" and saved is None and has_run:
         raise WorkdirError(_no_config_message(workdir))
     elif mode == "" and saved is not None and has_run:
-        diff = config_diff(saved, config)
+        diff = config_diff(saved, config, **diff_kw)
         if diff:
             raise WorkdirError(_diff_message(workdir, diff))
+        changed = {k: (saved_inputs[k], v) for k, v in inputs.items() if k in saved_inputs}
+        changed = {k: ab for k, ab in changed.items() if ab[0] != ab[1]}
+        if changed:
+            raise WorkdirError(_inputs_message(workdir, config, changed))
     done = _done_steps(workdir) if has_run else None
     if done is not None and done >= int(config["steps"]):
         return Finished(_finished_message(workdir, done), _last_metrics(workdir))
@@ -202,6 +239,8 @@ def prepare(config: Any, workdir: str) -> Finished | None:
         if os.path.exists(os.path.join(workdir, DONE_FILE)):
             os.remove(os.path.join(workdir, DONE_FILE))  # extended: not done any more
         log_lib.write_config(workdir, config_tree(config))
+        if record:
+            _write_json(os.path.join(workdir, INPUTS_FILE), inputs)
     _barrier("mojax_workdir_written")
     return None
 
@@ -217,15 +256,34 @@ def _only_damaged_steps(workdir: str) -> bool:
     return not any(n.isdigit() for n in names) and any(".corrupt" in n for n in names)
 
 
-def _started_by_this_command(workdir: str, saved: Any, config: Any) -> bool:
+def _started_by_this_command(workdir: str, saved: Any, config: Any, **diff_kw) -> bool:
     """The workdir holds a committed RL checkpoint step of a run that ``resume=new`` started
     under the same config."""
     return (
         any(n.isdigit() for n in _step_names(workdir))
         and saved is not None
         and saved.get("resume", "") == "new"
-        and not config_diff(saved, config)
+        and not config_diff(saved, config, **diff_kw)
     )
+
+
+def _read_inputs(workdir: str) -> dict[str, str]:
+    """The input fingerprints the run recorded (``{}`` when it recorded none)."""
+    path = os.path.join(workdir, INPUTS_FILE)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _write_json(path: str, value: Any) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 def _has_outputs(workdir: str) -> bool:
@@ -297,6 +355,22 @@ def _diff_message(workdir: str, diff: dict[str, tuple[Any, Any]]) -> str:
         f"old -> new):\n{rows}\n"
         f"Only {', '.join(RESUMABLE)} and logging keys may change when a run is resumed. Either:\n"
         + _OVERRIDES.format(workdir=workdir)
+    )
+
+
+def _inputs_message(workdir: str, config: Any, changed: dict[str, tuple[str, str]]) -> str:
+    values = config_values(config)
+    rows = "\n".join(
+        f"  config.{k}={values.get(k)!r}: {a[:19]}... -> {b[:19]}..."
+        for k, (a, b) in changed.items()
+    )
+    return (
+        f"workdir {workdir} holds a run whose input files changed since it started (contents "
+        f"recorded in {INPUTS_FILE} -> now):\n{rows}\n"
+        "Resuming would train its checkpoints on other data. Restore the file(s), or either:\n"
+        + _OVERRIDES.format(workdir=workdir).replace(
+            "under the new config", "on the new files (their fingerprints are replaced)"
+        )
     )
 
 

@@ -56,7 +56,9 @@ def main():
         results = runner.results(calls)
         runner.close()
     out_scores = _score_split(me)
+    out_judge = _judge_split()
     out = {
+        "judge": out_judge,
         "layout": _layouts(mesh, rows),
         "scores": out_scores,
         "process": me,
@@ -92,6 +94,15 @@ def _layouts(mesh, rows):
     put = distributed.host_value(distributed.put_rows(mine, sharding))
     global_rows = jax.device_put(rows, sharding)
     read = distributed.read_local(global_rows)
+    # a batch with a scalar (AWPO's clip_eps): rows sharded, the scalar replicated
+    batch = shl.shard_batch(
+        {"advantages": rows[:, 0], "clip_eps": np.asarray(0.15, np.float32)},
+        mesh,
+        shl.logical_axis_rules(),
+    )
+    scalar_ok = float(distributed.host_value(batch["clip_eps"])) == np.float32(0.15)
+    scalar_ok &= batch["clip_eps"].sharding.is_fully_replicated
+    scalar_ok &= bool(np.array_equal(distributed.host_value(batch["advantages"]), rows[:, 0]))
     gathered, objects = distributed.gather_rows(
         split, {"x": mine}, {"name": [f"row {i}" if split.local[i] else None for i in range(8)]}
     )
@@ -101,6 +112,7 @@ def _layouts(mesh, rows):
         "uneven": [uneven.local.tolist(), uneven.owner.tolist(), uneven.shared, uneven.whole],
         "read_local": bool(np.array_equal(read, np.where(split.local[:, None], rows, 0))),
         "put_rows": bool(np.array_equal(put, rows)),
+        "shard_batch_scalar": bool(scalar_ok),
         "gather_rows": bool(np.array_equal(gathered["x"], rows)),
         "gather_objects": objects["name"] == [f"row {i}" for i in range(8)],
         "global_max": distributed.global_max([me, 10 - me]).tolist(),
@@ -133,6 +145,33 @@ def _score_split(me):
         "valid": sb.valid.tolist(),
         "invalid": stats.invalid,
         "scored": stats.scored,
+    }
+
+
+def _judge_split():
+    """``judge_owned`` on 4 groups x 2 rows: each process calls the judge for its own rows only (one
+    of process 1's calls fails), and every process gets every score and the summed counts."""
+    import math
+
+    from mojax.rl.scoring import judge_owned
+    from mojax.tasks.judge import JudgeBudget
+
+    seen = []
+
+    class Recording:
+        def score(self, prompt, response, reference):
+            seen.append(response)
+            if response == "r6":
+                raise TimeoutError("judge timed out")
+            return int(response[1:]) / 10
+
+    scores, counts = judge_owned(
+        Recording(), ["p"] * 8, [f"r{i}" for i in range(8)], ["g"] * 8, 2, JudgeBudget(workers=2)
+    )
+    return {
+        "judged_here": sorted(seen),
+        "scores": [None if math.isnan(x) else round(float(x), 4) for x in scores],
+        "counts": counts,
     }
 
 

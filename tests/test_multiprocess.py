@@ -44,7 +44,38 @@ CASES = {
         *_SFT,
     ],
     "vpo": ["--config=configs/vpo.py", "--config.steps=2"],  # set rewards [P, G, S, M], no SFT
+    # ToolRL with the offline overlap judge: (R_out, R_reason), a scalar clip_eps in the PPO
+    # batch, the judge split by groups; DAPO refills (the judge's rewards decide them). A small
+    # self-built vocabulary and a short warm start on the gold answers, so that the policy writes
+    # <think> blocks the judge scores (a random policy's rewards are all 0)
+    "awpo": [
+        "--config=configs/awpo.py",
+        "--config.steps=2",
+        "--config.dapo.dynamic_sampling=true",
+        "--config.dapo.max_refill_rounds=1",
+        "--config.tokenizer.path=build",
+        "--config.tokenizer.vocab_size=320",
+        "--config.model.overrides.vocab_size=512",
+        "--config.sft.steps=40",
+        "--config.sft.batch_size=8",
+        "--config.rollout.max_new_tokens=48",
+        "--config.rollout.max_response_len=48",
+    ],
 }
+
+
+def toolrl_subset(tmp_path, n=12) -> str:
+    """The ``n`` ToolRL test records of the shortest prompts (real data, a small model
+    context), as JSONL in ``tmp_path``."""
+    import pyarrow.parquet as pq
+
+    from mojax.tasks.data import shared_dir
+
+    rows = pq.read_table(os.path.join(shared_dir(), "data", "toolrl", "test.parquet")).to_pylist()
+    rows.sort(key=lambda r: sum(len(m["content"]) for m in r["prompt"]))
+    path = tmp_path / "toolrl_short.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows[:n]))
+    return str(path)
 
 
 def _env(tmp_path, **extra):
@@ -134,12 +165,17 @@ def test_distributed_helpers_on_two_processes(tmp_path):
         # 3 rows do not divide into 2 shards: worked on whole by both, split for the tools
         assert lay["uneven"] == [[True] * 3, [0, 0, 1], True, True]
         assert lay["read_local"] and lay["put_rows"] and lay["gather_rows"]
+        assert lay["shard_batch_scalar"]  # AWPO's scalar clip_eps in a 2-process PPO batch
         assert lay["gather_objects"] and lay["global_max"] == [1, 10]
         sc = r["scores"]  # each process scored its own 4 rows; everyone has all 8
         assert sc["scored_here"] == [f"r{i}" for i in range(4 * r["process"], 4 * r["process"] + 4)]
         assert sc["rewards"] == [0.0, 1.0, 2.0, 3.0, 4.0, 0.0, 6.0, 7.0]
         assert sc["valid"] == [True] * 5 + [False] + [True] * 2
         assert (sc["invalid"], sc["scored"]) == (1, 8)
+        jd = r["judge"]  # AWPO's judge: each process called it for its own 4 rows only
+        assert jd["judged_here"] == [f"r{i}" for i in range(4 * r["process"], 4 * r["process"] + 4)]
+        assert jd["scores"] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, None, 0.7]  # the same everywhere
+        assert jd["counts"] == {"failures": 1, "skipped": 0}
 
 
 def test_rollout_on_two_processes_reads_only_its_rows(tmp_path):
@@ -185,8 +221,16 @@ def test_partial_distributed_flags_are_refused(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_two_processes_equal_one_process_with_two_devices(name, tmp_path):
+def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, request):
     flags = CASES[name] + _SHORT
+    if name == "awpo":
+        request.getfixturevalue("shared")  # skips with a reason when ../shared is absent
+        data = toolrl_subset(tmp_path)
+        flags += [
+            f"--config.task.train_path={data}",
+            f"--config.sft.data_path={data}",
+            "--config.task.num_eval=2",
+        ]
     two_processes(tmp_path, tmp_path / "two", flags)
     one_process(tmp_path, tmp_path / "one", flags)
     a, b = metrics(tmp_path / "one"), metrics(tmp_path / "two")
@@ -196,16 +240,31 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path):
     assert any("reward/scalar/mean" in r for r in b) and np.isfinite(b[-1]["loss"])
     if name == "paretopo":
         assert {"pareto/hv", "pareto/archive_size"} <= set().union(*b)  # Stage 1 steps
+    if name == "awpo":  # the judge scored every row, and the clip radius reached the update
+        assert all(r["judge/failures"] == 0 and "awpo/clip_eps" in r for r in b[1:])
+        lo, hi = np.float32(0.1), np.float32(0.2)  # clip_min, clip_max (float32 in the batch)
+        assert all(lo <= r["awpo/clip_eps"] <= hi for r in b[1:])
+        assert len({r["awpo/clip_eps"] for r in b[1:]}) > 1  # the radius moved with the rewards
+        # not a comparison of zeros: the judge rewarded some reasoning, the update moved
+        assert max(r["reward/r_reason/mean"] for r in b[1:]) > 0
+        assert max(r["advantage/abs_mean"] for r in b[1:]) > 0
     lines = (tmp_path / "two" / "transcripts.jsonl").read_text().splitlines()
     assert len(lines) == len((tmp_path / "one" / "transcripts.jsonl").read_text().splitlines())
     assert (tmp_path / "two" / "done").exists()
     assert (tmp_path / "two" / "checkpoints" / str(steps)).is_dir()
 
 
+@pytest.fixture(scope="module")
+def straight_paretopo(tmp_path_factory):
+    """The uninterrupted 2-process ParetoPO run the interrupted ones are compared with."""
+    root = tmp_path_factory.mktemp("straight")
+    two_processes(root, root / "run", CASES["paretopo"] + _SHORT)
+    return root / "run"
+
+
 @pytest.mark.slow
-def test_two_processes_kill_9_then_resume_ends_as_uninterrupted(tmp_path):
+def test_two_processes_kill_9_then_resume_ends_as_uninterrupted(tmp_path, straight_paretopo):
     flags = CASES["paretopo"] + _SHORT
-    two_processes(tmp_path, tmp_path / "straight", flags)
     killed = tmp_path / "killed"
     p = two_processes(tmp_path, killed, flags, wait=False)
     deadline = time.time() + 1200
@@ -221,7 +280,49 @@ def test_two_processes_kill_9_then_resume_ends_as_uninterrupted(tmp_path):
     p.wait()
     assert not (killed / "done").exists()
     two_processes(tmp_path, killed, flags)
-    assert_same_metrics(metrics(tmp_path / "straight"), metrics(killed), atol=0.0)
+    assert_same_metrics(metrics(straight_paretopo), metrics(killed), atol=0.0)
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_process_stops_both_at_the_same_point_and_resumes(
+    tmp_path, straight_paretopo
+):
+    """The scheduler's SIGTERM reaches process 1 only (or first): both processes agree on it at
+    their next poll (a rollout's decode call), abandon the same work, save the same step together
+    and exit 143; the rerun ends as the uninterrupted run."""
+    import re
+
+    flags = CASES["paretopo"] + _SHORT
+    stopped = tmp_path / "stopped"
+    p = two_processes(tmp_path, stopped, flags, wait=False)
+    deadline = time.time() + 1200
+    while not (stopped / "checkpoints" / "1").is_dir():
+        assert p.poll() is None and time.time() < deadline, "run ended before its checkpoint 1"
+        time.sleep(0.2)
+    one = [pid for pid in _descendants(p.pid) if "--process_id=1" in _cmdline(pid)]
+    assert len(one) == 1, one
+    os.kill(one[0], signal.SIGTERM)
+    out, _ = p.communicate(timeout=1200)
+    assert p.returncode == 143, out[-4000:]
+    said = {
+        i: re.search(rf"\[{i}\] mojax: stopped by SIGTERM (after[^;]*step (\d+)[^;]*);", out)
+        for i in (0, 1)
+    }
+    assert said[1], out[-4000:]
+    # process 0 says the same, unless the launcher stopped it first: like srun
+    # --kill-on-bad-exit, it stops the others once one has exited (both had saved, at a barrier)
+    assert said[0] is None or said[0].group(1) == said[1].group(1), out[-4000:]
+    step = int(said[1].group(2))
+    assert str(step) in os.listdir(stopped / "checkpoints") and not (stopped / "done").exists()
+    two_processes(tmp_path, stopped, flags)
+    assert_same_metrics(metrics(straight_paretopo), metrics(stopped), atol=0.0)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
 
 
 def _descendants(pid: int) -> list[int]:

@@ -1,8 +1,10 @@
-"""``mojax.preemption``: SIGTERM / SIGINT become a flag polled once per step; the previous handlers
-come back on exit; a second signal stops at once; exit codes are 128 + the signal number.
+"""``mojax.preemption``: SIGTERM / SIGINT / SIGHUP become a flag the run polls; the previous
+handlers come back on exit; a second signal stops at once; exit codes are 128 + the signal number;
+the gaps between polls are measured against the grace period.
 
-The end-to-end behaviour (a SIGTERMed run checkpoints, exits 143 and resumes to the uninterrupted
-result) is ``tests/rl/test_e2e.py::test_sigterm_checkpoints_exits_143_and_resumes_identical``.
+The end-to-end behaviour (a rollout abandoned on a signal, the last completed state saved, exit
+128 + n, the resumed run equal to an uninterrupted one) is in ``tests/rl/test_preemption_e2e.py``
+and ``tests/rl/test_e2e.py::test_signal_checkpoints_exits_128_plus_n_and_resumes_identical``.
 """
 
 import os
@@ -11,21 +13,28 @@ import threading
 
 import pytest
 
-from mojax.preemption import Preempted, Preemption
+from mojax.preemption import Interrupted, Preempted, Preemption
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_sets_the_flag_and_handlers_are_restored(sig, capfd):
-    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    with Preemption() as stop:
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    with Preemption(grace_s=25) as stop:
         assert stop.requested() == 0
+        stop.check()  # no signal: nothing raised
         os.kill(os.getpid(), sig)  # delivered to this (main) thread before the next bytecode
         assert stop.requested() == sig
         assert stop.requested() == sig  # stays set
+        with pytest.raises(Interrupted) as e:
+            stop.check()
+        assert e.value.signum == sig and 0 <= stop.seconds_since_signal() < 60
     assert {s: signal.getsignal(s) for s in before} == before
     err = capfd.readouterr().err
     name = signal.Signals(sig).name
-    assert f"mojax: got {name}; finishing the current step, then saving a checkpoint" in err
+    assert (
+        f"mojax: got {name}; abandoning the work under way and saving the last completed state "
+        "(grace period 25 s" in err
+    )
 
 
 def test_second_sigint_stops_at_once_with_the_previous_handler():
@@ -77,6 +86,33 @@ def test_preempted_exit_codes_and_message():
         "Rerun the same command to resume."
     )
     assert Preempted(signal.SIGINT, 0, "/w/checkpoints/0").exit_code == 130
+    assert Preempted(signal.SIGHUP, 0, "/w/checkpoints/0").exit_code == 129
+    e = Preempted(
+        signal.SIGTERM, 3, "/w/c/3", "after RL step 3 (x)", saved_after_s=4.24, grace_s=30
+    )
+    assert str(e).startswith(
+        "stopped by SIGTERM after RL step 3 (x); checkpoint saved in /w/c/3 (4.2 s after the "
+        "signal, within the 30 s grace)."
+    )
+    late = Preempted(signal.SIGTERM, 3, None, "before RL step 1", saved_after_s=41, grace_s=30)
+    assert "no new state to save (41.0 s after the signal, PAST the 30 s grace)" in str(late)
+
+
+def test_gaps_between_polls_are_measured_and_a_long_one_is_warned_about_once(caplog):
+    import time
+
+    stop = Preemption(grace_s=0.05)
+    stop.requested()
+    time.sleep(0.1)
+    stop.requested()  # before the first reset (the first step's compilations): no warning
+    assert stop.reset_gap() >= 0.1 and stop.max_gap_s == 0.0
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            time.sleep(0.1)
+            stop.requested()
+    assert stop.reset_gap() >= 0.1
+    warned = [r for r in caplog.records if "without a point where it can stop" in r.message]
+    assert len(warned) == 1 and "rollout.decode_segment" in warned[0].message
 
 
 _CHILD = """

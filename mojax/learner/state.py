@@ -64,16 +64,21 @@ class OptimizerConfig:
     def __post_init__(self):
         c = Checker({"optimizer": dataclasses.asdict(self)})
         c.choice("optimizer.schedule", SCHEDULES)
-        c.in_range("optimizer.learning_rate", 0.0)
+        c.in_range("optimizer.learning_rate", 0.0, finite=True)
         c.in_range("optimizer.warmup_steps", 0)
+        c.in_range("optimizer.end_lr_ratio", 0.0, finite=True)
+        c.in_range("optimizer.b1", 0.0, 1.0, high_inclusive=False)
+        c.in_range("optimizer.b2", 0.0, 1.0, high_inclusive=False)
+        c.in_range("optimizer.eps", 0.0, low_inclusive=False, finite=True)
+        c.in_range("optimizer.weight_decay", 0.0, finite=True)
         if self.schedule != "constant" and self.total_steps <= self.warmup_steps:
             c.fail(
                 "optimizer.total_steps",
                 f"({self.total_steps}) must exceed warmup_steps ({self.warmup_steps}) for "
                 f"schedule={self.schedule!r}",
             )
-        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
-            c.fail("optimizer.max_grad_norm", f"must be > 0 or None, got {self.max_grad_norm}")
+        if self.max_grad_norm is not None:
+            c.in_range("optimizer.max_grad_norm", 0.0, low_inclusive=False, finite=True)
         c.raise_if_any()
 
     @classmethod

@@ -64,6 +64,7 @@ from mojax.models.qwen import (
     param_shardings,
     token_logprobs,
     unstack_layers,
+    without_padding_rows,
 )
 from mojax.models.tokenizer import HFTokenizer, SentencePieceTokenizer, load_tokenizer
 from mojax.models.variants import VARIANTS, get_variant
@@ -78,6 +79,7 @@ __all__ = [
     "QwenConfig",
     "QwenModel",
     "VARIANTS",
+    "without_padding_rows",
     "from_pretrained",
     "get_variant",
     "HFTokenizer",

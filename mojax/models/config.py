@@ -105,6 +105,11 @@ class QwenConfig:
         outputs).
       layouts: the execution layouts of the hot paths (``mojax.models.layouts.Layouts``), set when a
         sampler or learner is built; None runs the portable layouts. Not part of ``config.json``.
+      real_vocab_size: ids ``>= real_vocab_size`` are padding rows of a vocabulary padded for
+        sharding (a self-built tokenizer's, ``mojax.rl.model_config``): their logits are
+        ``PADDING_LOGIT``, so they are never sampled and take no probability mass in the sampler's
+        or the learner's log-softmax. None: every id is a token. Not part of ``config.json``
+        (``mojax.models.without_padding_rows`` drops the rows for an HF export).
     """
 
     model_type: str = "qwen3"
@@ -131,6 +136,7 @@ class QwenConfig:
     scan_layers: bool = True
     remat: str = "none"
     layouts: Any = None
+    real_vocab_size: int | None = None
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_ARCHITECTURES.values():
@@ -144,6 +150,11 @@ class QwenConfig:
         if self.num_kv_heads <= 0 or self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}"
+            )
+        if self.real_vocab_size is not None and not 0 < self.real_vocab_size <= self.vocab_size:
+            raise ValueError(
+                f"real_vocab_size={self.real_vocab_size} must be in [1, vocab_size="
+                f"{self.vocab_size}]"
             )
         if self.head_dim <= 0 or self.head_dim % 2:
             raise ValueError(f"head_dim must be a positive even number, got {self.head_dim}")

@@ -26,6 +26,10 @@ from mojax.models.layers import DecoderLayer, RMSNorm, constrain
 #: applied in order and a mesh axis is used once per array, so activations' "embed" stays unsharded
 #: when "batch" already took "fsdp", while parameters' "embed" is sharded over "fsdp" (ZeRO-3
 #: style).
+#: The logit of a padding row of a padded vocabulary: finite (so ``p * logit`` is 0, not NaN, in an
+#: entropy) and far below any real logit (``exp`` of it is 0 in fp32).
+PADDING_LOGIT = -1e30
+
 DEFAULT_LOGICAL_AXIS_RULES = (
     ("batch", ("data", "fsdp")),
     ("vocab", "tensor"),
@@ -153,7 +157,9 @@ class Qwen(nn.Module):
         return out, new_cache
 
     def logits(self, hidden: jax.Array) -> jax.Array:
-        """fp32 logits [..., V] from final hidden states [..., E] (tied or untied head)."""
+        """fp32 logits [..., V] from final hidden states [..., E] (tied or untied head); the
+        padding rows of a padded vocabulary (``QwenConfig.real_vocab_size``) get
+        ``PADDING_LOGIT``."""
         cfg = self.config
         head = self.embed_tokens if cfg.tie_word_embeddings else self.lm_head
         lead = hidden.shape[:-1]
@@ -163,6 +169,9 @@ class Qwen(nn.Module):
             (((1,), (1,)), ((), ())),
             preferred_element_type=jnp.float32,
         ).reshape(*lead, cfg.vocab_size)
+        if cfg.real_vocab_size is not None and cfg.real_vocab_size < cfg.vocab_size:
+            ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+            logits = jnp.where(ids < cfg.real_vocab_size, logits, PADDING_LOGIT)
         if logits.ndim == 3:
             logits = constrain(logits, "batch", "length", "vocab")
         return logits
@@ -253,6 +262,22 @@ class QwenModel:
                 "scan_layers changes the parameter layout; reload with from_pretrained"
             )
         return self.replace(config=self.config.replace(**kwargs))
+
+
+def without_padding_rows(model: QwenModel) -> QwenModel:
+    """The model with the padding rows of its vocabulary dropped (``QwenConfig.real_vocab_size``):
+    ``vocab_size = real_vocab_size`` and the embedding (and untied head) cut to those rows. Over
+    the real ids the logits, and so the distribution, are the padded model's exactly: what an HF
+    export writes, since transformers and vLLM do not mask padding rows."""
+    real = model.config.real_vocab_size
+    if real is None or real == model.config.vocab_size:
+        return model
+    params = dict(model.params)
+    for name in ("embed_tokens", "lm_head"):
+        if name in params:
+            params[name] = params[name][:real]
+    config = model.config.replace(vocab_size=real, real_vocab_size=None)
+    return model.replace(config=config, params=params)
 
 
 def unstack_layers(model: QwenModel) -> QwenModel:

@@ -130,9 +130,10 @@ def method_kwargs(advantage: Any, task: Task) -> dict[str, Any]:
     return kwargs if facts is None else {**facts(task), **kwargs}
 
 
-def build_run(spec: Any, workdir: str, pool) -> Run:
+def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
     """The fixed pieces of a run (``mojax.rl.step.Run``): task, data, tokenizer, model config, the
-    rollout runner, the jitted PPO step and the advantage method's hooks."""
+    rollout runner, the jitted PPO step and the advantage method's hooks. ``interrupt``: polled by
+    every rollout and the SFT warm start (``mojax.preemption.Preemption.check``)."""
     mesh, rules = sharding_lib.mesh_from_config(spec.mesh.as_dict()), spec.rules
     task = spec.build_task()
     splits = load_splits(task, spec)
@@ -147,6 +148,7 @@ def build_run(spec: Any, workdir: str, pool) -> Run:
         tool=build_tool(task, spec, splits),
         pool=pool,
         judge=build_judge(spec, task),
+        interrupt=interrupt,
     )
     total_len = bucket_length(max(len(runner.prompt_ids(ex)) for ex in splits.all))
     tx = learner.make_optimizer(spec.optimizer)
@@ -174,4 +176,5 @@ def build_run(spec: Any, workdir: str, pool) -> Run:
         tx=tx,
         mesh=mesh,
         rules=rules,
+        interrupt=interrupt,
     )

@@ -69,6 +69,7 @@ class EpisodeRunner:
     tool: Any = None
     pool: Any = None
     judge: Any = None
+    interrupt: Any = None  # polled between decode calls; raises to abandon (mojax.preemption)
     _prompt_cache: dict = dataclasses.field(default_factory=dict)
     _driver: Any = None  # mojax.rollout.RolloutSpec: the driver's fixed settings, built once
 
@@ -91,6 +92,7 @@ class EpisodeRunner:
                 top_k=rc.top_k,
                 draw=rc.draw,
                 cache_dtype=self.spec.model.cache_dtype or None,
+                decode_segment=rc.decode_segment,
             )
         return self._driver
 
@@ -99,23 +101,27 @@ class EpisodeRunner:
         return bool(self.tool is not None and getattr(self.task, "tool_stop", None))
 
     def prompt_ids(self, ex: Example) -> list[int]:
-        ids = self._prompt_cache.get(ex.id)
+        """The token ids of ``ex``'s prompt. The cache is keyed by the prompt text, not by the
+        example id: ids come from data files and may repeat across files or within one."""
+        s = self.spec.task.num_answers or None
+        return self._encode(self.task.build_prompt(ex, self.tokenizer, num_answers=s))
+
+    def _encode(self, text: str) -> list[int]:
+        ids = self._prompt_cache.get(text)
         if ids is None:
-            s = self.spec.task.num_answers or None
-            text = self.task.build_prompt(ex, self.tokenizer, num_answers=s)
-            ids = self._prompt_cache[ex.id] = list(self.tokenizer.encode(text))
+            ids = self._prompt_cache[text] = list(self.tokenizer.encode(text))
         return ids
 
     # --- goal-conditioned GRPO (VPO, arXiv:2605.22817, App. E.5) -------------------------------
-    def goal_prompt_ids(self, ex: Example, w) -> list[int]:
-        """The prompt of ``ex`` with the goal weights ``w [M]`` appended (not cached: ``w`` is
-        redrawn per example every step)."""
+    def goal_prompt_ids(self, ex: Example, w, *, cache: bool = False) -> list[int]:
+        """The prompt of ``ex`` with the goal weights ``w [M]`` appended (cached only when asked:
+        during training ``w`` is redrawn per example every step)."""
         from mojax.tasks.goal import goal_messages
 
         s = self.spec.task.num_answers or None
         msgs = goal_messages(self.task, ex, w, num_answers=s)
         text = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-        return list(self.tokenizer.encode(text))
+        return self._encode(text) if cache else list(self.tokenizer.encode(text))
 
     def _prompts(self, examples: list[Example], goal_weights) -> tuple[list, np.ndarray | None]:
         """Token ids of the prompts and the goal weights ``[P, M]`` they carry (None when the task
@@ -125,12 +131,7 @@ class EpisodeRunner:
             return [self.prompt_ids(ex) for ex in examples], None
         if goal_weights is None:
             w_star = np.asarray(self.task.scalar_weights, np.float32)
-            ids = []
-            for ex in examples:
-                key = ("goal*", ex.id)
-                if key not in self._prompt_cache:
-                    self._prompt_cache[key] = self.goal_prompt_ids(ex, w_star)
-                ids.append(self._prompt_cache[key])
+            ids = [self.goal_prompt_ids(ex, w_star, cache=True) for ex in examples]
             return ids, np.tile(w_star, (len(examples), 1))
         w = np.asarray(goal_weights, np.float32)
         if w.shape != (len(examples), self.task.num_objectives):
@@ -170,6 +171,7 @@ class EpisodeRunner:
             num_samples=int(num_samples),
             tool=self.tool if self.has_tool else None,
             pool=self.pool,
+            interrupt=self.interrupt,
         )
         g = int(num_samples)
         n_calls = np.asarray(result.n_calls)
@@ -209,6 +211,7 @@ class EpisodeRunner:
             judge=self.judge,
             prompts_text=prompts_text,
             stats=stats,
+            judge_budget=self.spec.judge.budget() if self.judge is not None else None,
         )
         eps = Episodes(examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics)
         eps.reason_valid = rb.reason_valid

@@ -11,7 +11,11 @@ host-side record, which every checkpoint stores next to it as JSON (``to_json`` 
   (its hooks read and return it: e.g. AWPO's running peak ``R_max``, ParetoPO's Stage-1 archive,
   reference, ΔHV̄ and r_pareto);
 * ``reward_stats``: scored / invalid counts with reasons, kept apart per split (``train``,
-  ``validation``, ``eval``).
+  ``validation``, ``eval``);
+* ``pending``: only in a checkpoint saved on a signal after a step's update and before its
+  after-step phases (the method's after-step hook, evaluation, logging) were done: the step's
+  metrics and transcript rows so far. A resumed run does those phases first
+  (``mojax.rl.interrupts``); any other checkpoint has no ``pending``.
 
 Multi-host: every process holds an identical copy (it is derived from all-gathered data only);
 process 0 writes it, every process reads it back.
@@ -42,9 +46,10 @@ class HostState:
     reward_stats: dict[str, RewardStats] = dataclasses.field(
         default_factory=lambda: {s: RewardStats() for s in SPLITS}
     )
+    pending: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "step": int(self.step),
             "data": dict(self.data),
             "tracker": self.tracker.to_state(),
@@ -52,6 +57,9 @@ class HostState:
             "method": to_json_tree(self.method),
             "reward_stats": {k: v.state_dict() for k, v in self.reward_stats.items()},
         }
+        if self.pending is not None:
+            out["pending"] = self.pending
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HostState:
@@ -68,6 +76,7 @@ class HostState:
             val_tracker=NOptimalTracker.from_state(d["val_tracker"]),
             method=_method_state(d),
             reward_stats={k: RewardStats.from_state_dict(v) for k, v in d["reward_stats"].items()},
+            pending=d.get("pending"),
         )
 
     def to_json(self) -> str:

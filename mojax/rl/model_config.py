@@ -1,5 +1,9 @@
 """The policy's ``QwenConfig`` from a run spec: a checkpoint's ``config.json`` or a variant.
 
+A self-built vocabulary (``tokenizer.path="build"``) gets ``vocab_size`` rounded up to a multiple
+of 128 model rows, and ``real_vocab_size`` = its pieces: the padding rows are never sampled and take
+no probability mass (``mojax.models.QwenConfig.real_vocab_size``).
+
 ``qwen_config(spec, tokenizer)`` is also called with ``tokenizer=None`` before anything is built (the
 mesh checks of ``mojax.rl.spec`` and dry runs): a self-built vocabulary then counts as the largest
 one the build can make.
@@ -11,6 +15,15 @@ import os
 from typing import Any
 
 from mojax import models
+
+#: A self-built vocabulary's model rows are padded to a multiple of this (as every released model
+#: pads its own; Qwen: 151,936): any tensor-parallel size that divides 128 divides it.
+VOCAB_MULTIPLE = 128
+
+
+def padded_vocab_size(pieces: int) -> int:
+    """``pieces`` rounded up to a multiple of :data:`VOCAB_MULTIPLE`."""
+    return -(-int(pieces) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
 
 def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
@@ -28,9 +41,11 @@ def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
     if build and tokenizer is None:  # the largest vocabulary the build can make
         from mojax.tasks.vocab import REQUIRED_CHARS
 
-        overrides.setdefault("vocab_size", int(spec.tokenizer.vocab_size) + len(REQUIRED_CHARS))
+        pieces = int(spec.tokenizer.vocab_size) + len(REQUIRED_CHARS)
+        overrides.setdefault("vocab_size", padded_vocab_size(pieces))
     if build and tokenizer is not None:
-        overrides.setdefault("vocab_size", int(tokenizer.vocab_size))
+        overrides.setdefault("vocab_size", padded_vocab_size(int(tokenizer.vocab_size)))
+        overrides.setdefault("real_vocab_size", int(tokenizer.vocab_size))
         overrides.setdefault("eos_token_id", int(tokenizer.eos_token_id))
         overrides.setdefault("bos_token_id", None)
         overrides.setdefault("pad_token_id", int(tokenizer.pad_token_id))

@@ -5,7 +5,8 @@ mutated). Covers the pieces every method shares:
 
 * task scoring (``Task.score_batch``; failures are invalid and counted, never raised);
 * external objectives: ``r_tool`` (ParetoPO Eq. 4, from ``n_calls`` and the N_optimal tracker,
-  the current group included) and ``r_reason`` (AWPO's judge score; a judge failure → invalid);
+  the current group included) and ``r_reason`` (AWPO's judge score, each process judging its own
+  rows, ``mojax.rl.scoring.judge_owned``; a judge failure → invalid);
 * DAPO overlong shaping on the success objective(s) and DAPO dynamic-sampling's group filter,
   judged **per objective** (methods.md): a group is kept if any objective varies.
 """
@@ -19,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from mojax.pareto import NOptimalTracker
-from mojax.rl.scoring import score_owned
+from mojax.rl.scoring import judge_owned, score_owned
 from mojax.tasks.base import RewardStats, Task
-from mojax.tasks.judge import judge_batch, reason_column
+from mojax.tasks.judge import JudgeBudget, reason_column
 
 
 @dataclasses.dataclass
@@ -75,6 +76,7 @@ def score_rollouts(
     judge=None,
     prompts_text: Sequence[str] | None = None,
     stats: RewardStats | None = None,
+    judge_budget: JudgeBudget | None = None,
 ) -> RewardBatch:
     """Scores ``B = P * G`` responses of ``P`` examples (row ``p * G + g``).
 
@@ -86,7 +88,8 @@ def score_rollouts(
       num_samples: G.
       tracker: N_optimal table for ``r_tool`` (required if the task has that objective).
       tool_alpha, no_success: ``r_tool`` settings (``config.tool_reward``).
-      judge: a judge for ``r_reason`` (AWPO); prompts_text: the prompts it sees.
+      judge: a judge for ``r_reason`` (AWPO); prompts_text: the prompts it sees; judge_budget:
+        what one batch of its calls may cost (each process judges its own groups' rows).
       stats: running reward statistics (invalid counts by reason) to add to.
 
     Returns:
@@ -117,13 +120,13 @@ def score_rollouts(
                 raise ValueError(f"task {task.name!r} has r_reason: a judge is required")
             refs = [str(ex.target) for ex in rows]
             texts = list(prompts_text) if prompts_text is not None else [""] * p
-            scores, failures = judge_batch(
-                judge, [t for t in texts for _ in range(g)], responses, refs
-            )
+            prompts = [t for t in texts for _ in range(g)]
+            scores, counts = judge_owned(judge, prompts, responses, refs, g, judge_budget)
             values, reason_valid = reason_column(scores)
             sb.stats.reasons["judge_failure"] += int(np.sum(~reason_valid & valid))
             rewards[:, k] = values  # a failure invalidates r_reason only (reason_valid)
-            metrics["judge/failures"] = float(failures)
+            metrics["judge/failures"] = float(counts["failures"])
+            metrics["judge/skipped"] = float(counts["skipped"])
         else:
             raise ValueError(f"task {task.name!r}: no source for external objective {name!r}")
     rewards[~valid] = 0.0

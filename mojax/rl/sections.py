@@ -135,6 +135,9 @@ class RolloutSpec:
     max_refill_rounds: int = option(
         help="DAPO: refill rounds per step at most", key="dapo.max_refill_rounds"
     )
+    decode_segment: int = option(
+        0, help="decode in calls of at most N tokens (0 = a turn per call); bounds signal latency"
+    )
 
     def __post_init__(self):
         c = _checker("rollout", self)
@@ -155,6 +158,7 @@ class RolloutSpec:
             "rollout.max_response_len",
             "must be >= rollout.max_new_tokens (it holds every turn and observation)",
         )
+        c.in_range("rollout.decode_segment", 0)
         if self.max_refill_rounds < 0:
             c.fail("dapo.max_refill_rounds", f"{self.max_refill_rounds} is out of range [0, inf)")
         c.raise_if_any()
@@ -212,15 +216,19 @@ class SFTSpec:
     think_rate: float = option(
         help="calculator demonstrations: the fraction that open with a <think> plan"
     )
+    checkpoint_every: int = option(
+        100, help="checkpoint the warm start every N steps (and at the end)"
+    )
 
     def __post_init__(self):
         c = _checker("sft", self)
         c.in_range("sft.steps", 0)
         c.in_range("sft.batch_size", 1)
         c.in_range("sft.num_examples", 1)
-        c.in_range("sft.learning_rate", 0.0)
+        c.in_range("sft.learning_rate", 0.0, finite=True)
         c.in_range("sft.warmup_steps", 0)
         c.in_range("sft.think_rate", 0.0, 1.0)
+        c.in_range("sft.checkpoint_every", 1)
         c.raise_if_any()
 
     def optimizer(self):
@@ -265,12 +273,32 @@ class JudgeSpec:
     url: str = option(help="the http judge's endpoint")
     model: str = option(help="the http judge's model name, or the local judge's HF directory")
     timeout_s: float = option(help="deadline of one judge call")
+    workers: int = option(8, help="judge calls in flight at once, per process")
+    max_failures_in_a_row: int = option(
+        8, help="after this many failed calls in a row, skip the batch's other rows (0 = never)"
+    )
+    batch_deadline_s: float = option(
+        0.0, help="one deadline for each batch of judge calls, per process (0 = none)"
+    )
 
     def __post_init__(self):
         c = _checker("judge", self)
         c.choice("judge.kind", JUDGE_KINDS)
         c.in_range("judge.timeout_s", 0.0, low_inclusive=False)
+        c.in_range("judge.workers", 1)
+        c.in_range("judge.max_failures_in_a_row", 0)
+        c.in_range("judge.batch_deadline_s", 0.0, finite=True)
         c.raise_if_any()
+
+    def budget(self):
+        """The ``mojax.tasks.judge.JudgeBudget`` of one batch of judge calls."""
+        from mojax.tasks.judge import JudgeBudget
+
+        return JudgeBudget(
+            workers=int(self.workers),
+            deadline_s=float(self.batch_deadline_s) or None,
+            max_failures_in_a_row=int(self.max_failures_in_a_row),
+        )
 
 
 @dataclasses.dataclass(frozen=True)

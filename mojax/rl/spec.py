@@ -23,6 +23,7 @@ from mojax.config import (
     Checker,
     ConfigError,
     dataclass_from_config,
+    field_defaults,
     field_help,
     option,
     section_from_config,
@@ -35,6 +36,7 @@ from mojax.tasks import registry
 
 MODES = ("train", "eval", "show")  # show: print the resolved config with its help and exit
 RESUME_MODES = ("", "force", "new")
+MAX_SEED = 2**32 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +101,9 @@ class RunSpec:
     eval_every: int = option(help="held-out evaluation every N RL steps (and at the end)")
     transcripts_per_step: int = option(help="sampled transcripts written per step")
     resume: str = option(help='rerunning a workdir: "" (same config only) | "force" | "new"')
+    preemption_grace_s: float = option(
+        30.0, help="seconds between the scheduler's SIGTERM and SIGKILL (mojax.preemption)"
+    )
     model: S.ModelSpec = None
     tokenizer: S.TokenizerSpec = None
     task: S.TaskSpec = None
@@ -122,8 +127,14 @@ class RunSpec:
             c.fail(
                 "resume", f"{self.resume!r} is not allowed; allowed values: {list(RESUME_MODES)}"
             )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            c.fail("seed", f"expected int, got {type(self.seed).__name__} {self.seed!r}")
+        elif not 0 <= self.seed <= MAX_SEED:
+            c.fail("seed", f"{self.seed} is out of range [0, {MAX_SEED}] (numpy's seed range)")
         if self.steps < 0:
             c.fail("steps", f"{self.steps} is out of range [0, inf)")
+        if not (isinstance(self.preemption_grace_s, int | float) and self.preemption_grace_s > 0):
+            c.fail("preemption_grace_s", f"{self.preemption_grace_s!r} must be a number > 0")
         for key in ("checkpoint_every", "eval_every", "keep_checkpoints"):
             if getattr(self, key) < 1:
                 c.fail(key, f"{getattr(self, key)} is out of range [1, inf)")
@@ -179,16 +190,41 @@ def _optional(config: Any, key: str) -> Any:
     return tuple(tuple(r) for r in value) if value else ()
 
 
+def _spec_classes() -> tuple[type, ...]:
+    return (
+        RunSpec,
+        AdvantageSpec,
+        S.ModelSpec,
+        S.TokenizerSpec,
+        S.TaskSpec,
+        S.RolloutSpec,
+        S.RewardSpec,
+        PPOConfig,
+        OptimizerConfig,
+        S.SFTSpec,
+        S.EvalSpec,
+        S.JudgeSpec,
+        S.WandbSpec,
+        S.MeshSpec,
+        *method_sections().values(),
+    )
+
+
 def help_texts() -> dict[str, str]:
     """``{config key: help}`` of every spec field (what ``--config.mode=show`` prints)."""
-    out = field_help(RunSpec) | field_help(AdvantageSpec)
-    for cls in (S.ModelSpec, S.TokenizerSpec, S.TaskSpec, S.RolloutSpec, S.RewardSpec):
+    out: dict[str, str] = {}
+    for cls in _spec_classes():
         out |= field_help(cls)
-    for cls in (PPOConfig, OptimizerConfig, S.SFTSpec, S.EvalSpec, S.JudgeSpec, S.WandbSpec):
-        out |= field_help(cls)
-    out |= field_help(S.MeshSpec)
-    for cls in method_sections().values():
-        out |= field_help(cls)
+    return out
+
+
+def key_defaults() -> dict[str, Any]:
+    """``{config key: default}`` of the spec fields that declare one: what a key means when a
+    workdir's ``config.json``, written before the key existed, lacks it (``mojax.workdir``). A key
+    added to the config declares its default in its spec field (``option(default, help=...)``)."""
+    out: dict[str, Any] = {}
+    for cls in _spec_classes():
+        out |= field_defaults(cls)
     return out
 
 

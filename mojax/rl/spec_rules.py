@@ -50,6 +50,14 @@ def _name_errors(spec: Any) -> list[str]:
         "tokenizer.path",
         "'' (the checkpoint's tokenizer) needs model.checkpoint; use 'build' or a path",
     )
+    c.require(
+        not (spec.tokenizer.path == "build" and spec.model.checkpoint),
+        "tokenizer.path",
+        f"'build' (a vocabulary trained for this run) cannot feed config.model.checkpoint="
+        f"{spec.model.checkpoint!r}, whose embeddings belong to the tokenizer it was trained "
+        "with: set --config.tokenizer.path='' (the checkpoint's own tokenizer) or the path of "
+        "that tokenizer",
+    )
     return c.errors
 
 

@@ -48,7 +48,9 @@ class Run:
       metrics)``; hooks: the advantage method's hooks (``Method.make_hooks``); total_len: T of the
       training batch; ref_logprobs: ``(tokens, mask) -> [B, T]`` of the frozen reference policy when
       the KL term is on, else None; model_config / tokenizer / tx / mesh / rules: the policy's
-      architecture, tokenizer, optimizer, device mesh and logical axis rules.
+      architecture, tokenizer, optimizer, device mesh and logical axis rules; interrupt: polled
+      between rollout decode calls and SFT steps, raises ``mojax.preemption.Interrupted`` on a
+      signal (None: never).
     """
 
     spec: RunSpec
@@ -64,6 +66,7 @@ class Run:
     mesh: Any
     rules: Any
     ref_logprobs: Callable[..., Any] | None = None
+    interrupt: Callable[[], None] | None = None
 
 
 def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict, Episodes]:

@@ -22,7 +22,8 @@ from mojax import learner, plots
 from mojax import logbook as log_lib
 from mojax import workdir as workdir_lib
 from mojax.distributed import is_leader
-from mojax.preemption import Preempted, Preemption
+from mojax.preemption import Interrupted, Preempted, Preemption
+from mojax.rl import inputs, interrupts
 from mojax.rl import spec as spec_lib
 from mojax.rl.builders import build_run
 from mojax.rl.evaluate import write_report
@@ -49,17 +50,18 @@ def run(config, workdir: str) -> dict[str, float]:
 
         print(show(config), flush=True)
         return {}
+    workdir_lib.check_paths(config, workdir)
     spec = spec_lib.validate(config)
-    workdir_lib.check_paths(spec.resolved, workdir)
     if spec.dry_run:
         from mojax.rl.dry_run import dry_run
 
         return dry_run(spec)
+    inputs.check_files(spec)
     if spec.mode == "eval":
         os.makedirs(workdir, exist_ok=True)
         return evaluate_only(spec, workdir)
     with workdir_lib.lock(workdir):
-        finished = workdir_lib.prepare(spec.resolved, workdir)
+        finished = inputs.prepare_workdir(spec, workdir)
         if finished is not None:
             if is_leader():
                 print(finished.message, flush=True)
@@ -72,8 +74,8 @@ def train_and_evaluate(spec: RunSpec, workdir: str) -> dict[str, float]:
     step's metrics.
 
     Raises:
-      Preempted: SIGTERM / SIGINT arrived; the step under way was finished and checkpointed
-        (``mojax.preemption``).
+      Preempted: SIGTERM / SIGINT / SIGHUP arrived; the work under way was abandoned and the last
+        completed state saved (``mojax.rl.interrupts``).
     """
     from mojax.rollout.tools import ToolPool
 
@@ -83,12 +85,12 @@ def train_and_evaluate(spec: RunSpec, workdir: str) -> dict[str, float]:
     )
     writer = None
     try:
-        with Preemption() as preemption:
-            run_ = build_run(spec, workdir, pool)
+        with Preemption(grace_s=spec.preemption_grace_s) as preemption:
+            run_ = build_run(spec, workdir, pool, interrupt=preemption.check)
             state, host, resumed = restore_or_start(run_, workdir, ckpt)
             writer = log_lib.MetricsWriter(
                 workdir,
-                resume_step=host.step if resumed else None,
+                resume_step=interrupts.resume_step(host, resumed),
                 wandb=spec.wandb.as_dict(),
                 config=spec.resolved,
                 objectives=run_.task.objective_names,
@@ -115,34 +117,68 @@ def _loop(run_: Run, workdir, state, host, resumed, writer, ckpt, preemption) ->
     """Steps until ``spec.steps`` or a signal; returns the last step's metrics.
 
     Raises:
-      Preempted: after checkpointing the last finished step.
+      Preempted: after saving the last completed state (``mojax.rl.interrupts``).
     """
-    spec, names = run_.spec, run_.task.objective_names
+    spec = run_.spec
     last: dict[str, float] = {}
     saved = host.step if resumed else None
+
+    def halt(signum: int, at, what: str):  # reads ``state`` and ``saved`` when called
+        return interrupts.stop(preemption, ckpt, signum, state, at, saved=saved, what=what)
+
     if not resumed:
-        host, last = start_metrics(run_, host, state.params)
+        try:
+            host, last = start_metrics(run_, host, state.params)
+        except Interrupted as e:
+            what = "before RL step 1 (the initial evaluation was abandoned)"
+            raise Preempted(e.signum, 0, None, what) from None
         _log(writer, 0, spec.steps, last)
+    elif host.pending:  # stopped after this step's update: its after-step phases first
+        p, done, t0 = host.pending, dataclasses.replace(host, pending=None), time.time()
+        try:
+            host, last = _finish_step(
+                run_, workdir, writer, done, state, p["metrics"], p["transcripts"], preemption, t0
+            )
+        except Interrupted as e:
+            what = f"again before the evaluation of RL step {host.step}"
+            raise halt(e.signum, host, what) from None
     while host.step < spec.steps and not (signum := preemption.requested()):
         t0 = time.time()
         key = jax.random.fold_in(jax.random.PRNGKey(spec.seed), host.step)
-        host, state, last, episodes = rl_step(run_, host, state, key)
-        host, held_out = after_step(run_, host, state.params)
-        last.update(held_out)
-        if spec.transcripts_per_step:
-            rows = transcript_rows(run_, episodes)
-            log_lib.write_transcripts(workdir, host.step, rows, objectives=names)
-        last["time/step_s"] = time.time() - t0
-        _log(writer, host.step, spec.steps, last)
+        try:
+            new_host, state, last, episodes = rl_step(run_, host, state, key)
+        except Interrupted as e:  # in the rollouts: the previous step is the last completed one
+            what = f"after RL step {host.step} (the rollout of step {host.step + 1} was abandoned)"
+            raise halt(e.signum, host, what) from None
+        host = new_host
+        rows = transcript_rows(run_, episodes) if spec.transcripts_per_step else None
+        try:
+            host, last = _finish_step(
+                run_, workdir, writer, host, state, last, rows, preemption, t0
+            )
+        except Interrupted as e:  # after the update: saved with its after-step phases pending
+            what = f"after the update of RL step {host.step} (its evaluation is redone on resume)"
+            raise halt(e.signum, interrupts.with_pending(host, last, rows), what) from None
         if host.step % spec.checkpoint_every == 0 or host.step == spec.steps:
             ckpt.save(host.step, state, host.to_dict(), force=True)
             saved = host.step
-    if host.step < spec.steps:  # stopped by a signal: checkpoint the finished step
-        if saved != host.step:
-            ckpt.save(host.step, state, host.to_dict(), force=True)
-        ckpt.wait()
-        raise Preempted(signum, host.step, ckpt.step_path(host.step))
+    if host.step < spec.steps:  # stopped by a signal at a step boundary
+        raise halt(signum, host, f"after RL step {host.step}")
     return last
+
+
+def _finish_step(run_, workdir, writer, host, state, last, rows, preemption, t0):
+    """A step's after-step phases (the method's hook, evaluation when due), its transcripts and
+    its log line; returns the host state and the step's metrics."""
+    spec = run_.spec
+    host, held_out = after_step(run_, host, state.params)
+    last = {**last, **held_out}
+    if rows is not None:
+        log_lib.write_transcripts(workdir, host.step, rows, objectives=run_.task.objective_names)
+    last["time/step_s"] = time.time() - t0
+    last["time/signal_gap_s"] = preemption.reset_gap()
+    _log(writer, host.step, spec.steps, last)
+    return host, last
 
 
 def restore_or_start(run_: Run, workdir: str, ckpt) -> tuple:

@@ -1,9 +1,12 @@
 """The policy a run starts from: random init, an HF checkpoint, or an SFT warm start on top.
 
-The SFT warm start trains on the task's demonstrations (``Task.sft_rows``) and is checkpointed
-once under ``<workdir>/checkpoints_sft``, so a restarted run reuses it instead of training again. A
-corrupt SFT checkpoint is moved aside to ``<step>.corrupt`` (``Checkpointer.restore(fallback=True)``)
-and the warm start runs again, so a damaged file never crash-loops the run.
+The SFT warm start trains on the task's demonstrations (``Task.sft_rows``) and is checkpointed under
+``<workdir>/checkpoints_sft`` every ``sft.checkpoint_every`` steps, at the end, and on a signal
+(``mojax.preemption``: the run stops after the step under way). A restarted run resumes it from its
+last checkpoint (the batches derive from ``(seed, step)``, so it ends as an uninterrupted warm
+start would) or reuses the finished one. A corrupt SFT checkpoint is moved aside to
+``<step>.corrupt`` (``Checkpointer.restore(fallback=True)``) and the warm start runs again, so a
+damaged file never crash-loops the run.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import numpy as np
 from absl import logging
 
 from mojax import checkpoint as ckpt_lib
-from mojax import learner
+from mojax import distributed, learner
 from mojax import logbook as log_lib
+from mojax.preemption import Interrupted, Preempted
 from mojax.rl.builders import sft_arrays
 
 
@@ -39,43 +43,96 @@ def initial_params(run, workdir: str):
 
 
 def sft(run, workdir: str, params=None):
-    """``sft.steps`` supervised steps on the task's demonstrations; the result is checkpointed."""
+    """``sft.steps`` supervised steps on the task's demonstrations, checkpointed every
+    ``sft.checkpoint_every`` steps and at the end; a checkpoint short of the end is resumed.
+
+    Raises:
+      mojax.preemption.Preempted: a signal (``run.interrupt``) stopped it after a step; that step
+        was checkpointed and a rerun resumes from it.
+    """
     steps = run.spec.sft.steps
     tx = learner.make_optimizer(run.spec.sft.optimizer())
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints_sft"), max_to_keep=1)
     try:
-        if ckpt.latest_step() == steps:
-            target = learner.abstract_train_state(run.model_config, tx, run.mesh, run.rules)
-            try:
-                state, _, _ = ckpt.restore(target, fallback=True)
-                logging.info("SFT warm start restored from %s", ckpt.directory)
-                return state.params
-            except ckpt_lib.CorruptCheckpointError as e:  # moved aside by restore: train again
-                logging.warning("SFT warm start checkpoint unreadable, running SFT again: %s", e)
-        state = learner.create_train_state(
-            run.model_config, tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=params
-        )
-        tokens, mask = sft_arrays(run.spec, run.task, run.tokenizer, run.splits.train)
-        step_fn = learner.make_sft_step(run.model_config, tx, run.mesh, run.rules)
-        t0 = time.time()
-        pending = []  # every step's metrics, fetched together every 100 steps (no sync per step)
-        with log_lib.MetricsWriter(workdir, tensorboard=False, filename="sft_metrics.jsonl") as w:
-            for i in range(steps):
-                batch = sft_batches(tokens, mask, run.spec.sft.batch_size, i, run.spec.seed)
-                state, m = step_fn(state, batch)
-                pending.append(m)
-                if (i + 1) % 100 == 0 or i + 1 == steps:
-                    fetched = jax.device_get(pending)
-                    for j, mj in enumerate(fetched, start=i + 2 - len(pending)):
-                        w.write(j, {f"sft/{k}": v for k, v in mj.items()})
-                    loss, took, pending = float(fetched[-1]["loss"]), time.time() - t0, []
-                    if w.active:  # process 0 reports
-                        print(f"SFT {i + 1}/{steps} loss {loss:.4f} ({took:.0f}s)", flush=True)
-        ckpt.save(steps, state, {"phase": "sft"}, force=True)
-        ckpt.wait()
+        state, done = _sft_start(run, tx, ckpt, params)
+        if done < steps:
+            state = _sft_steps(run, workdir, tx, ckpt, state, done)
         return state.params
     finally:
         ckpt.close()
+
+
+def _sft_start(run, tx, ckpt, params):
+    """``(train state, steps done)``: the latest SFT checkpoint, or a fresh state at step 0. A
+    damaged checkpoint is moved aside (``restore(fallback=True)``) and SFT starts over."""
+    latest = ckpt.latest_step()
+    if latest is not None and latest <= run.spec.sft.steps:
+        target = learner.abstract_train_state(run.model_config, tx, run.mesh, run.rules)
+        try:
+            state, _, step = ckpt.restore(target, fallback=True)
+            logging.info("SFT warm start restored at step %d from %s", step, ckpt.directory)
+            return state, step
+        except ckpt_lib.CorruptCheckpointError as e:  # moved aside by restore: train again
+            logging.warning("SFT warm start checkpoint unreadable, running SFT again: %s", e)
+    state = learner.create_train_state(
+        run.model_config, tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=params
+    )
+    return state, 0
+
+
+def _sft_steps(run, workdir: str, tx, ckpt, state, done: int):
+    """SFT steps ``done + 1 .. sft.steps`` (metrics fetched every 100 steps and at checkpoints,
+    no sync per step); returns the final state, checkpointed."""
+    sft_spec, steps = run.spec.sft, run.spec.sft.steps
+    tokens, mask = sft_arrays(run.spec, run.task, run.tokenizer, run.splits.train)
+    step_fn = learner.make_sft_step(run.model_config, tx, run.mesh, run.rules)
+    t0, pending = time.time(), []
+    resume = done if done else None
+    with log_lib.MetricsWriter(
+        workdir, tensorboard=False, filename="sft_metrics.jsonl", resume_step=resume
+    ) as w:
+        for i in range(done, steps):
+            batch = sft_batches(tokens, mask, sft_spec.batch_size, i, run.spec.seed)
+            state, m = step_fn(state, batch)
+            pending.append(m)
+            n = i + 1
+            save = n % sft_spec.checkpoint_every == 0 or n == steps
+            try:
+                if run.interrupt is not None and n < steps:
+                    run.interrupt()
+            except Interrupted as e:
+                _write_sft_metrics(w, pending, n, steps, t0)
+                ckpt.save(n, state, {"phase": "sft"}, force=True)
+                ckpt.wait()
+                distributed.barrier("mojax_preempted_saved")  # all committed before any exits
+                raise Preempted(
+                    e.signum,
+                    n,
+                    ckpt.step_path(n),
+                    f"after SFT step {n} of {steps}",
+                    saved_after_s=e.seconds_since_signal(),
+                    grace_s=e.grace_s,
+                ) from None
+            if n % 100 == 0 or save:
+                pending = _write_sft_metrics(w, pending, n, steps, t0)
+            if save:
+                ckpt.save(n, state, {"phase": "sft"}, force=True)
+    ckpt.wait()
+    return state
+
+
+def _write_sft_metrics(writer, pending: list, n: int, steps: int, t0: float) -> list:
+    """Writes the metrics of SFT steps ``n - len(pending) + 1 .. n`` (one device fetch); returns
+    an empty list."""
+    if not pending:
+        return []
+    fetched = jax.device_get(pending)
+    for j, mj in enumerate(fetched, start=n + 1 - len(pending)):
+        writer.write(j, {f"sft/{k}": v for k, v in mj.items()})
+    if writer.active:  # process 0 reports
+        loss, took = float(fetched[-1]["loss"]), time.time() - t0
+        print(f"SFT {n}/{steps} loss {loss:.4f} ({took:.0f}s)", flush=True)
+    return []
 
 
 def sft_batches(tokens: np.ndarray, mask: np.ndarray, batch_size: int, step: int, seed: int):

@@ -26,6 +26,8 @@ and, with ``overlap_tools``, a row's call starts at the end of the segment it st
 other rows decode on; the observations are appended at the same point of the schedule, so the
 tokens and log-probs do not depend on when the tools finish.
 
+A rollout can be abandoned between two decode calls (``interrupt``, on a preemption signal).
+
 Multi-process (``mojax.distributed``): each process does the host work of the rows its devices hold
 (``RowLayout``): it reads only those rows after a decode call, runs their tools and builds their part
 of the next append; the processes agree per round on whether any row resumes and on the widest
@@ -204,6 +206,7 @@ def run_rollout(
     pool: ToolPool | None = None,
     mesh=None,
     rules=DEFAULT_LOGICAL_AXIS_RULES,
+    interrupt=None,
 ) -> RolloutResult:
     """Samples ``num_samples`` multi-turn responses per prompt with ``spec``, running tools.
 
@@ -219,9 +222,13 @@ def run_rollout(
       tool: needed when calls can be answered (``ToolRunner``).
       pool: a ``ToolPool`` to run calls in (default: a private pool of ``min(8, B)`` threads).
       mesh, rules: sharding of the in-graph sampler when ``sampler`` is a model.
+      interrupt: called before the first decode call and after each one (once its round's tools
+        are done), the same number of times on every process (the rounds are agreed); it raises
+        to abandon the rollout (``mojax.preemption.Preemption.check`` raises ``Interrupted``).
 
     Raises:
       ValueError naming the argument (``num_samples``, ``tool``, ``prompts_ids``, ...).
+      Whatever ``interrupt`` raises (the rollout is abandoned; its tool calls are not waited for).
     """
     integer = isinstance(num_samples, int | np.integer) and not isinstance(num_samples, bool)
     if not integer or num_samples < 1:
@@ -239,11 +246,14 @@ def run_rollout(
     prompt_bucket = buckets.bucket_length(int(prompt_lengths.max()), spec.min_prompt_bucket)
     cache_slots = spec.cache_slots(prompt_bucket)
     decode = dict(spec.sampling)
+    poll = interrupt or (lambda: None)
     try:
+        poll()
         out = _decode_first(spec, sampler, prompts, prompt_lengths, key, g, cache_slots, decode)
         while True:
-            view = DecodeView.of(out, layout)
+            view = DecodeView.of(out, layout)  # waits for the decode call
             plan = _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters)
+            poll()  # after every decode call and its tools: a signal abandons the rollout here
             if plan is None:
                 break
             out = _decode_next(sampler, out, plan, decode)

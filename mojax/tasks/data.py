@@ -14,11 +14,13 @@ from typing import Any
 
 __all__ = [
     "SHARED_DIR_ENV",
+    "DataFileError",
     "missing_file_message",
     "read_json",
     "read_jsonl",
     "read_parquet",
     "read_records",
+    "read_text",
     "shared_dir",
 ]
 
@@ -59,44 +61,72 @@ def missing_file_message(path: str | os.PathLike, what: str = "data file") -> st
     )
 
 
+class DataFileError(ValueError):
+    """A data file that cannot be read as its format: the message names the file and where."""
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The file as UTF-8 text (universal newlines, as ``open(path, encoding="utf-8")`` reads it).
+
+    Raises:
+      DataFileError: the bytes are not UTF-8, naming the file, the byte offset and its line.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        bad = data[e.start : e.start + 4]
+        raise DataFileError(
+            f"{os.fspath(path)}: not UTF-8 text: byte offset {e.start} (line {line}) starts "
+            f"{bad!r} ({e.reason}); data files must be UTF-8 (convert it, e.g. "
+            "iconv -f latin1 -t utf-8)"
+        ) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     """One JSON object per non-blank line."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{lineno}: invalid JSON ({e.msg})") from e
-            if not isinstance(rec, dict):
-                raise ValueError(
-                    f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}"
-                )
-            out.append(rec)
+    for lineno, line in enumerate(read_text(path).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFileError(f"{path}:{lineno}: invalid JSON ({e.msg})") from e
+        if not isinstance(rec, dict):
+            raise DataFileError(
+                f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}"
+            )
+        out.append(rec)
     return out
 
 
 def read_json(path: str | os.PathLike) -> list[dict[str, Any]]:
     """A JSON file holding a list of objects (or ``{"data": [...]}``)."""
-    with open(path, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from e
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataFileError(f"{path}: invalid JSON ({e.msg} at line {e.lineno})") from e
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-        raise ValueError(f"{path}: expected a JSON list of objects")
+        raise DataFileError(f"{path}: expected a JSON list of objects")
     return data
 
 
 def read_parquet(path: str | os.PathLike) -> list[dict[str, Any]]:
     """All rows of a parquet file as dicts (nested structs become nested dicts)."""
-    import pyarrow.parquet as pq  # local import: no heavy import at module load
+    import pyarrow as pa  # local import: no heavy import at module load
+    import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pylist()
+    try:
+        return pq.read_table(path).to_pylist()
+    except (pa.ArrowException, UnicodeDecodeError) as e:
+        raise DataFileError(f"{os.fspath(path)}: not a readable parquet file ({e})") from e
 
 
 def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -110,4 +140,4 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
         return read_json(p)
     if p.endswith(".parquet"):
         return read_parquet(p)
-    raise ValueError(f"{p}: unknown data format (expected .jsonl, .json or .parquet)")
+    raise DataFileError(f"{p}: unknown data format (expected .jsonl, .json or .parquet)")

@@ -27,15 +27,19 @@ a verdict with none of them falls back to one overall ``Tier: X`` (or ``score: s
 
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
 import json
 import math
 import re
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
+from absl import logging
 
 from mojax.tasks.qa import extract_tag
 
@@ -248,30 +252,105 @@ def make_judge(kind: str, *, url: str = "", model: str = "", timeout_s: float = 
     raise ValueError(f"judge.kind={kind!r} is not one of ['overlap', 'http', 'model']")
 
 
-def judge_batch(
-    judge, prompts: Sequence[str], responses: Sequence[str], references: Sequence[str]
-) -> tuple[np.ndarray, int]:
-    """Scores float32 [N] in [0, 1] (NaN where the judge failed) and the number of failures.
+@dataclasses.dataclass(frozen=True)
+class JudgeBudget:
+    """What one batch of judge calls may cost (``config.judge``).
 
-    A judge that raises on one sample fails that sample only.
+    Attributes:
+      workers: calls in flight at once (threads; a served judge answers them in parallel).
+      deadline_s: one deadline for the whole batch, from its start (None = none): rows not
+        answered by then fail (skipped) and the batch returns without waiting for them.
+      max_failures_in_a_row: after this many failed calls in a row (in the order they finish),
+        the remaining rows are not sent (skipped): a judge that is down costs a few call timeouts
+        per batch, not one per row (0 = never stop early).
     """
+
+    workers: int = 1
+    deadline_s: float | None = None
+    max_failures_in_a_row: int = 0
+
+
+def _valid_score(s) -> float:
+    ok = s is not None and isinstance(s, (int, float)) and math.isfinite(s) and 0 <= s <= 1
+    return float(s) if ok else math.nan
+
+
+def _call(judge, p, r, ref) -> float:
+    try:
+        return _valid_score(judge.score(p, r, ref))
+    except Exception:  # noqa: BLE001 - a judge failure marks the sample invalid
+        return math.nan
+
+
+def judge_rows(
+    judge,
+    prompts: Sequence[str],
+    responses: Sequence[str],
+    references: Sequence[str],
+    budget: JudgeBudget | None = None,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Scores float32 [N] in [0, 1] (NaN where the judge failed or the row was skipped) and counts
+    ``{"failures": NaN rows, "skipped": rows never answered within the budget}``.
+
+    A judge with ``score_batch`` (in-graph) scores the batch in one call, without the budget. A
+    judge that raises on one sample fails that sample only.
+    """
+    n = len(responses)
+    budget = JudgeBudget() if budget is None else budget
+    out = np.full((n,), np.nan, np.float32)
     if hasattr(judge, "score_batch"):
         try:
             raw = list(judge.score_batch(prompts, responses, references))
         except Exception:  # noqa: BLE001 - a judge failure marks the samples invalid
-            raw = [None] * len(responses)
-    else:
-        raw = []
-        for p, r, ref in zip(prompts, responses, references):
-            try:
-                raw.append(judge.score(p, r, ref))
-            except Exception:  # noqa: BLE001
-                raw.append(None)
-    out = np.full((len(responses),), np.nan, np.float32)
-    for i, s in enumerate(raw):
-        if s is not None and isinstance(s, (int, float)) and math.isfinite(s) and 0 <= s <= 1:
-            out[i] = s
-    return out, int(np.isnan(out).sum())
+            raw = [None] * n
+        out[:] = [_valid_score(x) for x in raw]
+        return out, {"failures": int(np.isnan(out).sum()), "skipped": 0}
+    answered = np.zeros((n,), bool)
+    end = None if budget.deadline_s is None else time.monotonic() + budget.deadline_s
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, budget.workers))
+    try:
+        running, nxt, in_a_row = {}, 0, 0
+        while nxt < n or running:
+            while nxt < n and len(running) < max(1, budget.workers):
+                args = (judge, prompts[nxt], responses[nxt], references[nxt])
+                running[pool.submit(_call, *args)] = nxt
+                nxt += 1
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            done, _ = concurrent.futures.wait(
+                running, timeout=left, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            if not done:  # the deadline passed
+                break
+            for f in done:
+                i = running.pop(f)
+                out[i], answered[i] = f.result(), True
+                in_a_row = in_a_row + 1 if math.isnan(out[i]) else 0
+            if budget.max_failures_in_a_row and in_a_row >= budget.max_failures_in_a_row:
+                nxt = n  # send nothing more; wait for the calls in flight
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    skipped = int((~answered).sum())
+    if skipped:
+        logging.warning(
+            "judge: %d of %d rows not judged (%s); their r_reason is invalid",
+            skipped,
+            n,
+            "deadline passed"
+            if end is not None and time.monotonic() >= end
+            else f"{budget.max_failures_in_a_row} failures in a row",
+        )
+    return out, {"failures": int(np.isnan(out).sum()), "skipped": skipped}
+
+
+def judge_batch(
+    judge, prompts: Sequence[str], responses: Sequence[str], references: Sequence[str]
+) -> tuple[np.ndarray, int]:
+    """Scores float32 [N] in [0, 1] (NaN where the judge failed) and the number of failures: every
+    row judged, one call at a time (:func:`judge_rows` without a budget)."""
+    out, counts = judge_rows(judge, prompts, responses, references)
+    return out, counts["failures"]
 
 
 def reason_column(scores) -> tuple[np.ndarray, np.ndarray]:

@@ -84,15 +84,37 @@ def file_splits(task: Any, spec: Any) -> Splits:
     """Training examples from ``spec.train_path``; held-out ones from ``spec.eval_path`` (the first
     ``num_eval``) or, without it, the last ``num_eval`` training examples (at most half)."""
     n_eval = int(spec.num_eval)
-    train = load_file(task, spec.train_path, "task.train_path")
+    train = unique_ids(load_file(task, spec.train_path, "task.train_path"))
     if spec.eval_path:
         held = load_file(task, spec.eval_path, "task.eval_path")[:n_eval]
+        held = unique_ids(held, taken={ex.id for ex in train}, prefix="eval:")
     else:
         if len(train) < 2:
             raise ValueError("config.task.train_path: need >= 2 examples to hold some out")
         n_eval = min(n_eval, len(train) // 2)
         train, held = train[:-n_eval], train[-n_eval:]
     return Splits(train, held, held, task)
+
+
+def unique_ids(
+    examples: list[Example], taken: set[str] = frozenset(), prefix: str = ""
+) -> list[Example]:
+    """``examples`` with ids unique within the list and apart from ``taken`` (another split's).
+
+    Files number their records themselves (``id`` fields; a train and an eval file both count
+    0..N), and the id keys the per-prompt state (``N_optimal``). The first use of an id keeps it; a
+    repeat becomes ``<id>#<k>`` (the k-th use); an id in ``taken`` gets ``prefix``. Files whose ids
+    are unique already are returned unchanged."""
+    out, seen = [], set(taken)
+    for ex in examples:
+        base = f"{prefix}{ex.id}" if ex.id in taken else ex.id
+        new, k = base, 1
+        while new in seen:
+            k += 1
+            new = f"{base}#{k}"
+        seen.add(new)
+        out.append(ex if new == ex.id else dataclasses.replace(ex, id=new))
+    return out
 
 
 def load_file(task: Any, path: str, key: str) -> list[Example]:

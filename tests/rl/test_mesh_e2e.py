@@ -13,6 +13,8 @@ calls back before it dispatches a new one.
   loop that deadlocked within ~500 steps before the fix (``max_in_flight`` unbounded), against the
   same steps on one device (the per-step losses agree within 5e-6 up to step 1000 and drift apart
   by round-off after that: 1.4e-4 by step 1500).
+- ``test_default_config_runs_on_a_2_2_2_mesh``: the command line of the default config on
+  (2, 2, 2), a couple of steps.
 - ``test_default_grpo_matches_one_device``: ``configs/grpo.py`` end to end (SFT warm start, RL
   steps with rollouts, evaluation, checkpoints) on (2, 2, 2) against one device.
 """
@@ -125,16 +127,14 @@ def test_unread_steps_do_not_deadlock():
 
 
 def grpo_run(workdir: str, mesh_shape, sft_steps: int, steps: int) -> dict:
-    """``configs/grpo.py`` on ``mesh_shape`` (vocabulary padded to 160 so that tensor=2 divides
-    it); the SFT and RL metrics it wrote."""
+    """``configs/grpo.py`` on ``mesh_shape`` (its self-built vocabulary padded to 256 model rows,
+    which tensor=2 divides); the SFT and RL metrics it wrote."""
     from mojax.rl import trainer
 
     spec = importlib.util.spec_from_file_location("cfg_grpo", REPO / "configs" / "grpo.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     c = mod.get_config()
-    with c.unlocked():
-        c.model.overrides.vocab_size = 160
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh_shape
     c.sft.steps, c.steps = sft_steps, steps
     trainer.run(c, workdir)
@@ -144,6 +144,40 @@ def grpo_run(workdir: str, mesh_shape, sft_steps: int, steps: int) -> dict:
             return [json.loads(line) for line in f]
 
     return {"sft": read("sft_metrics.jsonl"), "rl": read("metrics.jsonl")}
+
+
+@pytest.mark.slow
+def test_default_config_runs_on_a_2_2_2_mesh(tmp_path):
+    """The command line of the default config on data=2, fsdp=2, tensor=2 (8 forced CPU devices),
+    short: its self-built vocabulary (159 pieces) is padded to 256 model rows, so tensor=2 divides
+    it (before: "2 does not divide 159", exit 2)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
+    flags = [
+        "--config=configs/grpo.py",
+        "--config.mesh.data=2",
+        "--config.mesh.fsdp=2",
+        "--config.mesh.tensor=2",
+        "--config.steps=2",
+        "--config.sft.steps=4",
+        "--config.rollout.prompts_per_step=4",
+        "--config.rollout.num_samples=4",
+        "--config.task.num_eval=4",
+    ]
+    p = subprocess.run(
+        [sys.executable, "-m", "mojax.main", f"--workdir={tmp_path}", *flags],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and np.isfinite(rows[-1]["loss"])
+    assert "eval/accuracy" in rows[-1] and (tmp_path / "checkpoints" / "2").is_dir()
 
 
 @pytest.mark.slow

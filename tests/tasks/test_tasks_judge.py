@@ -4,6 +4,7 @@ local OpenAI-compatible server (incl. failures), and failures counted as NaN, ne
 import http.server
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -169,3 +170,61 @@ def test_unknown_judge_kind_is_named():
         judge_lib.make_judge("gpt")
     with pytest.raises(ValueError, match="judge.url"):
         judge_lib.make_judge("http")
+
+
+@pytest.fixture()
+def black_hole():
+    """A TCP port that accepts connections and never answers: every HTTP call times out."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(256)
+    yield f"http://127.0.0.1:{s.getsockname()[1]}"
+    s.close()
+
+
+def test_a_down_judge_costs_a_few_timeouts_per_batch_not_one_per_row(black_hole):
+    """40 rows against a judge that never answers (1 s per call): one call at a time that is 40 s;
+    with 4 calls in flight and a stop after 4 failures in a row, the batch ends after ~1 call
+    timeout with every row failed and at most 7 sent (4, then one more after each of the first 3
+    failures while fewer than 4 in a row had failed)."""
+    j = judge_lib.HTTPJudge(black_hole, timeout_s=1.0)
+    budget = judge_lib.JudgeBudget(workers=4, max_failures_in_a_row=4)
+    t0 = time.monotonic()
+    scores, counts = judge_lib.judge_rows(j, ["q"] * 40, ["r"] * 40, ["g"] * 40, budget)
+    took = time.monotonic() - t0
+    assert np.isnan(scores).all() and counts["failures"] == 40
+    assert 33 <= counts["skipped"] <= 36, counts
+    assert took < 10, took
+
+
+def test_one_deadline_per_batch_leaves_late_rows_unjudged():
+    """A judge that answers one call in 0.3 s, 2 in flight, a 1 s deadline for 20 rows: the rows
+    answered in time keep their scores, the others are skipped, and the batch does not wait."""
+
+    class Slow:
+        def score(self, prompt, response, reference):
+            time.sleep(0.3)
+            return 0.5
+
+    budget = judge_lib.JudgeBudget(workers=2, deadline_s=1.0)
+    t0 = time.monotonic()
+    scores, counts = judge_lib.judge_rows(Slow(), ["q"] * 20, ["r"] * 20, ["g"] * 20, budget)
+    took = time.monotonic() - t0
+    answered = ~np.isnan(scores)
+    assert 2 <= answered.sum() <= 8 and (scores[answered] == 0.5).all(), scores
+    assert counts["skipped"] == 20 - answered.sum() == counts["failures"]
+    assert took < 3, took
+
+
+def test_failures_that_are_not_in_a_row_do_not_stop_the_batch():
+    class Alternating:
+        def score(self, prompt, response, reference):
+            return None if int(response) % 2 else 0.25
+
+    budget = judge_lib.JudgeBudget(workers=1, max_failures_in_a_row=2)
+    rows = [str(i) for i in range(10)]
+    scores, counts = judge_lib.judge_rows(Alternating(), rows, rows, rows, budget)
+    assert counts == {"failures": 5, "skipped": 0}
+    np.testing.assert_array_equal(np.isnan(scores), [i % 2 == 1 for i in range(10)])
