@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mojax.models import attention as attention_lib
 from mojax.models import cache as cache_lib
 from mojax.models import layer_cache, layouts
 from mojax.models.config import QwenConfig
@@ -304,6 +305,10 @@ class Attention(nn.Module):
 
         lay = layouts.of(cfg)
         one = lay.one_query_reduce
+        b, t = x.shape[:2]
+        fresh = kv is None or (not isinstance(kv[0], tuple) and kv[0].shape[2] == t)
+        if lay.attention != "reference" and fresh:  # the chunk over itself, no T x T scores
+            return self._fused(q, kk, vv, k_valid, write_idx, kv, layer, lay.attention)
         if kv is None:  # full sequence: keys are this chunk
             keys, values, s = kk, vv, kk.shape[1]
             block = lay.causal_block_rows(kk.shape[1])
@@ -321,14 +326,41 @@ class Attention(nn.Module):
             values = v_all[layer].astype(cfg.jnp_dtype)
             s, attend_fn = keys.shape[1], functools.partial(attend, one_query=one)
 
-        b, t = x.shape[:2]
         qg = q.reshape(b, t, k, h // k, d)
-        visible = (jnp.arange(s)[None, None, :] <= q_idx[:, :, None]) & k_valid[:, None, :]
+        visible = (jnp.arange(s)[None, None, :] <= q_idx[:, :, None]) & _key_visible(k_valid)
         out = attend_fn(qg, keys, values, visible, cfg.jnp_dtype).reshape(b, t, h, d)
+        return self._out(out), kv
+
+    def _out(self, out):
+        cfg = self.config
+        h, d, e = cfg.num_heads, cfg.head_dim, cfg.hidden_size
         out = constrain(out, "batch", "length", "heads", "head_dim")
         y = Projection(cfg, 2, (h, d, e), ("heads", "head_dim", "embed"),
                        name="o_proj")(out)  # fmt: skip
-        return constrain(y, "batch", "length", "embed"), kv
+        return constrain(y, "batch", "length", "embed")
+
+    def _fused(self, q, kk, vv, k_valid, write_idx, kv, layer, impl):
+        """An uncached chunk, or a prefill into a cache of exactly its length (the cache is
+        written, then the chunk attends over itself): ``mojax.models.attention``."""
+        cfg = self.config
+        if kv is not None:
+            kv = (
+                cache_lib.write_layer(kv[0], layer, kk, write_idx),
+                cache_lib.write_layer(kv[1], layer, vv, write_idx),
+            )
+            kk = kv[0][layer].astype(cfg.jnp_dtype)  # what the cache holds (its dtype)
+            vv = kv[1][layer].astype(cfg.jnp_dtype)
+        out = attention_lib.self_attention(q, kk, vv, k_valid, impl, cfg.jnp_dtype)
+        return self._out(out), kv
+
+
+def _key_visible(k_valid):
+    """``[B, T, S]`` (broadcastable) keys a query may see besides causality: the real keys of a
+    bool ``k_valid [B, S]``, or, for int32 segment ids (a packed uncached chunk, S = T), the real
+    keys of the query's own segment."""
+    if k_valid.dtype == jnp.bool_:
+        return k_valid[:, None, :]
+    return (k_valid[:, :, None] == k_valid[:, None, :]) & (k_valid[:, None, :] > 0)
 
 
 class MLP(nn.Module):
