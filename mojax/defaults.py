@@ -164,6 +164,7 @@ def _ppo() -> ml_collections.ConfigDict:
         ppo_epochs=1,
         num_minibatches=1,
         num_microbatches=1,
+        microbatch_tokens=_optional(8192, int),
         shuffle=True,
         logprob_chunk=_optional(None, int),
         log_entropy=True,

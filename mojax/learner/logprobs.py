@@ -120,6 +120,9 @@ def token_logprobs(
     with_entropy: bool = False,
     vocab_sharded: bool = False,
     need: jax.Array | None = None,
+    segment_ids: jax.Array | None = None,
+    positions: jax.Array | None = None,
+    lora_rng: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned fp32 log π(tokens[:, t] | tokens[:, :t]) [B, T] (+ entropy [B, T]) of the policy.
 
@@ -133,13 +136,24 @@ def token_logprobs(
       vocab_sharded: the vocab axis is split over devices (see ``logprobs_from_hidden``).
       need: optional bool [B, T], the positions whose values are used (e.g. the loss mask):
         chunks with none skip the vocabulary projection and return 0 (see the module docstring).
+      segment_ids, positions: int32 [B, T] of packed rows (``mojax.learner.packing``): tokens
+        attend within their segment only, positions restart per segment. The value at a
+        segment's first position is predicted from the segment before it: it must be out of the
+        loss (it is: every packed sequence starts with its prompt).
+      lora_rng: a PRNG key for the LoRA adapters' dropout (``config.lora.dropout``; None = off).
     """
     body = QwenModel(config, params)
     if layouts.of(config).learner_unrolled:  # a no-op for unrolled layers
         # the gradient flows back through the split into the stacked parameters
         body = unstack_layers(body)
     hidden = Qwen(body.config).apply(
-        {"params": body.params}, tokens, attention_mask=attention_mask, return_hidden=True
+        {"params": body.params},
+        tokens,
+        attention_mask=attention_mask,
+        positions=positions,
+        return_hidden=True,
+        segment_ids=segment_ids,
+        rngs=None if lora_rng is None else {"dropout": lora_rng},
     )
     return logprobs_from_hidden(
         config,

@@ -105,6 +105,8 @@ class QwenConfig:
         outputs).
       layouts: the execution layouts of the hot paths (``mojax.models.layouts.Layouts``), set when a
         sampler or learner is built; None runs the portable layouts. Not part of ``config.json``.
+      lora: LoRA / QLoRA adapters on the projections (``mojax.models.lora.LoraConfig``; None = a
+        dense model). Not part of ``config.json``.
     """
 
     model_type: str = "qwen3"
@@ -131,6 +133,7 @@ class QwenConfig:
     scan_layers: bool = True
     remat: str = "none"
     layouts: Any = None
+    lora: Any = None
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_ARCHITECTURES.values():

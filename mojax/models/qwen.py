@@ -38,6 +38,7 @@ DEFAULT_LOGICAL_AXIS_RULES = (
     ("head_dim", None),
     ("layers", None),
     ("norm", None),
+    ("lora", None),
 )
 
 _REMAT_POLICIES = {
