@@ -112,6 +112,8 @@ class RunSpec:
     judge: S.JudgeSpec = None
     wandb: S.WandbSpec = None
     mesh: S.MeshSpec = None
+    lora: S.LoraSpec = None
+    packing: S.PackingSpec = None
     resolved: dict = dataclasses.field(default_factory=dict)  # the config's values (config.json)
 
     def __post_init__(self):
@@ -162,6 +164,8 @@ _SECTIONS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
     ("ppo", lambda c: dataclass_from_config(PPOConfig, c.ppo, "ppo")),
     ("optimizer", lambda c: dataclass_from_config(OptimizerConfig, c.optimizer, "optimizer")),
     ("sft", lambda c: section_from_config(S.SFTSpec, c)),
+    ("lora", lambda c: section_from_config(S.LoraSpec, c)),
+    ("packing", lambda c: section_from_config(S.PackingSpec, c)),
     ("eval", lambda c: section_from_config(S.EvalSpec, c)),
     ("judge", lambda c: section_from_config(S.JudgeSpec, c)),
     ("wandb", lambda c: section_from_config(S.WandbSpec, c)),
@@ -186,7 +190,7 @@ def help_texts() -> dict[str, str]:
         out |= field_help(cls)
     for cls in (PPOConfig, OptimizerConfig, S.SFTSpec, S.EvalSpec, S.JudgeSpec, S.WandbSpec):
         out |= field_help(cls)
-    out |= field_help(S.MeshSpec)
+    out |= field_help(S.MeshSpec) | field_help(S.LoraSpec) | field_help(S.PackingSpec)
     for cls in method_sections().values():
         out |= field_help(cls)
     return out

@@ -23,6 +23,7 @@ from mojax import logbook as log_lib
 from mojax import workdir as workdir_lib
 from mojax.distributed import is_leader
 from mojax.preemption import Preempted, Preemption
+from mojax.rl import adapters
 from mojax.rl import spec as spec_lib
 from mojax.rl.builders import build_run
 from mojax.rl.evaluate import write_report
@@ -94,8 +95,8 @@ def train_and_evaluate(spec: RunSpec, workdir: str) -> dict[str, float]:
                 objectives=run_.task.objective_names,
             )
             ref = state.params
-            if resumed and spec.ppo.kl_coef:  # the KL reference is the initial policy
-                ref = initial_params(run_, workdir)
+            if spec.ppo.kl_coef:  # the KL reference is the initial policy
+                ref = adapters.reference_params(run_, workdir, state, resumed)
             run_ = with_reference(run_, ref)
             last = _loop(run_, workdir, state, host, resumed, writer, ckpt, preemption)
         ckpt.wait()
@@ -121,13 +122,13 @@ def _loop(run_: Run, workdir, state, host, resumed, writer, ckpt, preemption) ->
     last: dict[str, float] = {}
     saved = host.step if resumed else None
     if not resumed:
-        host, last = start_metrics(run_, host, state.params)
+        host, last = start_metrics(run_, host, learner.policy_params(state))
         _log(writer, 0, spec.steps, last)
     while host.step < spec.steps and not (signum := preemption.requested()):
         t0 = time.time()
         key = jax.random.fold_in(jax.random.PRNGKey(spec.seed), host.step)
         host, state, last, episodes = rl_step(run_, host, state, key)
-        host, held_out = after_step(run_, host, state.params)
+        host, held_out = after_step(run_, host, learner.policy_params(state))
         last.update(held_out)
         if spec.transcripts_per_step:
             rows = transcript_rows(run_, episodes)
@@ -135,11 +136,11 @@ def _loop(run_: Run, workdir, state, host, resumed, writer, ckpt, preemption) ->
         last["time/step_s"] = time.time() - t0
         _log(writer, host.step, spec.steps, last)
         if host.step % spec.checkpoint_every == 0 or host.step == spec.steps:
-            ckpt.save(host.step, state, host.to_dict(), force=True)
+            ckpt.save(host.step, state, adapters.saved_host(run_, host), force=True)
             saved = host.step
     if host.step < spec.steps:  # stopped by a signal: checkpoint the finished step
         if saved != host.step:
-            ckpt.save(host.step, state, host.to_dict(), force=True)
+            ckpt.save(host.step, state, adapters.saved_host(run_, host), force=True)
         ckpt.wait()
         raise Preempted(signum, host.step, ckpt.step_path(host.step))
     return last
@@ -151,7 +152,7 @@ def restore_or_start(run_: Run, workdir: str, ckpt) -> tuple:
     if ckpt.latest_step() is not None:
         state, host, step = ckpt.restore(target, fallback=True)
         logging.info("resumed from %s at RL step %d", ckpt.directory, step)
-        return state, HostState.from_dict(host), True
+        return adapters.with_base(run_, workdir, state), HostState.from_dict(host), True
     params = initial_params(run_, workdir)
     state = learner.create_train_state(
         run_.model_config,
@@ -191,7 +192,8 @@ def evaluate_only(spec: RunSpec, workdir: str) -> dict[str, float]:
                 target = learner.abstract_train_state(
                     run_.model_config, run_.tx, run_.mesh, run_.rules
                 )
-                params = ckpt.restore(target, fallback=True)[0].params
+                state = adapters.with_base(run_, workdir, ckpt.restore(target, fallback=True)[0])
+                params = learner.policy_params(state)
             finally:
                 ckpt.close()
         summary = evaluate(run_, HostState(), params, 0, split=spec.eval.split)
