@@ -134,6 +134,91 @@ def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None
     return out["state"]["params"], step
 
 
+_HF_MODULES = {
+    "q_proj": "self_attn",
+    "k_proj": "self_attn",
+    "v_proj": "self_attn",
+    "o_proj": "self_attn",
+    "gate_proj": "mlp",
+    "up_proj": "mlp",
+    "down_proj": "mlp",
+}
+
+
+def write_merged(model_config, params, out_dir: str, **save_kwargs) -> None:
+    """An HF model directory of a LoRA model with its adapters folded in (``W + (alpha / r) A B``,
+    QLoRA's base dequantised): ``params`` is the full LoRA tree (base and adapters merged);
+    ``save_kwargs`` go to ``mojax.models.save_pretrained`` (``dtype``, ``tokenizer_dir``)."""
+    import jax
+
+    from mojax import models
+    from mojax.models import lora as lora_lib
+
+    dense = model_config.replace(lora=None)
+    shapes = models.param_shapes(dense)
+    merged = jax.jit(lambda p: lora_lib.merged_dense(model_config, p, shapes))(params)
+    models.save_pretrained(models.QwenModel(dense, merged), out_dir, **save_kwargs)
+
+
+def peft_tensors(model_config, adapters) -> dict[str, Any]:
+    """The adapters as PEFT's ``adapter_model.safetensors`` tensors: for layer ``i`` and projection
+    ``m``, ``base_model.model.model.layers.{i}.{self_attn|mlp}.{m}.lora_A.weight [r, in]`` and
+    ``...lora_B.weight [out, r]`` (HF's flattened (head, head_dim) order, as ``mojax.models.hf``)."""
+    import numpy as np
+
+    r = model_config.lora.rank
+    out = {}
+    for i in range(model_config.num_layers):
+        layer = adapters["layers"] if model_config.scan_layers else adapters[f"layers_{i}"]
+        for name, group in _HF_MODULES.items():
+            proj = layer.get(group, {}).get(name)
+            if proj is None:
+                continue
+            a, b = np.asarray(proj["lora_a"]), np.asarray(proj["lora_b"])
+            if model_config.scan_layers:
+                a, b = a[i], b[i]
+            prefix = f"base_model.model.model.layers.{i}.{group}.{name}"
+            out[f"{prefix}.lora_A.weight"] = np.ascontiguousarray(a.reshape(-1, r).T)
+            out[f"{prefix}.lora_B.weight"] = np.ascontiguousarray(b.reshape(r, -1).T)
+    return out
+
+
+def write_peft(model_config, adapters, out_dir: str, base: str, dtype: str | None = None) -> None:
+    """A PEFT LoRA adapter directory (``adapter_config.json``, ``adapter_model.safetensors``) that
+    ``peft.PeftModel.from_pretrained(base_model, out_dir)`` loads onto the transformers model of
+    the base (``base``: its path or name, written as ``base_model_name_or_path``). QLoRA adapters
+    were trained against the quantised base: the PEFT pair reproduces them exactly on a base
+    loaded from the merged export's dequantised weights, or approximately on the original one."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    lora = model_config.lora
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = peft_tensors(model_config, adapters)
+    if dtype is not None:
+        import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy
+
+        tensors = {k: v.astype(np.dtype(dtype)) for k, v in tensors.items()}
+    save_file(tensors, os.path.join(out_dir, "adapter_model.safetensors"))
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base,
+        "r": lora.rank,
+        "lora_alpha": lora.alpha,
+        "lora_dropout": lora.dropout,
+        "target_modules": sorted(lora.targets),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "use_rslora": False,
+        "modules_to_save": None,
+    }
+    with open(os.path.join(out_dir, "adapter_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+
+
 def generation_config(tokenizer, model_config, spec) -> dict[str, Any]:
     """Greedy by default; the stop / pad / bos ids the sampler uses."""
     eos = tokenizer.eos_token_id if tokenizer is not None else model_config.eos_token_id
