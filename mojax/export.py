@@ -7,7 +7,9 @@
     python -m mojax.export --workdir=/runs/calc --config=configs/paretopo.py --out=...  # no config.json
 
 writes ``config.json`` + ``model.safetensors`` (``mojax.models.save_pretrained``),
-``generation_config.json`` and the tokenizer, loadable with
+``generation_config.json`` and the tokenizer (a LoRA run, ``config.lora``: the adapters merged into
+the base, ``W + (alpha / r) A B``, and a PEFT adapter directory ``--peft_out`` beside it,
+``adapter_config.json`` + ``adapter_model.safetensors``, for ``peft.PeftModel.from_pretrained``), loadable with
 ``transformers.AutoModelForCausalLM.from_pretrained(out)`` / ``AutoTokenizer.from_pretrained(out)``
 (and servable by vLLM).
 
@@ -108,10 +110,11 @@ def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None
     cpu = jax.local_devices(backend="cpu")[:1]
     mesh = sharding_lib.make_mesh(1, 1, 1, devices=cpu)
     shardings = models.param_shardings(model_config, mesh, sharding_lib.logical_axis_rules())
+    shapes = models.param_shapes(model_config)
+    if model_config.lora is not None:  # a LoRA run's checkpoint holds the adapters only
+        shapes, shardings = models.lora.split(shapes)[1], models.lora.split(shardings)[1]
     target = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        models.param_shapes(model_config),
-        shardings,
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, shardings
     )
     restore_args = jax.tree.map(lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding), target)
     args = ocp.args.PyTreeRestore(
@@ -219,6 +222,25 @@ def write_peft(model_config, adapters, out_dir: str, base: str, dtype: str | Non
         json.dump(config, f, indent=2)
 
 
+def lora_base(spec, workdir: str, dense_config):
+    """The dense weights a LoRA run's adapters sit on (``mojax.rl.adapters``): the SFT warm start's
+    checkpoint, else ``model.checkpoint``, else the seeded random init of the dense model."""
+    import jax
+
+    from mojax import models
+
+    if spec.sft.steps > 0:
+        return restore_params(os.path.join(workdir, "checkpoints_sft"), dense_config)[0]
+    if spec.model.checkpoint:
+        return models.load_params(spec.model.checkpoint, dense_config)
+    init_key, _ = jax.random.split(jax.random.PRNGKey(spec.seed))  # as create_train_state
+    return models.init_params(dense_config, init_key)
+
+
+def _base_label(spec) -> str:
+    return spec.model.checkpoint or f"mojax:{spec.model.variant}:seed={spec.seed}"
+
+
 def generation_config(tokenizer, model_config, spec) -> dict[str, Any]:
     """Greedy by default; the stop / pad / bos ids the sampler uses."""
     eos = tokenizer.eos_token_id if tokenizer is not None else model_config.eos_token_id
@@ -246,6 +268,7 @@ def export(
     config: Any = None,
     checkpoint_dir: str | None = None,
     dtype: str | None = None,
+    peft_out: str | None = None,
 ) -> dict[str, Any]:
     """Writes the HF model directory ``out_dir`` from the run in ``workdir`` (module docstring).
 
@@ -257,6 +280,7 @@ def export(
         ``config.json``.
       checkpoint_dir: default ``<workdir>/checkpoints``.
       dtype: dtype of the saved tensors (default the params' dtype, ``model.param_dtype``).
+      peft_out: a LoRA run's PEFT adapter directory (default ``<out_dir>-peft``).
 
     Returns:
       ``{"step", "out_dir", "files", "tokenizer"}`` (``tokenizer`` says how it was exported).
@@ -285,11 +309,18 @@ def export(
     params, step = restore_params(
         checkpoint_dir or os.path.join(workdir, CHECKPOINTS), model_config, step=step
     )
-    model = models.QwenModel(config=model_config, params=params)
     hf_dir = None
     if isinstance(tokenizer, models.HFTokenizer):
         hf_dir = _hf_tokenizer_dir(spec)
-    models.save_pretrained(model, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
+    if model_config.lora is not None:  # merged weights here, the PEFT adapters beside them
+        base = lora_base(spec, workdir, model_config.replace(lora=None))
+        full = models.lora.merge(models.lora.base_from_dense(model_config, base), params)
+        write_merged(model_config, full, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
+        peft_out = peft_out or out_dir.rstrip("/") + "-peft"
+        write_peft(model_config, params, peft_out, base=_base_label(spec), dtype=dtype)
+    else:
+        model = models.QwenModel(config=model_config, params=params)
+        models.save_pretrained(model, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
     if isinstance(tokenizer, models.SentencePieceTokenizer):
         hf_tokenizer.save_hf_tokenizer(
             tokenizer.path, out_dir, model_max_length=model_config.max_position_embeddings
@@ -327,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--checkpoint_dir", default=None, help="default <workdir>/checkpoints")
     parser.add_argument("--dtype", default=None, help="saved dtype, e.g. bfloat16")
+    parser.add_argument(
+        "--peft_out", default=None, help="a LoRA run's PEFT adapter dir (default <out>-peft)"
+    )
     a = parser.parse_args(argv)
     from mojax.config import ConfigError
     from mojax.paths import RemotePathError
@@ -339,6 +373,7 @@ def main(argv: list[str] | None = None) -> int:
             config=a.config,
             checkpoint_dir=a.checkpoint_dir,
             dtype=a.dtype,
+            peft_out=a.peft_out,
         )
     except (RemotePathError, ConfigError) as e:  # a URL path (mojax.paths)
         print(f"mojax.export: {e}", file=sys.stderr)
