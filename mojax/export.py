@@ -237,6 +237,16 @@ def lora_base(spec, workdir: str, dense_config):
     return models.init_params(dense_config, init_key)
 
 
+def _export_lora(spec, workdir, model_config, adapters, out_dir, peft_out, dtype, hf_dir):
+    from mojax.models import lora as lora_lib
+
+    base = lora_base(spec, workdir, model_config.replace(lora=None))
+    full = lora_lib.merge(lora_lib.base_from_dense(model_config, base), adapters)
+    write_merged(model_config, full, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
+    peft_out = peft_out or out_dir.rstrip("/") + "-peft"
+    write_peft(model_config, adapters, peft_out, base=_base_label(spec), dtype=dtype)
+
+
 def _base_label(spec) -> str:
     return spec.model.checkpoint or f"mojax:{spec.model.variant}:seed={spec.seed}"
 
@@ -313,11 +323,7 @@ def export(
     if isinstance(tokenizer, models.HFTokenizer):
         hf_dir = _hf_tokenizer_dir(spec)
     if model_config.lora is not None:  # merged weights here, the PEFT adapters beside them
-        base = lora_base(spec, workdir, model_config.replace(lora=None))
-        full = models.lora.merge(models.lora.base_from_dense(model_config, base), params)
-        write_merged(model_config, full, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
-        peft_out = peft_out or out_dir.rstrip("/") + "-peft"
-        write_peft(model_config, params, peft_out, base=_base_label(spec), dtype=dtype)
+        _export_lora(spec, workdir, model_config, params, out_dir, peft_out, dtype, hf_dir)
     else:
         model = models.QwenModel(config=model_config, params=params)
         models.save_pretrained(model, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
