@@ -31,7 +31,8 @@ class Layouts:
       decode_per_layer: the decode loop runs unrolled layers and carries the KV cache as one array
         per layer (``mojax.models.layer_cache``), converted back when the loop ends.
       learner_unrolled: the learner's forward and backward run unrolled layers (the gradient flows
-        back into the stacked parameters).
+        back into the stacked parameters), unless the model rematerialises (``remat``): XLA CPU
+        would schedule the recomputation of every unrolled layer before the backward pass.
       attention: how an uncached chunk (training, log-probs, prefill) attends over itself:
         ``"reference"`` (the explicit einsum path, query-blocked by ``causal_block``), ``"cudnn"``
         (``jax.nn.dot_product_attention``'s cuDNN flash kernel), ``"splash"`` (Pallas splash

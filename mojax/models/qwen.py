@@ -169,16 +169,27 @@ class Qwen(nn.Module):
         """fp32 logits [..., V] from final hidden states [..., E] (tied or untied head)."""
         cfg = self.config
         head = self.embed_tokens if cfg.tie_word_embeddings else self.lm_head
-        lead = hidden.shape[:-1]
-        logits = jax.lax.dot_general(  # 2-D [N, E] x [V, E]^T: see layers.Projection for why
-            hidden.astype(cfg.jnp_dtype).reshape(-1, cfg.hidden_size),
-            head.astype(cfg.jnp_dtype),
-            (((1,), (1,)), ((), ())),
-            preferred_element_type=jnp.float32,
-        ).reshape(*lead, cfg.vocab_size)
-        if logits.ndim == 3:
-            logits = constrain(logits, "batch", "length", "vocab")
-        return logits
+        return head_logits(cfg, head, hidden)
+
+
+def output_head(config: QwenConfig, params: Any) -> jax.Array:
+    """The output projection ``[V, E]`` of ``params`` (the embedding when tied)."""
+    return params["embed_tokens"] if config.tie_word_embeddings else params["lm_head"]
+
+
+def head_logits(config: QwenConfig, head: jax.Array, hidden: jax.Array) -> jax.Array:
+    """fp32 logits [..., V] of final hidden states [..., E] under the output head ``[V, E]``
+    (``Qwen.logits``; inside a mesh + rules context a 3-D result is constrained like logits)."""
+    lead = hidden.shape[:-1]
+    logits = jax.lax.dot_general(  # 2-D [N, E] x [V, E]^T: see layers.Projection for why
+        hidden.astype(config.jnp_dtype).reshape(-1, config.hidden_size),
+        head.astype(config.jnp_dtype),
+        (((1,), (1,)), ((), ())),
+        preferred_element_type=jnp.float32,
+    ).reshape(*lead, config.vocab_size)
+    if logits.ndim == 3:
+        logits = constrain(logits, "batch", "length", "vocab")
+    return logits
 
 
 def segment_positions(segment_ids: jax.Array) -> jax.Array:
