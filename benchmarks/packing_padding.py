@@ -30,11 +30,12 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=0, help="steps to count (0 = the whole data)")
     a = ap.parse_args(argv)
     sys.path.insert(0, os.path.join(REPO, "tests"))
+    from mojax_test_utils import load_config
+
     from mojax.learner import packing
     from mojax.rl import builders
     from mojax.rl import spec as spec_lib
     from mojax.sampling import bucket_length
-    from mojax_test_utils import load_config
 
     spec = spec_lib.validate(load_config("awpo"), num_devices=None)
     task = spec.build_task()

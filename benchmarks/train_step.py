@@ -219,7 +219,6 @@ def mojax_gpu_worker(args):
 
     import jax
 
-    import mojax.models as mm
 
     config = _gpu_config(args)
     batch = make_batch(args.batch, args.seq, config.vocab_size)

@@ -15,12 +15,13 @@ def rss_kb(key):
 
 
 def main(config_arg, *overrides):
+    from mojax_test_utils import load_config
+
     from mojax import learner
     from mojax import sharding as sharding_lib
     from mojax.rl import dry_run
     from mojax.rl import spec as spec_lib
     from mojax.rl.model_config import qwen_config
-    from mojax_test_utils import load_config
 
     c = load_config("awpo", config_arg)
     for kv in overrides:
