@@ -219,7 +219,6 @@ def mojax_gpu_worker(args):
 
     import jax
 
-
     config = _gpu_config(args)
     batch = make_batch(args.batch, args.seq, config.vocab_size)
     step = mojax_step_fn(config, None, batch, args)
