@@ -56,8 +56,8 @@ def get_config(arg=None):
         c.rollout.num_samples = 4
         c.rollout.max_new_tokens = c.rollout.max_response_len = 32
         c.eval.ks = (1,)
-        # ToolRL prompts are ~4k tokens: without remat the step keeps every layer's [B, H, T, T]
-        # attention scores (54.6 GB at B=16, T=4128); with it and 4 micro-batches, 5.0 GB
+        # ToolRL prompts are ~4k tokens (T = 4128): `--config.dry_run=true` prints the update's
+        # memory; remat and micro-batches of at most ppo.microbatch_tokens keep it small
         c.model.remat = "full"
         c.ppo.num_microbatches = 4
         defaults.tiny_schedule(c, a.steps, steps=4)

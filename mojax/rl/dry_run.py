@@ -8,7 +8,9 @@ devices stand in for accelerators: ``XLA_FLAGS=--xla_force_host_platform_device_
   ``B = prompts_per_step x num_samples`` rows of ``T`` tokens, the run's own T: the bucket of the
   longest prompt (``rollout.max_prompt_len``, else measured from the task's data with the run's
   tokenizer) + ``max_response_len``;
-* the sampler's prefill + decode program (``mojax.sampling.api.lower_generate``) for the same rows.
+* the sampler's prefill + decode program (``mojax.sampling.api.lower_generate``) for the same rows
+  (one decode loop over the whole cache; the run's decode segments each work on a truncated copy of
+  the cache, counted as one more cache).
 
 Each compiled program's ``memory_analysis()`` is XLA's own buffer assignment for one device:
 arguments, outputs, aliased (donated) bytes and temporaries (activations, gradients, logits chunks,
@@ -17,6 +19,11 @@ frozen base (from the shard shapes), the update's batch and temporaries, the sam
 temporaries (the KV cache among them, also given on its own), and the peak = the persistent state
 + the larger of the two programs' transient bytes. On the CPU backend the update's temporaries are
 what the process allocates when it runs the step (``tests/rl/test_dry_run.py`` measures it).
+
+The programs are compiled with the layouts of the backend the dry run runs on
+(``mojax.models.layouts.for_backend``): on the CPU the uncached attention runs in query blocks that
+hold one block's ``[rows, H, block, T]`` scores at a time, where a GPU's cuDNN attention holds
+none, so for a GPU target the attention share of the update's temporaries is an upper bound.
 """
 
 from __future__ import annotations
@@ -153,8 +160,10 @@ def dry_run(spec, sampler: bool = True) -> dict[str, float]:
     peak = persistent + train_transient + max(batch, 0)
     if sampler:
         sm = compile_sampler(spec, mesh, rules, state, mc, prompt_len).memory_analysis()
-        sampler_transient = sm.temp_size_in_bytes + sm.output_size_in_bytes
-        out["kv_cache_gib_per_device"] = kv_cache_bytes(spec, mc, mesh, rules, prompt_len) / GIB
+        kv = kv_cache_bytes(spec, mc, mesh, rules, prompt_len)
+        # + one cache: the run decodes in segments, each over a truncated copy of the cache
+        sampler_transient = sm.temp_size_in_bytes + sm.output_size_in_bytes + kv
+        out["kv_cache_gib_per_device"] = kv / GIB
         out["sampler_temp_gib_per_device"] = sm.temp_size_in_bytes / GIB
         peak = max(peak, persistent + sampler_transient)
     out["peak_gib_per_device"] = peak / GIB

@@ -308,13 +308,18 @@ def lower_generate(
     max_response_len: int,
     cache_dtype=None,
     min_prompt_bucket: int = 16,
+    segmented: bool = False,
     segment_growth: float = 1.25,
     mesh=None,
     rules=DEFAULT_LOGICAL_AXIS_RULES,
 ):
     """The ``jax.stages.Lowered`` program of a ``generate`` call on ``prompts`` prompts of up to
     ``prompt_len`` tokens (``model.params`` may be ``jax.ShapeDtypeStruct`` with shardings: nothing
-    is allocated), e.g. for its ``.compile().memory_analysis()`` (``mojax.rl.dry_run``)."""
+    is allocated), e.g. for its ``.compile().memory_analysis()`` (``mojax.rl.dry_run``).
+
+    ``segmented=False`` (the default here) compiles one decode loop over the whole cache instead of
+    one per segment: the same cache and buffers, one loop body to compile instead of ~20 (each
+    segment's truncated cache copy, at most the full cache's size, is then not counted)."""
     model = _resolved(model)
     tb = buckets.bucket_length(int(prompt_len), min_prompt_bucket)
     b = prompts * num_samples
@@ -331,7 +336,7 @@ def lower_generate(
             max_response_len=int(max_response_len),
             params=SamplingParams(1.0, 0, 1.0, 0.0, "policy", "gumbel"),
             cache_dtype=None if cache_dtype is None else jnp.dtype(cache_dtype).name,
-            caps=buckets.segment_caps(tb, s, growth=segment_growth),
+            caps=buckets.segment_caps(tb, s, growth=segment_growth) if segmented else (s,),
             mesh=mesh,
             rules=tuple(rules) if mesh is not None else (),
         )
