@@ -20,12 +20,27 @@ step() {  # step NAME SECONDS CMD...
   $PY -c "import jax, flax, optax, torch, transformers; print('jax', jax.__version__, jax.devices(), 'flax', flax.__version__, 'optax', optax.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 } >"$OUT/env.log" 2>&1
 cat "$OUT/env.log"
+# PARTS=mfu runs only the train-step MFU measurements (about 10 minutes); default: everything
+PARTS=${PARTS:-all}
+if [ "$PARTS" = all ]; then
 step ceilings 40 $PY benchmarks/gpu_ceilings.py
 step sampler "${SAMPLER_S:-250}" $PY benchmarks/sampler.py --mode=gpu --batches=1,64 --rounds 3
 step train_step "${TRAIN_S:-170}" $PY benchmarks/train_step.py --mode gpu --variant qwen2.5-1.5b \
   --batch 8 --seq 2048 --dtype bfloat16 --remat full --logprob_chunk 512 --rounds 3
 step breakdown "${BREAKDOWN_S:-90}" $PY benchmarks/decode_breakdown.py --variant qwen2.5-0.5b \
   --batches 1,64 --rounds 3
-for f in ceilings sampler train_step breakdown; do
+fi
+# train-step MFU with the fused (cuDNN) attention: 1.5B full fine-tune, 7B LoRA r=64 (frozen base)
+MFU="--mode gpu --dtype bfloat16 --remat full --logprob_chunk 512 --rounds 3"
+step mfu_15b_t2048 "${MFU_S:-150}" $PY benchmarks/train_step.py $MFU --variant qwen2.5-1.5b \
+  --batch 8 --seq 2048
+step mfu_15b_t4096 "${MFU_S:-150}" $PY benchmarks/train_step.py $MFU --variant qwen2.5-1.5b \
+  --batch 4 --seq 4096
+step mfu_7b_lora_t2048 "${MFU_S:-150}" $PY benchmarks/train_step.py $MFU --variant qwen2.5-7b \
+  --lora_rank 64 --batch 4 --seq 2048
+step mfu_7b_lora_t4096 "${MFU_S:-150}" $PY benchmarks/train_step.py $MFU --variant qwen2.5-7b \
+  --lora_rank 64 --batch 2 --seq 4096
+for f in $([ "$PARTS" = all ] && echo ceilings sampler train_step breakdown) mfu_15b_t2048 mfu_15b_t4096 mfu_7b_lora_t2048 \
+  mfu_7b_lora_t4096; do
   echo "----- $f"; grep -vE "^  round |^\s*$" "$OUT/$f.log" | tail -n 40
 done

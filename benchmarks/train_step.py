@@ -22,6 +22,12 @@ parameters, the head included) and as ``6 N + 12 L H D T`` (PaLM, app. B: attent
     python benchmarks/train_step.py --mode gpu --variant qwen2.5-1.5b --batch 8 --seq 2048 \\
         --dtype bfloat16 --remat full --logprob_chunk 512
     python benchmarks/train_step.py --mode gpu --variant tiny-qwen3 --batch 2 --seq 32 --force
+    python benchmarks/train_step.py --mode gpu --variant qwen2.5-7b --lora_rank 64 --batch 4 \\
+        --seq 2048 --dtype bfloat16 --remat full --logprob_chunk 512
+
+With ``--lora_rank`` the base is frozen: model FLOPs per token are also given as ``4 N`` (forward
+and input gradients, no base weight gradient). The attention is the backend's
+(``mojax.models.layouts.for_backend``: cuDNN flash attention on a GPU).
 
 Tokens/s counts all B*T positions of the rollout batch (prompt and response) per optimizer update.
 """
@@ -111,6 +117,7 @@ def mojax_step_fn(config, params, batch, args):
     ppo = learner.PPOConfig(
         clip_high=0.28,
         num_microbatches=args.microbatches,
+        microbatch_tokens=getattr(args, "microbatch_tokens", 0) or None,
         logprob_chunk=args.logprob_chunk,
         log_entropy=False,
         shuffle=False,
@@ -212,9 +219,7 @@ def mojax_gpu_worker(args):
 
     import jax
 
-    import mojax.models as mm
-
-    config = mm.get_variant(args.variant, dtype=args.dtype, remat=args.remat)
+    config = _gpu_config(args)
     batch = make_batch(args.batch, args.seq, config.vocab_size)
     step = mojax_step_fn(config, None, batch, args)
     t0 = time.perf_counter()
@@ -272,19 +277,33 @@ def cpu_main(args):
         print(f"  {side} tokens/s: min {lo:.0f} median {med:.0f} max {hi:.0f}")
 
 
-def gpu_main(args):
+def _gpu_config(args):
+    """The benchmarked model config: the variant, dtype, remat and, with ``--lora_rank``, LoRA
+    adapters (alpha = 2r) on every projection of a frozen base."""
     import mojax.models as mm
 
     config = mm.get_variant(args.variant, dtype=args.dtype, remat=args.remat)
+    if args.lora_rank:
+        lora = mm.lora.LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank)
+        config = config.replace(lora=lora)
+    return config
+
+
+def gpu_main(args):
+    from mojax.models import layouts
+
+    config = _gpu_config(args)
     n_matmul, attn = flops_per_token(config, args.seq)
     print(f"GPU mode: {args.variant} ({n_matmul / 1e9:.3f}B matmul params), B={args.batch}, "
           f"T={args.seq}, dtype={args.dtype}, remat={args.remat}, "
-          f"logprob_chunk={args.logprob_chunk}, microbatches={args.microbatches}")  # fmt: skip
+          f"logprob_chunk={args.logprob_chunk}, microbatches={args.microbatches}, "
+          f"lora_rank={args.lora_rank}, attention={layouts.for_backend().attention}")  # fmt: skip
     env = _harness.worker_env(
         {"JAX_COMPILATION_CACHE_DIR": args.jax_cache} if args.jax_cache else {}
     )
     argv = _common_argv(args)
     argv += ["--variant", args.variant, "--dtype", args.dtype, "--remat", args.remat]
+    argv += ["--lora_rank", str(args.lora_rank), "--microbatch_tokens", str(args.microbatch_tokens)]
     runs = _harness.alternate(__file__, {"mojax-gpu": argv}, args.rounds, env)["mojax-gpu"]
     kind, n_dev = runs[0]["device"], runs[0]["devices"]
     peak = args.peak_tflops or next(
@@ -295,7 +314,10 @@ def gpu_main(args):
           f"compile {runs[0]['compile']:.1f}s in round 1, first loss {runs[0]['loss']:.5f}")  # fmt: skip
     rows = {"step (ms)": [1e3 * r["step"] for r in runs],
             "tokens/s": [tokens / r["step"] for r in runs]}  # fmt: skip
-    for name, per_tok in (("6N", 6 * n_matmul), ("6N+12LHDT", 6 * n_matmul + attn)):
+    flops = [("6N", 6 * n_matmul), ("6N+12LHDT", 6 * n_matmul + attn)]
+    if args.lora_rank:  # no weight gradient of the frozen base: forward 2N + input grads 2N
+        flops = [("4N", 4 * n_matmul), ("4N+12LHDT", 4 * n_matmul + attn)] + flops
+    for name, per_tok in flops:
         rows[f"model TFLOP/s ({name})"] = [tokens * per_tok / r["step"] / 1e12 for r in runs]
         if peak:
             rows[f"MFU % ({name}, peak {peak:g})"] = [
@@ -317,6 +339,10 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0, help="cpu: threads per side (0 = default)")
     p.add_argument("--microbatches", type=int, default=1)
     p.add_argument("--logprob_chunk", type=int, default=None)
+    p.add_argument("--lora_rank", type=int, default=0, help="gpu: LoRA rank (0 = full)")
+    p.add_argument(
+        "--microbatch_tokens", type=int, default=0, help="ppo.microbatch_tokens (0 = off)"
+    )
     p.add_argument("--dtype", default="float32")
     p.add_argument("--remat", default="none", choices=("none", "full", "dots"))
     p.add_argument("--peak_tflops", type=float, default=None, help="per-device peak for MFU")

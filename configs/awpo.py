@@ -8,6 +8,11 @@ for the paper's setting::
     python -m mojax.main --config=configs/awpo.py
     python -m mojax.main --config=configs/awpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet \
       --config.judge.kind=http --config.judge.url=http://judge:8000 --config.judge.model=Qwen3-235B-A22B
+
+Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
+``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
+rows), e.g. --config=configs/awpo.py:lora=64,lora_quant=nf4,pack=true ; the ``lora``
+and ``packing`` sections hold the details (``--config.lora.targets``, ``--config.packing.width``).
 """
 
 from mojax import defaults
@@ -51,8 +56,8 @@ def get_config(arg=None):
         c.rollout.num_samples = 4
         c.rollout.max_new_tokens = c.rollout.max_response_len = 32
         c.eval.ks = (1,)
-        # ToolRL prompts are ~4k tokens: without remat the step keeps every layer's [B, H, T, T]
-        # attention scores (54.6 GB at B=16, T=4128); with it and 4 micro-batches, 5.0 GB
+        # ToolRL prompts are ~4k tokens (T = 4128): `--config.dry_run=true` prints the update's
+        # memory; remat and micro-batches of at most ppo.microbatch_tokens keep it small
         c.model.remat = "full"
         c.ppo.num_microbatches = 4
         defaults.tiny_schedule(c, a.steps, steps=4)

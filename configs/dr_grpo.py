@@ -1,6 +1,11 @@
 """Dr.GRPO: ``A = s − mean_g s`` (no std) with the ``seq-mean-token-sum-norm`` loss::
 
 python -m mojax.main --config=configs/dr_grpo.py
+
+Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
+``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
+rows), e.g. --config=configs/dr_grpo.py:lora=64,lora_quant=nf4,pack=true ; the ``lora``
+and ``packing`` sections hold the details (``--config.lora.targets``, ``--config.packing.width``).
 """
 
 from mojax import defaults

@@ -2,6 +2,11 @@
 
 python -m mojax.main --config=configs/gdpo.py
 python -m mojax.main --config=configs/gdpo.py:batch_norm=token
+
+Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
+``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
+rows), e.g. --config=configs/gdpo.py:lora=64,lora_quant=nf4,pack=true ; the ``lora``
+and ``packing`` sections hold the details (``--config.lora.targets``, ``--config.packing.width``).
 """
 
 from mojax import defaults

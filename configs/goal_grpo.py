@@ -8,6 +8,11 @@ App. E.5): each training prompt gets ``w ~ Dir(1, ..., 1)`` written into it and 
 
 ``paper=true`` mirrors configs/vpo.py's App. B recipe (clip 0.2 with dual clip c = 3, a k3 KL term of
 1e-3, lr 1e-6, 128 prompts x 8 rollouts, mini-batches of 64), with one answer per completion.
+
+Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
+``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
+rows), e.g. --config=configs/goal_grpo.py:lora=64,lora_quant=nf4,pack=true ; the ``lora``
+and ``packing`` sections hold the details (``--config.lora.targets``, ``--config.packing.width``).
 """
 
 from mojax import defaults

@@ -8,6 +8,11 @@ On the embedded default (calculator, tiny model, same SFT warm start and tool tu
 
 ``paper=true`` is the ParetoPO paper's GRPO baseline recipe (arXiv:2606.16111, Sec. 4.1): lr 1e-6,
 1024 prompts x 8 samples per step, the shared long-context shapes (``defaults.paper_lengths``).
+
+Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
+``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
+rows), e.g. --config=configs/grpo.py:lora=64,lora_quant=nf4,pack=true ; the ``lora``
+and ``packing`` sections hold the details (``--config.lora.targets``, ``--config.packing.width``).
 """
 
 from mojax import defaults

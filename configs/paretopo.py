@@ -23,6 +23,11 @@ Paper scale (ToRL math with the sandboxed Python tool; Search-R1 QA with retriev
 x 8 samples, DAPO strategies (token-mean, clip-higher, dynamic sampling, 512-token overlong buffer),
 Stage 1 for one epoch (``stage1_steps=-1``: ``ceil(len(train) / prompts_per_step)``, resolved when the
 data is loaded), then Stage 2; alpha 0.7, gamma 0.5, beta 0.5, w = (0.6, 0.4).
+
+Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
+``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
+rows), e.g. --config=configs/paretopo.py:lora=64,lora_quant=nf4,pack=true ; the ``lora``
+and ``packing`` sections hold the details (``--config.lora.targets``, ``--config.packing.width``).
 """
 
 from mojax import defaults

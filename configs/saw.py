@@ -9,6 +9,11 @@ advantage level (``mode=gdpo``, Eq. 6)::
 ``paper=true`` is SAW's ToolRL recipe (arXiv:2606.07705, App. D, Table 4): 512 prompts x 4 samples per
 step, mini-batches of 128 prompts (4 updates), lr 1e-6, clip 0.2, no KL loss, responses up to 1024
 tokens, 15 epochs.
+
+Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
+``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
+rows), e.g. --config=configs/saw.py:lora=64,lora_quant=nf4,pack=true ; the ``lora``
+and ``packing`` sections hold the details (``--config.lora.targets``, ``--config.packing.width``).
 """
 
 from mojax import defaults

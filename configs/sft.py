@@ -3,6 +3,11 @@ masked); the resulting checkpoint seeds any RL config::
 
     python -m mojax.main --config=configs/sft.py
     python -m mojax.main --config=configs/sft.py:model=qwen2.5-1.5b,task=toolrl,checkpoint=/ckpt/Qwen2.5-1.5B-Instruct,sft_path=/data/toolrl/rlla_sft.json,train_path=/data/toolrl/test.parquet
+
+Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
+``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
+rows), e.g. --config=configs/sft.py:lora=64,lora_quant=nf4,pack=true ; the ``lora``
+and ``packing`` sections hold the details (``--config.lora.targets``, ``--config.packing.width``).
 """
 
 from mojax import defaults

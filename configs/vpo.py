@@ -9,6 +9,11 @@ maze (App. A.1); best@k and reward-space diversity in evaluation::
 ``paper=true`` is the paper's recipe: m = 3 answers per completion, clip 0.2 with dual clip c = 3, a k3
 KL term of 1e-3, lr 1e-6 (App. B: 128 prompts x 8 rollouts, mini-batches of 64); evaluation samples 10 chains x m answers at temperature 0.7 and reports
 best@k for k in {1, 3, 5, 10, pool} (k counts answers).
+
+Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
+``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
+rows), e.g. --config=configs/vpo.py:lora=64,lora_quant=nf4,pack=true ; the ``lora``
+and ``packing`` sections hold the details (``--config.lora.targets``, ``--config.packing.width``).
 """
 
 from mojax import defaults

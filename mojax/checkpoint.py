@@ -204,9 +204,12 @@ class Checkpointer:
 
         Returns False when skipped by ``save_interval_steps``. Raises ``TypeError`` naming the path
         of a host-state value that JSON cannot hold (before anything is written), and
-        ``CheckpointError`` when opened ``read_only``.
+        ``CheckpointError`` when opened ``read_only``. A ``TrainState``'s ``frozen`` LoRA base is
+        not saved (the host state names it; ``mojax.rl.adapters``).
         """
         self._check_writable("save")
+        if getattr(state, "frozen", None) is not None:
+            state = state.replace(frozen=None)
         host = {"host_state": encode_host_state({} if host_state is None else host_state)}
         args = ocp.args.Composite(
             **{_STATE: ocp.args.StandardSave(state), _HOST: ocp.args.JsonSave(host)}

@@ -7,7 +7,7 @@ needs and returns the config locked, so ``--config.ppo.clip_hihg=0.3`` fails nam
 Sections: ``model``, ``tokenizer``, ``task``, ``rollout``, ``estimator`` + ``advantage`` (the
 estimator's keyword arguments), ``paretopo`` (ParetoPO's Stage 1 / Stage 2 schedule),
 ``tool_reward``, ``dapo``, ``ppo``, ``optimizer``, ``sft``, ``eval``, ``judge``, ``wandb``, ``mesh``,
-and the run-level keys. What each key means is the help text of the spec field that reads it
+``lora`` (LoRA / QLoRA adapters), ``packing`` (sequence packing) and the run-level keys. What each key means is the help text of the spec field that reads it
 (``python -m mojax.main --config=... --config.mode=show`` prints every key with its help).
 """
 
@@ -88,6 +88,15 @@ def base_config() -> ml_collections.ConfigDict:
     c.judge.workers, c.judge.max_failures_in_a_row, c.judge.batch_deadline_s = 8, 8, 0.0
     c.wandb = _section(enabled=False, project="mojax", entity="", mode="online", name="", group="")
     c.mesh = _section(data=-1, fsdp=1, tensor=1)
+    c.lora = _section(
+        enabled=False,
+        rank=8,
+        alpha=16.0,
+        dropout=0.0,
+        targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        quant="none",
+    )
+    c.packing = _section(enabled=False, width=0)
     return c
 
 
@@ -166,6 +175,7 @@ def _ppo() -> ml_collections.ConfigDict:
         ppo_epochs=1,
         num_minibatches=1,
         num_microbatches=1,
+        microbatch_tokens=_optional(8192, int),
         shuffle=True,
         logprob_chunk=_optional(None, int),
         log_entropy=True,
@@ -223,6 +233,9 @@ COMMON_ARGS = dict(
     # calculator: a third objective r_format (a <think> plan first, calculator.think_format) and
     # this fraction of SFT demos that show it; 0 = the task's own (r_task, r_tool)
     think=0.0,
+    lora=0,  # LoRA rank on a frozen base (0 = full fine-tuning); config.lora
+    lora_quant="none",  # the frozen base's storage with lora=R: none | nf4 (QLoRA) | int8
+    pack=False,  # sequence packing of the PPO and SFT rows; config.packing
 )
 
 # the calculator's static weights w = (0.6, 0.4) on (r_task, r_tool), and r_format's (think=)
@@ -250,6 +263,7 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
         c.steps = a.steps
     task.configure(c)  # the task's own recipe defaults (task kwargs, evaluation)
     _apply_think(c, a, task)
+    _apply_lora_and_packing(c, a)
     if a.model == "tiny":
         c.model.variant = "tiny-qwen3"
         c.model.overrides = ml_collections.ConfigDict(dict(TINY_CALC_MODEL))
@@ -268,6 +282,20 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
     c.model.remat = "full"
     c.ppo.logprob_chunk = 512
     c.sft.steps = 0
+
+
+def _apply_lora_and_packing(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
+    """``lora=R``: LoRA adapters of rank R (alpha = 2R) on every projection of a frozen base, stored
+    as ``lora_quant``; ``pack=true``: sequence packing."""
+    if a.lora < 0:
+        raise ValueError(f"config argument lora={a.lora}: a rank >= 1 (0 = off)")
+    if a.lora:
+        c.lora.enabled, c.lora.rank, c.lora.alpha = True, a.lora, 2.0 * a.lora
+        c.lora.quant = a.lora_quant
+    elif a.lora_quant != "none":
+        raise ValueError("config argument lora_quant needs lora=R (the adapters' rank)")
+    if a.pack:
+        c.packing.enabled = True
 
 
 def paper_lengths(c: ml_collections.ConfigDict) -> None:

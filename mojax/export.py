@@ -7,7 +7,9 @@
     python -m mojax.export --workdir=/runs/calc --config=configs/paretopo.py --out=...  # no config.json
 
 writes ``config.json`` + ``model.safetensors`` (``mojax.models.save_pretrained``),
-``generation_config.json`` and the tokenizer, loadable with
+``generation_config.json`` and the tokenizer (a LoRA run, ``config.lora``: the adapters merged into
+the base, ``W + (alpha / r) A B``, and a PEFT adapter directory ``--peft_out`` beside it,
+``adapter_config.json`` + ``adapter_model.safetensors``, for ``peft.PeftModel.from_pretrained``), loadable with
 ``transformers.AutoModelForCausalLM.from_pretrained(out)`` / ``AutoTokenizer.from_pretrained(out)``
 (and servable by vLLM).
 
@@ -110,10 +112,11 @@ def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None
     cpu = jax.local_devices(backend="cpu")[:1]
     mesh = sharding_lib.make_mesh(1, 1, 1, devices=cpu)
     shardings = models.param_shardings(model_config, mesh, sharding_lib.logical_axis_rules())
+    shapes = models.param_shapes(model_config)
+    if model_config.lora is not None:  # a LoRA run's checkpoint holds the adapters only
+        shapes, shardings = models.lora.split(shapes)[1], models.lora.split(shardings)[1]
     target = jax.tree.map(
-        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-        models.param_shapes(model_config),
-        shardings,
+        lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), shapes, shardings
     )
     restore_args = jax.tree.map(lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding), target)
     args = ocp.args.PyTreeRestore(
@@ -134,6 +137,120 @@ def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None
     finally:
         manager.close()
     return out["state"]["params"], step
+
+
+_HF_MODULES = {
+    "q_proj": "self_attn",
+    "k_proj": "self_attn",
+    "v_proj": "self_attn",
+    "o_proj": "self_attn",
+    "gate_proj": "mlp",
+    "up_proj": "mlp",
+    "down_proj": "mlp",
+}
+
+
+def write_merged(model_config, params, out_dir: str, **save_kwargs) -> None:
+    """An HF model directory of a LoRA model with its adapters folded in (``W + (alpha / r) A B``,
+    QLoRA's base dequantised): ``params`` is the full LoRA tree (base and adapters merged);
+    ``save_kwargs`` go to ``mojax.models.save_pretrained`` (``dtype``, ``tokenizer_dir``)."""
+    import jax
+
+    from mojax import models
+    from mojax.models import lora as lora_lib
+
+    dense = model_config.replace(lora=None)
+    shapes = models.param_shapes(dense)
+    merged = jax.jit(lambda p: lora_lib.merged_dense(model_config, p, shapes))(params)
+    models.save_pretrained(models.QwenModel(dense, merged), out_dir, **save_kwargs)
+
+
+def peft_tensors(model_config, adapters) -> dict[str, Any]:
+    """The adapters as PEFT's ``adapter_model.safetensors`` tensors: for layer ``i`` and projection
+    ``m``, ``base_model.model.model.layers.{i}.{self_attn|mlp}.{m}.lora_A.weight [r, in]`` and
+    ``...lora_B.weight [out, r]`` (HF's flattened (head, head_dim) order, as ``mojax.models.hf``)."""
+    import numpy as np
+
+    r = model_config.lora.rank
+    out = {}
+    for i in range(model_config.num_layers):
+        layer = adapters["layers"] if model_config.scan_layers else adapters[f"layers_{i}"]
+        for name, group in _HF_MODULES.items():
+            proj = layer.get(group, {}).get(name)
+            if proj is None:
+                continue
+            a, b = np.asarray(proj["lora_a"]), np.asarray(proj["lora_b"])
+            if model_config.scan_layers:
+                a, b = a[i], b[i]
+            prefix = f"base_model.model.model.layers.{i}.{group}.{name}"
+            out[f"{prefix}.lora_A.weight"] = np.ascontiguousarray(a.reshape(-1, r).T)
+            out[f"{prefix}.lora_B.weight"] = np.ascontiguousarray(b.reshape(r, -1).T)
+    return out
+
+
+def write_peft(model_config, adapters, out_dir: str, base: str, dtype: str | None = None) -> None:
+    """A PEFT LoRA adapter directory (``adapter_config.json``, ``adapter_model.safetensors``) that
+    ``peft.PeftModel.from_pretrained(base_model, out_dir)`` loads onto the transformers model of
+    the base (``base``: its path or name, written as ``base_model_name_or_path``). QLoRA adapters
+    were trained against the quantised base: the PEFT pair reproduces them exactly on a base
+    loaded from the merged export's dequantised weights, or approximately on the original one."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    lora = model_config.lora
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = peft_tensors(model_config, adapters)
+    if dtype is not None:
+        import ml_dtypes  # noqa: F401 - registers bfloat16 with numpy
+
+        tensors = {k: v.astype(np.dtype(dtype)) for k, v in tensors.items()}
+    save_file(tensors, os.path.join(out_dir, "adapter_model.safetensors"))
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "base_model_name_or_path": base,
+        "r": lora.rank,
+        "lora_alpha": lora.alpha,
+        "lora_dropout": lora.dropout,
+        "target_modules": sorted(lora.targets),
+        "bias": "none",
+        "fan_in_fan_out": False,
+        "inference_mode": True,
+        "init_lora_weights": True,
+        "use_rslora": False,
+        "modules_to_save": None,
+    }
+    with open(os.path.join(out_dir, "adapter_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+
+
+def lora_base(spec, workdir: str, dense_config):
+    """The dense weights a LoRA run's adapters sit on (``mojax.rl.adapters``): the SFT warm start's
+    checkpoint, else ``model.checkpoint``, else the seeded random init of the dense model."""
+    import jax
+
+    from mojax import models
+
+    if spec.sft.steps > 0:
+        return restore_params(os.path.join(workdir, "checkpoints_sft"), dense_config)[0]
+    if spec.model.checkpoint:
+        return models.load_params(spec.model.checkpoint, dense_config)
+    init_key, _ = jax.random.split(jax.random.PRNGKey(spec.seed))  # as create_train_state
+    return models.init_params(dense_config, init_key)
+
+
+def _export_lora(spec, workdir, model_config, adapters, out_dir, peft_out, dtype, hf_dir):
+    from mojax.models import lora as lora_lib
+
+    base = lora_base(spec, workdir, model_config.replace(lora=None))
+    full = lora_lib.merge(lora_lib.base_from_dense(model_config, base), adapters)
+    write_merged(model_config, full, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
+    peft_out = peft_out or out_dir.rstrip("/") + "-peft"
+    write_peft(model_config, adapters, peft_out, base=_base_label(spec), dtype=dtype)
+
+
+def _base_label(spec) -> str:
+    return spec.model.checkpoint or f"mojax:{spec.model.variant}:seed={spec.seed}"
 
 
 def generation_config(tokenizer, model_config, spec) -> dict[str, Any]:
@@ -163,6 +280,7 @@ def export(
     config: Any = None,
     checkpoint_dir: str | None = None,
     dtype: str | None = None,
+    peft_out: str | None = None,
 ) -> dict[str, Any]:
     """Writes the HF model directory ``out_dir`` from the run in ``workdir`` (module docstring).
 
@@ -174,6 +292,7 @@ def export(
         ``config.json``.
       checkpoint_dir: default ``<workdir>/checkpoints``.
       dtype: dtype of the saved tensors (default the params' dtype, ``model.param_dtype``).
+      peft_out: a LoRA run's PEFT adapter directory (default ``<out_dir>-peft``).
 
     Returns:
       ``{"step", "out_dir", "files", "tokenizer"}`` (``tokenizer`` says how it was exported).
@@ -202,12 +321,15 @@ def export(
     params, step = restore_params(
         checkpoint_dir or os.path.join(workdir, CHECKPOINTS), model_config, step=step
     )
-    # a self-built vocabulary's padding rows are dropped: HF and vLLM would sample them
-    model = models.without_padding_rows(models.QwenModel(config=model_config, params=params))
     hf_dir = None
     if isinstance(tokenizer, models.HFTokenizer):
         hf_dir = _hf_tokenizer_dir(spec)
-    models.save_pretrained(model, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
+    if model_config.lora is not None:  # merged weights here, the PEFT adapters beside them
+        _export_lora(spec, workdir, model_config, params, out_dir, peft_out, dtype, hf_dir)
+    else:
+        # a self-built vocabulary's padding rows are dropped: HF and vLLM would sample them
+        model = models.without_padding_rows(models.QwenModel(config=model_config, params=params))
+        models.save_pretrained(model, out_dir, dtype=dtype, tokenizer_dir=hf_dir)
     if isinstance(tokenizer, models.SentencePieceTokenizer):
         hf_tokenizer.save_hf_tokenizer(
             tokenizer.path, out_dir, model_max_length=model_config.max_position_embeddings
@@ -245,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--checkpoint_dir", default=None, help="default <workdir>/checkpoints")
     parser.add_argument("--dtype", default=None, help="saved dtype, e.g. bfloat16")
+    parser.add_argument(
+        "--peft_out", default=None, help="a LoRA run's PEFT adapter dir (default <out>-peft)"
+    )
     a = parser.parse_args(argv)
     from mojax.config import ConfigError
     from mojax.paths import RemotePathError
@@ -257,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             config=a.config,
             checkpoint_dir=a.checkpoint_dir,
             dtype=a.dtype,
+            peft_out=a.peft_out,
         )
     except (RemotePathError, ConfigError) as e:  # a URL path (mojax.paths)
         print(f"mojax.export: {e}", file=sys.stderr)

@@ -25,9 +25,11 @@ from mojax.learner.state import (
     OptimizerConfig,
     TrainState,
     abstract_train_state,
+    attach_frozen,
     create_train_state,
     make_optimizer,
     make_schedule,
+    policy_params,
     state_shardings,
 )
 from mojax.learner.step import ShardedStep, make_grad_fn, make_logprob_fn, make_train_step
@@ -40,6 +42,7 @@ __all__ = [
     "ShardedStep",
     "TrainState",
     "abstract_train_state",
+    "attach_frozen",
     "aggregation_weights",
     "create_train_state",
     "kl_penalty",
@@ -53,6 +56,7 @@ __all__ = [
     "ppo_clip_loss",
     "ppo_grads",
     "ppo_token_terms",
+    "policy_params",
     "ppo_update",
     "sft_loss",
     "sft_update",

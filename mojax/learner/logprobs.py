@@ -19,13 +19,14 @@ chunk, ``n = T / Tc`` chunks.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from mojax.models import Qwen, QwenConfig, QwenModel, layouts
-from mojax.models.qwen import unstack_layers
+from mojax.models.qwen import head_logits, output_head, unstack_layers
 
 
 def _chunk_terms(
@@ -51,6 +52,67 @@ def _chunk_terms(
     probs = jnp.exp(logits - lse[..., None])
     ent = lse - jnp.sum(probs * logits, axis=-1)
     return lp, ent
+
+
+def _head_terms(config, head, hidden, targets, entropy, vocab_sharded):
+    """``_chunk_terms`` of the output head alone (what a chunk's gradient needs)."""
+    logits = head_logits(config, head, hidden).astype(jnp.float32)  # [B, Tc, V]
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    if vocab_sharded:
+        vocab_ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+        picked = jnp.sum(jnp.where(vocab_ids == targets[..., None], logits, 0.0), axis=-1)
+    else:
+        picked = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+    lp = picked - lse
+    if not entropy:
+        return lp, jnp.zeros_like(lp)
+    probs = jnp.exp(logits - lse[..., None])
+    return lp, lse - jnp.sum(probs * logits, axis=-1)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _chunked_terms(config, entropy, vocab_sharded, head, h, y, live):
+    """Log-probs and entropies ``[n, B, Tc]`` of ``n`` chunks of hidden states ``h [n, B, Tc,
+    E]`` (chunks not ``live`` give 0), one ``[B, Tc, V]`` logits chunk at a time.
+
+    A custom VJP: the backward pass recomputes each live chunk's logits and adds its head gradient
+    into one ``[V, E]`` accumulator (a ``lax.scan`` carry). Differentiating ``lax.map`` over a
+    ``lax.cond`` of a closed-over head (the skipped chunks) instead stacks one head gradient per chunk, ``[n, V, E]`` (4.7 GiB for 65
+    chunks of Qwen's 152k vocabulary at E = 128), before summing them."""
+    return _chunked_fwd(config, entropy, vocab_sharded, head, h, y, live)[0]
+
+
+def _chunked_fwd(config, entropy, vocab_sharded, head, h, y, live):
+    def chunk(args):
+        hc, yc, on = args
+        zeros = jnp.zeros(yc.shape, jnp.float32)
+        fn = lambda: _head_terms(config, head, hc, yc, entropy, vocab_sharded)
+        return jax.lax.cond(on, fn, lambda: (zeros, zeros))
+
+    return jax.lax.map(chunk, (h, y, live)), (head, h, y, live)
+
+
+def _chunked_bwd(config, entropy, vocab_sharded, res, cts):
+    head, h, y, live = res
+    g_lp, g_ent = cts
+
+    def step(acc, args):
+        hc, yc, on, glc, gec = args
+
+        def grads():
+            fn = lambda hd, hh: _head_terms(config, hd, hh, yc, entropy, vocab_sharded)
+            _, vjp = jax.vjp(fn, head, hc)
+            d_head, d_h = vjp((glc, gec))
+            return acc + d_head.astype(acc.dtype), d_h
+
+        return jax.lax.cond(on, grads, lambda: (acc, jnp.zeros_like(hc)))
+
+    acc0 = jnp.zeros(head.shape, jnp.promote_types(head.dtype, jnp.float32))
+    d_head, d_h = jax.lax.scan(step, acc0, (h, y, live, g_lp, g_ent))
+    return d_head.astype(head.dtype), d_h, None, None
+
+
+_chunked_terms.defvjp(_chunked_fwd, _chunked_bwd)
 
 
 def logprobs_from_hidden(
@@ -85,23 +147,14 @@ def logprobs_from_hidden(
         h = jnp.moveaxis(h.reshape(b, n, chunk_size, -1), 1, 0)  # [n, B, Tc, E]
         y = jnp.moveaxis(y.reshape(b, n, chunk_size), 1, 0)  # [n, B, Tc]
 
-        @jax.checkpoint
-        def body(p, hy):
-            return _chunk_terms(module, p, hy[0], hy[1], with_entropy, vocab_sharded)
-
         if need is None:
-            lp, ent = jax.lax.map(lambda hy: body(params, hy), (h, y))  # [n, B, Tc]
+            live = jnp.ones((n,), bool)
         else:
             # hidden position s yields the value of position s + 1: shift to the chunk layout
             shifted = jnp.pad(jnp.asarray(need, bool)[:, 1:], ((0, 0), (0, pad + 1)))
             live = jnp.any(shifted.reshape(b, n, chunk_size), axis=(0, 2))  # [n]
-
-            def chunk(args):
-                hc, yc, on = args
-                zeros = jnp.zeros(yc.shape, jnp.float32)
-                return jax.lax.cond(on, lambda: body(params, (hc, yc)), lambda: (zeros, zeros))
-
-            lp, ent = jax.lax.map(chunk, (h, y, live))  # [n, B, Tc]
+        head = output_head(config, params)
+        lp, ent = _chunked_terms(config, with_entropy, vocab_sharded, head, h, y, live)
         lp = jnp.moveaxis(lp, 0, 1).reshape(b, n * chunk_size)[:, :t]
         ent = jnp.moveaxis(ent, 0, 1).reshape(b, n * chunk_size)[:, :t]
     zero = jnp.zeros((b, 1), jnp.float32)
@@ -120,6 +173,9 @@ def token_logprobs(
     with_entropy: bool = False,
     vocab_sharded: bool = False,
     need: jax.Array | None = None,
+    segment_ids: jax.Array | None = None,
+    positions: jax.Array | None = None,
+    lora_rng: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned fp32 log π(tokens[:, t] | tokens[:, :t]) [B, T] (+ entropy [B, T]) of the policy.
 
@@ -133,13 +189,26 @@ def token_logprobs(
       vocab_sharded: the vocab axis is split over devices (see ``logprobs_from_hidden``).
       need: optional bool [B, T], the positions whose values are used (e.g. the loss mask):
         chunks with none skip the vocabulary projection and return 0 (see the module docstring).
+      segment_ids, positions: int32 [B, T] of packed rows (``mojax.learner.packing``): tokens
+        attend within their segment only, positions restart per segment. The value at a
+        segment's first position is predicted from the segment before it: it must be out of the
+        loss (it is: every packed sequence starts with its prompt).
+      lora_rng: a PRNG key for the LoRA adapters' dropout (``config.lora.dropout``; None = off).
     """
     body = QwenModel(config, params)
-    if layouts.of(config).learner_unrolled:  # a no-op for unrolled layers
-        # the gradient flows back through the split into the stacked parameters
+    if layouts.of(config).learner_unrolled and config.remat == "none":  # no-op when unrolled
+        # the gradient flows back through the split into the stacked parameters. With remat the
+        # layers stay scanned: XLA CPU schedules an unrolled model's recomputations early, all
+        # layers' activations live at once, and remat would save nothing
         body = unstack_layers(body)
     hidden = Qwen(body.config).apply(
-        {"params": body.params}, tokens, attention_mask=attention_mask, return_hidden=True
+        {"params": body.params},
+        tokens,
+        attention_mask=attention_mask,
+        positions=positions,
+        return_hidden=True,
+        segment_ids=segment_ids,
+        rngs=None if lora_rng is None else {"dropout": lora_rng},
     )
     return logprobs_from_hidden(
         config,

@@ -42,7 +42,10 @@ class PPOConfig:
       ppo_epochs: passes over the rollout batch per call.
       num_minibatches: optimizer updates per pass (B must be divisible by
         ``num_minibatches * num_microbatches``).
-      num_microbatches: gradient-accumulation micro-batches per update.
+      num_microbatches: gradient-accumulation micro-batches per update (at least).
+      microbatch_tokens: a token budget per micro-batch: an update whose ``rows x T`` exceeds it is
+        split into more micro-batches (the fewest that fit, ``microbatches_for``), so activation
+        memory stays bounded whatever B and T are (None = off). Exact, like all micro-batching.
       shuffle: permute the rows before each pass (key from ``state.rng``).
       logprob_chunk: positions per vocab-projection chunk (None = whole sequence at once).
       log_entropy: compute the per-token entropy for metrics even without a bonus.
@@ -71,6 +74,9 @@ class PPOConfig:
     ppo_epochs: int = option(1, help="passes over the rollout batch per step")
     num_minibatches: int = option(1, help="optimizer updates per pass")
     num_microbatches: int = option(1, help="gradient-accumulation micro-batches per update")
+    microbatch_tokens: int | None = option(
+        8192, help="rows x T per micro-batch at most: more micro-batches when over (None = off)"
+    )
     shuffle: bool = option(True, help="permute the rows before each pass")
     logprob_chunk: int | None = option(
         None, help="positions per vocabulary-projection chunk (None = the whole sequence)"
@@ -94,6 +100,8 @@ class PPOConfig:
             c.in_range(f"ppo.{name}", 1)
         if self.dual_clip is not None and not self.dual_clip > 1.0:
             c.fail("ppo.dual_clip", f"must be > 1 or None, got {self.dual_clip!r}")
+        if self.microbatch_tokens is not None and self.microbatch_tokens < 1:
+            c.fail("ppo.microbatch_tokens", f"must be >= 1 or None, got {self.microbatch_tokens}")
         if self.logprob_chunk is not None and self.logprob_chunk < 1:
             c.fail("ppo.logprob_chunk", f"must be >= 1 or None, got {self.logprob_chunk}")
         c.raise_if_any()
@@ -106,6 +114,18 @@ class PPOConfig:
 
 # --------------------------------------------------------------------------------------------------
 # pure pieces
+
+
+def microbatches_for(rows: int, t: int, at_least: int, budget: int | None, shards: int = 1) -> int:
+    """Micro-batches of a ``rows x t`` mini-batch: the fewest ``n >= at_least`` dividing ``rows``
+    (each micro-batch a multiple of ``shards`` rows) with ``rows / n x t <= budget``; the most
+    such ``n`` when none fits (one micro-batch per ``shards`` rows)."""
+    if budget is None or rows * t <= budget * at_least:
+        return at_least
+    ok = [n for n in range(at_least, rows + 1) if rows % n == 0 and (rows // n) % shards == 0]
+    if not ok:
+        return at_least
+    return next((n for n in ok if rows // n * t <= budget), ok[-1])
 
 
 def split_rows(tree: Any, n: int) -> Any:
@@ -225,7 +245,8 @@ def apply_update(
 
 
 def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = False) -> Callable:
-    """``loss_fn(params, micro) -> (loss, metrics)`` of one micro-batch carrying its ``weights``."""
+    """``loss_fn(params, micro) -> (loss, metrics)`` of one micro-batch carrying its ``weights``
+    (and, for packed rows, ``segment_ids`` / ``positions``; ``lora_rng`` for adapter dropout)."""
     with_entropy = cfg.entropy_coef != 0.0 or cfg.log_entropy
 
     def loss_fn(params, x):
@@ -238,6 +259,7 @@ def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = 
             with_entropy=with_entropy,
             vocab_sharded=vocab_sharded,
             need=x["loss_mask"] > 0,
+            **{k: x[k] for k in _MODEL_EXTRAS if k in x},
         )
         return losses.ppo_clip_loss(
             lp,
@@ -260,8 +282,20 @@ def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = 
     return loss_fn
 
 
+#: optional inputs of ``token_logprobs``: packed rows (``mojax.learner.packing``), LoRA dropout
+_MODEL_EXTRAS = ("segment_ids", "positions", "lora_rng")
+_SCALARS = ("clip_eps", "lora_rng")
+
+
 def _with_weights(minibatch: Mapping[str, jax.Array], cfg: PPOConfig, agg: str) -> dict:
-    rows = {k: v for k, v in minibatch.items() if k != "clip_eps"}
+    rows = {k: v for k, v in minibatch.items() if k not in _SCALARS}
+    if "segment_ids" in minibatch:  # packed rows: per-sequence weights (mojax.learner.packing)
+        from mojax.learner.packing import packed_aggregation_weights
+
+        rows["weights"] = packed_aggregation_weights(
+            minibatch["loss_mask"], minibatch["segment_ids"], agg, cfg.max_len, cfg.num_seqs
+        )
+        return rows
     rows["weights"] = losses.aggregation_weights(
         minibatch["loss_mask"], agg, cfg.max_len, cfg.num_seqs
     )
@@ -280,14 +314,30 @@ def ppo_grads(
     *,
     mesh: Mesh | None = None,
     rules=None,
+    frozen: Any = None,
 ) -> tuple[Any, dict]:
-    """Accumulated gradient and metrics of the PPO loss on one mini-batch (no optimizer)."""
-    scalars = {k: minibatch[k] for k in ("clip_eps",) if k in minibatch}
+    """Accumulated gradient and metrics of the PPO loss on one mini-batch (no optimizer).
+
+    ``frozen``: under LoRA, the frozen base the trainable ``params`` (the adapters) are merged
+    with; the gradient is the adapters' only."""
+    scalars = {k: minibatch[k] for k in _SCALARS if k in minibatch}
     rows = _with_weights(minibatch, cfg, cfg.agg)
     constrain = (lambda x: x) if mesh is None else (lambda x: constrain_rows(x, mesh, rules))
     vocab_sharded = sharding_lib.num_shards(mesh, rules, "vocab") > 1
     fn = _micro_loss_with_scalars(ppo_loss_fn(model_config, cfg, vocab_sharded), scalars)
-    return accumulate_gradients(fn, params, rows, cfg.num_microbatches, constrain)
+    if frozen is not None:
+        fn = _with_frozen(fn, frozen)
+    b, t = minibatch["tokens"].shape
+    shards = 1 if mesh is None else sharding_lib.batch_divisor(mesh, rules)
+    n = microbatches_for(b, t, cfg.num_microbatches, cfg.microbatch_tokens, shards)
+    return accumulate_gradients(fn, params, rows, n, constrain)
+
+
+def _with_frozen(fn: Callable, frozen: Any) -> Callable:
+    """``fn(params, x)`` over the full tree: the frozen base merged with the trainable adapters."""
+    from mojax.models.lora import merge
+
+    return lambda p, x: fn(merge(frozen, p), x)
 
 
 def _mean_over_updates(per_update: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -324,11 +374,19 @@ def ppo_update(
     epoch_keys = jax.random.split(shuffle_key, cfg.ppo_epochs)
     rows = {k: v for k, v in batch.items() if k != "clip_eps"}
     scalars = {k: batch[k] for k in ("clip_eps",) if k in batch}
+    if model_config.lora is not None and model_config.lora.dropout > 0.0:
+        scalars["lora_rng"] = jax.random.fold_in(state.rng, state.step)
 
     def minibatch_update(carry, mb):
         params, opt_state, step = carry
         grads, metrics = ppo_grads(
-            model_config, cfg, params, {**mb, **scalars}, mesh=mesh, rules=rules
+            model_config,
+            cfg,
+            params,
+            {**mb, **scalars},
+            mesh=mesh,
+            rules=rules,
+            frozen=state.frozen,
         )
         params, opt_state, step, norms = apply_update(
             tx, params, opt_state, step, grads, metrics["loss"], lr_schedule
@@ -349,4 +407,4 @@ def ppo_update(
     (params, opt_state, step), per_update = jax.lax.scan(epoch, carry, epoch_keys)
     metrics = _mean_over_updates(per_update)
     metrics["num_updates"] = jnp.asarray(cfg.ppo_epochs * cfg.num_minibatches, jnp.float32)
-    return TrainState(step=step, params=params, opt_state=opt_state, rng=rng), metrics
+    return state.replace(step=step, params=params, opt_state=opt_state, rng=rng), metrics

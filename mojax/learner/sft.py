@@ -27,6 +27,7 @@ from mojax.learner.ppo import accumulate_gradients, apply_update, constrain_rows
 from mojax.learner.state import TrainState, state_shardings
 from mojax.learner.step import ShardedStep
 from mojax.models import QwenConfig, layouts
+from mojax.models import lora as lora_lib
 
 
 def sft_update(
@@ -54,16 +55,20 @@ def sft_update(
             chunk_size=logprob_chunk,
             vocab_sharded=sharding_lib.num_shards(mesh, rules, "vocab") > 1,
             need=x["loss_mask"] > 0,
+            **{k: x[k] for k in ("segment_ids", "positions") if k in x},
         )
         return losses.sft_loss(lp, x["loss_mask"], token_weights=x["weights"]), {}
 
     constrain = (lambda x: x) if mesh is None else (lambda x: constrain_rows(x, mesh, rules))
-    grads, metrics = accumulate_gradients(loss_fn, state.params, rows, num_microbatches, constrain)
+    fn = loss_fn
+    if state.frozen is not None:  # LoRA: the adapters' gradient over the frozen base
+        fn = lambda p, x: loss_fn(lora_lib.merge(state.frozen, p), x)
+    grads, metrics = accumulate_gradients(fn, state.params, rows, num_microbatches, constrain)
     params, opt_state, step, norms = apply_update(
         tx, state.params, state.opt_state, state.step, grads, metrics["loss"], lr_schedule
     )
     metrics = {**metrics, **norms, "skipped_updates": norms["skipped_updates"]}
-    new = TrainState(step=step, params=params, opt_state=opt_state, rng=state.rng)
+    new = state.replace(step=step, params=params, opt_state=opt_state)
     return new, {k: jnp.asarray(v, jnp.float32) for k, v in metrics.items()}
 
 
@@ -102,6 +107,6 @@ def make_sft_step(
         mesh,
         rules,
         required=("tokens", "loss_mask"),
-        optional=("attention_mask",),
+        optional=("attention_mask", "segment_ids", "positions"),
         row_divisor=num_microbatches,
     )

@@ -26,6 +26,7 @@ from jax.sharding import Mesh
 from mojax import sharding as sharding_lib
 from mojax.config import Checker, dataclass_from_config, option
 from mojax.models import QwenConfig, init_params, param_shapes, param_shardings
+from mojax.models import lora as lora_lib
 
 SCHEDULES = ("constant", "cosine", "linear")
 
@@ -130,44 +131,106 @@ class TrainState:
       opt_state: the optax state for ``params``.
       rng: uint32 [2], a raw PRNG key (``jax.random.PRNGKey`` layout, checkpointable as an array);
         split once per ``train_step`` for the mini-batch shuffle.
+      frozen: with LoRA (``config.lora``), the frozen base weights (quantised for QLoRA) while
+        ``params`` holds the adapters only (``mojax.models.lora``); None otherwise. Not
+        checkpointed (the checkpoint names the base, ``mojax.checkpoint``).
     """
 
     step: jax.Array
     params: Any
     opt_state: Any
     rng: jax.Array
+    frozen: Any = None
 
 
-def _init_state(params: Any, tx: optax.GradientTransformation, rng: jax.Array) -> TrainState:
+def policy_params(state: TrainState) -> Any:
+    """The full parameter tree the policy runs with: ``params``, plus the frozen base under LoRA."""
+    return state.params if state.frozen is None else lora_lib.merge(state.frozen, state.params)
+
+
+def _split_shapes(config: QwenConfig) -> tuple[Any, Any]:
+    """``(trainable, frozen)`` parameter shapes of ``config`` (frozen None without LoRA)."""
+    shapes = param_shapes(config)
+    if config.lora is None:
+        return shapes, None
+    base, adapters = lora_lib.split(shapes)
+    return adapters, base
+
+
+def _split_shardings(config: QwenConfig, mesh: Mesh, rules) -> tuple[Any, Any]:
+    sh = param_shardings(config, mesh, rules)
+    if config.lora is None:
+        return sh, None
+    base, adapters = lora_lib.split(sh)
+    return adapters, base
+
+
+def _init_state(
+    params: Any, tx: optax.GradientTransformation, rng: jax.Array, frozen: Any = None
+) -> TrainState:
     return TrainState(
-        step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=rng
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=tx.init(params),
+        rng=rng,
+        frozen=frozen,
     )
 
 
 def state_shardings(
-    config: QwenConfig, tx: optax.GradientTransformation, mesh: Mesh, rules
+    config: QwenConfig,
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    rules,
+    *,
+    with_frozen: bool = True,
 ) -> TrainState:
-    """``TrainState`` of ``NamedSharding``s: params by logical axes, moments like their params."""
-    p_sh = param_shardings(config, mesh, rules)
-    shapes = param_shapes(config)
+    """``TrainState`` of ``NamedSharding``s: params by logical axes, moments like their params
+    (under LoRA: the adapters and their moments; the frozen base when ``with_frozen``)."""
+    p_sh, f_sh = _split_shardings(config, mesh, rules)
+    shapes, _ = _split_shapes(config)
     opt_shapes = jax.eval_shape(tx.init, shapes)
     rep = sharding_lib.replicated(mesh)
     opt_sh = optax.tree_map_params(
         tx, lambda _, s: s, opt_shapes, p_sh, transform_non_params=lambda _: rep
     )
-    return TrainState(step=rep, params=p_sh, opt_state=opt_sh, rng=rep)
+    frozen = f_sh if with_frozen else None
+    return TrainState(step=rep, params=p_sh, opt_state=opt_sh, rng=rep, frozen=frozen)
 
 
 def abstract_train_state(
-    config: QwenConfig, tx: optax.GradientTransformation, mesh: Mesh, rules
+    config: QwenConfig,
+    tx: optax.GradientTransformation,
+    mesh: Mesh,
+    rules,
+    *,
+    with_frozen: bool = False,
 ) -> TrainState:
-    """``TrainState`` of ``jax.ShapeDtypeStruct`` with shardings: the restore target of a checkpoint."""
-    shapes = param_shapes(config)
-    abstract = jax.eval_shape(lambda p: _init_state(p, tx, jax.random.PRNGKey(0)), shapes)
-    sh = state_shardings(config, tx, mesh, rules)
+    """``TrainState`` of ``jax.ShapeDtypeStruct`` with shardings: the restore target of a checkpoint
+    (under LoRA without the frozen base, which checkpoints do not hold; ``with_frozen`` adds it,
+    e.g. for a dry run's compilation)."""
+    shapes, frozen = _split_shapes(config)
+    frozen = frozen if with_frozen else None
+    abstract = jax.eval_shape(
+        lambda p, f: _init_state(p, tx, jax.random.PRNGKey(0), f), shapes, frozen
+    )
+    sh = state_shardings(config, tx, mesh, rules, with_frozen=with_frozen)
     return jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, sh
     )
+
+
+def attach_frozen(
+    config: QwenConfig, state: TrainState, dense: Any, mesh: Mesh, rules=None
+) -> TrainState:
+    """``state`` (adapters restored from a checkpoint) with its frozen base built from the dense
+    weights ``dense`` (``mojax.models.lora.base_from_dense``); ``state`` itself without LoRA."""
+    if config.lora is None:
+        return state
+    rules = sharding_lib.logical_axis_rules() if rules is None else rules
+    _, f_sh = _split_shardings(config, mesh, rules)
+    base = jax.jit(lambda d: lora_lib.base_from_dense(config, d), out_shardings=f_sh)(dense)
+    return state.replace(frozen=base)
 
 
 def create_train_state(
@@ -188,10 +251,24 @@ def create_train_state(
       mesh: a ("data", "fsdp", "tensor") mesh (``mojax.sharding.make_mesh``).
       rules: logical axis rules (default: the model's).
       params: existing parameters (e.g. ``from_pretrained(...).params``); resharded onto ``mesh``.
+        Under LoRA (``config.lora``): the dense base weights (default a random init of the dense
+        model), frozen (quantised for QLoRA), while fresh adapters are trained.
     """
     rules = sharding_lib.logical_axis_rules() if rules is None else rules
     sh = state_shardings(config, tx, mesh, rules)
     init_key, state_key = jax.random.split(jax.random.PRNGKey(seed))
+    if config.lora is not None:  # params: the dense base; the adapters start fresh
+        dense_config = config.replace(lora=None)
+        if params is None:
+            dense_sh = param_shardings(dense_config, mesh, rules)
+            params = init_params(dense_config, init_key, shardings=dense_sh)
+        state = attach_frozen(config, TrainState(None, None, None, None), params, mesh, rules)
+        shapes = param_shapes(config)
+        adapters = jax.jit(
+            lambda k: lora_lib.init_adapters(config, k, shapes), out_shardings=sh.params
+        )(jax.random.fold_in(init_key, 1))
+        fn = lambda p, k, f: _init_state(p, tx, k, f)
+        return jax.jit(fn, out_shardings=sh)(adapters, state_key, state.frozen)
     if params is None:
         params = init_params(config, init_key, shardings=sh.params)
     else:

@@ -46,7 +46,8 @@ from mojax.models import QwenConfig, layouts, param_shardings
 # the jitted, sharded step
 
 
-_DTYPES = {"tokens": np.int32, "attention_mask": np.int32}
+_DTYPES = {"tokens": np.int32, "attention_mask": np.int32, "segment_ids": np.int32}
+_DTYPES["positions"] = np.int32
 
 
 @contextlib.contextmanager
@@ -215,6 +216,7 @@ def make_train_step(
     if cfg.kl_coef != 0.0:
         required += ("ref_logprobs",)
     optional = tuple(k for k in ("ref_logprobs", "attention_mask", "clip_eps") if k not in required)
+    optional += ("segment_ids", "positions")  # packed rows (mojax.learner.packing)
     return ShardedStep(
         fn,
         state_shardings(model_config, tx, mesh, rules),

@@ -48,7 +48,7 @@ Param pytree (``scan_layers=True``, the default; leading L axis under "layers"):
     (scan_layers=False: the same without the L axis under layers_0 .. layers_{L-1})
 """
 
-from mojax.models import layouts
+from mojax.models import layouts, lora
 from mojax.models.cache import KVCache, init_cache
 from mojax.models.config import QwenConfig
 from mojax.models.hf import from_pretrained, load_params, param_count, save_pretrained
@@ -72,6 +72,7 @@ from mojax.models.variants import VARIANTS, get_variant
 __all__ = [
     "Layouts",
     "layouts",
+    "lora",
     "DEFAULT_LOGICAL_AXIS_RULES",
     "KVCache",
     "LayerKVCache",

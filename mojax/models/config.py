@@ -110,6 +110,8 @@ class QwenConfig:
         ``PADDING_LOGIT``, so they are never sampled and take no probability mass in the sampler's
         or the learner's log-softmax. None: every id is a token. Not part of ``config.json``
         (``mojax.models.without_padding_rows`` drops the rows for an HF export).
+      lora: LoRA / QLoRA adapters on the projections (``mojax.models.lora.LoraConfig``; None = a
+        dense model). Not part of ``config.json``.
     """
 
     model_type: str = "qwen3"
@@ -137,6 +139,7 @@ class QwenConfig:
     remat: str = "none"
     layouts: Any = None
     real_vocab_size: int | None = None
+    lora: Any = None
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_ARCHITECTURES.values():

@@ -16,8 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mojax.models import attention as attention_lib
 from mojax.models import cache as cache_lib
 from mojax.models import layer_cache, layouts
+from mojax.models import lora as lora_lib
 from mojax.models.config import QwenConfig
 
 _NEG = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) softmax
@@ -143,16 +145,13 @@ class Projection(nn.Module):
     @nn.compact
     def __call__(self, x):
         cfg = self.config
-        kernel = self.param(
-            "kernel",
-            nn.with_logical_partitioning(_init(cfg), self.kernel_axes),
-            self.kernel_shape,
-            cfg.jnp_param_dtype,
-        )
         in_shape, out_shape = self.kernel_shape[: self.n_in], self.kernel_shape[self.n_in :]
         lead = x.shape[: x.ndim - self.n_in]
         n_in, n_out = math.prod(in_shape), math.prod(out_shape)
-        y = x.reshape(-1, n_in) @ kernel.astype(cfg.jnp_dtype).reshape(n_in, n_out)
+        y = x.reshape(-1, n_in) @ self._kernel_2d(n_in, n_out)
+        lora = cfg.lora
+        if lora is not None and self.name in lora.targets:
+            y = y + _lora_delta(self, x.reshape(-1, n_in), in_shape, out_shape)
         if self.bias_ndim:
             bias = self.param(
                 "bias",
@@ -164,6 +163,62 @@ class Projection(nn.Module):
             )
             y = y + bias.astype(cfg.jnp_dtype).reshape(n_out)
         return y.reshape(*lead, *out_shape)
+
+    def _kernel_2d(self, n_in, n_out):
+        """The kernel as ``[n_in, n_out]`` in the compute dtype (dequantised from its QLoRA
+        storage, ``mojax.models.lora``, when the base is quantised)."""
+        cfg = self.config
+        quant = "none" if cfg.lora is None else cfg.lora.quant
+        if quant == "none":
+            kernel = self.param(
+                "kernel",
+                nn.with_logical_partitioning(_init(cfg), self.kernel_axes),
+                self.kernel_shape,
+                cfg.jnp_param_dtype,
+            )
+            return kernel.astype(cfg.jnp_dtype).reshape(n_in, n_out)
+        axes = (self.kernel_axes[0], self.kernel_axes[self.n_in])
+        packed = n_out // 2 if quant == "nf4" else n_out
+        codes = self.param(
+            "kernel_q",
+            nn.with_logical_partitioning(nn.initializers.zeros, axes),
+            (n_in, packed),
+            jnp.uint8 if quant == "nf4" else jnp.int8,
+        )
+        rows = lora_lib.block_rows(n_in, cfg.lora.block)
+        scale = self.param(
+            "kernel_scale",
+            nn.with_logical_partitioning(nn.initializers.ones, (None, axes[1])),
+            (n_in // rows, n_out),
+            jnp.float32,
+        )
+        return lora_lib.dequantize(codes, scale, quant, cfg.jnp_dtype)
+
+
+def _lora_delta(mod: Projection, x2, in_shape, out_shape):
+    """``(alpha / r) · dropout(x) A B`` of a targeted projection, ``x2 [N, n_in]`` -> ``[N,
+    n_out]``; dropout only when the call has a ``"dropout"`` RNG (training)."""
+    cfg = mod.config
+    lora = cfg.lora
+    r, n_in = lora.rank, x2.shape[-1]
+    in_axes, out_axes = mod.kernel_axes[: mod.n_in], mod.kernel_axes[mod.n_in :]
+    a = mod.param(
+        "lora_a",
+        nn.with_logical_partitioning(nn.initializers.zeros, (*in_axes, "lora")),
+        (*in_shape, r),
+        cfg.jnp_param_dtype,
+    )
+    b = mod.param(
+        "lora_b",
+        nn.with_logical_partitioning(nn.initializers.zeros, ("lora", *out_axes)),
+        (r, *out_shape),
+        cfg.jnp_param_dtype,
+    )
+    if lora.dropout > 0.0 and mod.has_rng("dropout"):
+        keep = jax.random.bernoulli(mod.make_rng("dropout"), 1.0 - lora.dropout, x2.shape)
+        x2 = jnp.where(keep, x2 / (1.0 - lora.dropout), jnp.zeros((), x2.dtype))
+    h = x2 @ a.astype(cfg.jnp_dtype).reshape(n_in, r)
+    return (h @ b.astype(cfg.jnp_dtype).reshape(r, -1)) * jnp.asarray(lora.scale, cfg.jnp_dtype)
 
 
 def _zero_unseen(out, visible):
@@ -304,6 +359,10 @@ class Attention(nn.Module):
 
         lay = layouts.of(cfg)
         one = lay.one_query_reduce
+        b, t = x.shape[:2]
+        fresh = kv is None or (not isinstance(kv[0], tuple) and kv[0].shape[2] == t)
+        if lay.attention != "reference" and fresh:  # the chunk over itself, no T x T scores
+            return self._fused(q, kk, vv, k_valid, write_idx, kv, layer, lay.attention)
         if kv is None:  # full sequence: keys are this chunk
             keys, values, s = kk, vv, kk.shape[1]
             block = lay.causal_block_rows(kk.shape[1])
@@ -321,14 +380,41 @@ class Attention(nn.Module):
             values = v_all[layer].astype(cfg.jnp_dtype)
             s, attend_fn = keys.shape[1], functools.partial(attend, one_query=one)
 
-        b, t = x.shape[:2]
         qg = q.reshape(b, t, k, h // k, d)
-        visible = (jnp.arange(s)[None, None, :] <= q_idx[:, :, None]) & k_valid[:, None, :]
+        visible = (jnp.arange(s)[None, None, :] <= q_idx[:, :, None]) & _key_visible(k_valid)
         out = attend_fn(qg, keys, values, visible, cfg.jnp_dtype).reshape(b, t, h, d)
+        return self._out(out), kv
+
+    def _out(self, out):
+        cfg = self.config
+        h, d, e = cfg.num_heads, cfg.head_dim, cfg.hidden_size
         out = constrain(out, "batch", "length", "heads", "head_dim")
         y = Projection(cfg, 2, (h, d, e), ("heads", "head_dim", "embed"),
                        name="o_proj")(out)  # fmt: skip
-        return constrain(y, "batch", "length", "embed"), kv
+        return constrain(y, "batch", "length", "embed")
+
+    def _fused(self, q, kk, vv, k_valid, write_idx, kv, layer, impl):
+        """An uncached chunk, or a prefill into a cache of exactly its length (the cache is
+        written, then the chunk attends over itself): ``mojax.models.attention``."""
+        cfg = self.config
+        if kv is not None:
+            kv = (
+                cache_lib.write_layer(kv[0], layer, kk, write_idx),
+                cache_lib.write_layer(kv[1], layer, vv, write_idx),
+            )
+            kk = kv[0][layer].astype(cfg.jnp_dtype)  # what the cache holds (its dtype)
+            vv = kv[1][layer].astype(cfg.jnp_dtype)
+        out = attention_lib.self_attention(q, kk, vv, k_valid, impl, cfg.jnp_dtype)
+        return self._out(out), kv
+
+
+def _key_visible(k_valid):
+    """``[B, T, S]`` (broadcastable) keys a query may see besides causality: the real keys of a
+    bool ``k_valid [B, S]``, or, for int32 segment ids (a packed uncached chunk, S = T), the real
+    keys of the query's own segment."""
+    if k_valid.dtype == jnp.bool_:
+        return k_valid[:, None, :]
+    return (k_valid[:, :, None] == k_valid[:, None, :]) & (k_valid[:, None, :] > 0)
 
 
 class MLP(nn.Module):

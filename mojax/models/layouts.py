@@ -31,7 +31,13 @@ class Layouts:
       decode_per_layer: the decode loop runs unrolled layers and carries the KV cache as one array
         per layer (``mojax.models.layer_cache``), converted back when the loop ends.
       learner_unrolled: the learner's forward and backward run unrolled layers (the gradient flows
-        back into the stacked parameters).
+        back into the stacked parameters), unless the model rematerialises (``remat``): XLA CPU
+        would schedule the recomputation of every unrolled layer before the backward pass.
+      attention: how an uncached chunk (training, log-probs, prefill) attends over itself:
+        ``"reference"`` (the explicit einsum path, query-blocked by ``causal_block``), ``"cudnn"``
+        (``jax.nn.dot_product_attention``'s cuDNN flash kernel), ``"splash"`` (Pallas splash
+        attention) or ``"xla"`` (the XLA implementation of that call); see
+        ``mojax.models.attention``.
     """
 
     one_query_reduce: bool = False
@@ -39,6 +45,13 @@ class Layouts:
     causal_max_blocks: int = 8
     decode_per_layer: bool = False
     learner_unrolled: bool = False
+    attention: str = "reference"
+
+    def __post_init__(self):
+        from mojax.models.attention import IMPLS
+
+        if self.attention not in IMPLS:
+            raise ValueError(f"Layouts.attention={self.attention!r} is not one of {IMPLS}")
 
     def causal_block_rows(self, t: int) -> int | None:
         """Rows per query block of a ``t``-token uncached chunk (None: one block)."""
@@ -49,11 +62,15 @@ class Layouts:
 
 PORTABLE = Layouts()
 CPU = Layouts(one_query_reduce=True, causal_block=32, decode_per_layer=True, learner_unrolled=True)
+GPU = Layouts(attention="cudnn")
+TPU = Layouts(attention="splash")
 
 
 def for_backend(backend: str | None = None) -> Layouts:
     """The layouts of ``backend`` (default: JAX's default backend)."""
-    return CPU if (backend or jax.default_backend()) == "cpu" else PORTABLE
+    return {"cpu": CPU, "gpu": GPU, "cuda": GPU, "tpu": TPU}.get(
+        backend or jax.default_backend(), PORTABLE
+    )
 
 
 def of(config: Any) -> Layouts:

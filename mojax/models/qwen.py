@@ -42,6 +42,7 @@ DEFAULT_LOGICAL_AXIS_RULES = (
     ("head_dim", None),
     ("layers", None),
     ("norm", None),
+    ("lora", None),
 )
 
 _REMAT_POLICIES = {
@@ -68,6 +69,9 @@ class Qwen(nn.Module):
         comes back in the layout it came in.
       return_hidden: return the final normed hidden states [B, T, E] (compute dtype) instead of
         logits, so a loss can project vocab chunks itself with ``method=Qwen.logits``.
+      segment_ids: int32 [B, T] of a packed uncached row (``mojax.learner.packing``): 0 on padding,
+        ``s >= 1`` on the tokens of its ``s``-th sequence; a token attends only to the earlier
+        tokens of its own segment, and default positions restart at 0 in each segment.
 
     Returns:
       fp32 logits [B, T, V] (or hidden states), plus the updated cache when ``cache`` is given.
@@ -123,16 +127,25 @@ class Qwen(nn.Module):
         attention_mask: jax.Array | None = None,
         cache: cache_lib.KVCache | LayerKVCache | None = None,
         return_hidden: bool = False,
+        segment_ids: jax.Array | None = None,
     ):
         cfg = self.config
         b, t = tokens.shape
         mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask.astype(bool)
         counts = jnp.cumsum(mask, axis=-1, dtype=jnp.int32)  # [B, T]
+        if segment_ids is not None and cache is not None:
+            raise ValueError("segment_ids (packed rows) are for uncached calls only")
         if cache is None:
             if positions is None:
-                positions = jnp.maximum(counts - 1, 0)
+                positions = (
+                    jnp.maximum(counts - 1, 0)
+                    if segment_ids is None
+                    else segment_positions(segment_ids)
+                )
             q_idx = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
             k_valid, write_idx, kv = mask, None, None
+            if segment_ids is not None:  # int32 ids, 0 on padding: no attention across segments
+                k_valid = jnp.where(mask, segment_ids.astype(jnp.int32), 0)
         else:
             if positions is None:
                 positions = jnp.maximum(cache.num_valid[:, None] + counts - 1, 0)
@@ -162,19 +175,43 @@ class Qwen(nn.Module):
         ``PADDING_LOGIT``."""
         cfg = self.config
         head = self.embed_tokens if cfg.tie_word_embeddings else self.lm_head
-        lead = hidden.shape[:-1]
-        logits = jax.lax.dot_general(  # 2-D [N, E] x [V, E]^T: see layers.Projection for why
-            hidden.astype(cfg.jnp_dtype).reshape(-1, cfg.hidden_size),
-            head.astype(cfg.jnp_dtype),
-            (((1,), (1,)), ((), ())),
-            preferred_element_type=jnp.float32,
-        ).reshape(*lead, cfg.vocab_size)
-        if cfg.real_vocab_size is not None and cfg.real_vocab_size < cfg.vocab_size:
-            ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
-            logits = jnp.where(ids < cfg.real_vocab_size, logits, PADDING_LOGIT)
-        if logits.ndim == 3:
-            logits = constrain(logits, "batch", "length", "vocab")
-        return logits
+        return head_logits(cfg, head, hidden)
+
+
+def output_head(config: QwenConfig, params: Any) -> jax.Array:
+    """The output projection ``[V, E]`` of ``params`` (the embedding when tied)."""
+    return params["embed_tokens"] if config.tie_word_embeddings else params["lm_head"]
+
+
+def head_logits(config: QwenConfig, head: jax.Array, hidden: jax.Array) -> jax.Array:
+    """fp32 logits [..., V] of final hidden states [..., E] under the output head ``[V, E]``
+    (``Qwen.logits``; the padding rows of a padded vocabulary, ``QwenConfig.real_vocab_size``,
+    get ``PADDING_LOGIT``; inside a mesh + rules context a 3-D result is constrained like logits)."""
+    lead = hidden.shape[:-1]
+    logits = jax.lax.dot_general(  # 2-D [N, E] x [V, E]^T: see layers.Projection for why
+        hidden.astype(config.jnp_dtype).reshape(-1, config.hidden_size),
+        head.astype(config.jnp_dtype),
+        (((1,), (1,)), ((), ())),
+        preferred_element_type=jnp.float32,
+    ).reshape(*lead, config.vocab_size)
+    if config.real_vocab_size is not None and config.real_vocab_size < config.vocab_size:
+        ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+        logits = jnp.where(ids < config.real_vocab_size, logits, PADDING_LOGIT)
+    if logits.ndim == 3:
+        logits = constrain(logits, "batch", "length", "vocab")
+    return logits
+
+
+def segment_positions(segment_ids: jax.Array) -> jax.Array:
+    """int32 [B, T] RoPE positions restarting at 0 at the first token of each segment (a
+    position whose id differs from the one before it)."""
+    b, t = segment_ids.shape
+    idx = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
+    first = jnp.concatenate(
+        [jnp.ones((b, 1), bool), segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1
+    )
+    start = jax.lax.cummax(jnp.where(first, idx, 0), axis=1)
+    return idx - start
 
 
 def token_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:

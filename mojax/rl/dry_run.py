@@ -1,10 +1,29 @@
-"""``config.dry_run``: build the run abstractly, check the mesh and shardings, print memory per device.
+"""``config.dry_run``: compile the run's real steps abstractly and report XLA's memory per device.
 
-Nothing is allocated: the train state is ``jax.eval_shape``-d with its shardings, the PPO step is
-lowered (which checks that every sharding fits the mesh) against an abstract rollout batch, and
-bytes per device are summed from each array's shard shape. Activation memory is an estimate
-(stated in the printout): layer inputs kept for the backward pass (all of them with ``remat``,
-plus one layer's internals), the fp32 logits of one log-prob chunk, and the sampler's KV cache.
+Nothing is allocated: the train state (under LoRA with its frozen base) is ``jax.eval_shape``-d with
+its shardings, and the two programs a step runs are compiled on the run's mesh (forced host
+devices stand in for accelerators: ``XLA_FLAGS=--xla_force_host_platform_device_count=8``):
+
+* the PPO update (``mojax.learner.make_train_step``) on an abstract rollout batch of
+  ``B = prompts_per_step x num_samples`` rows of ``T`` tokens, the run's own T: the bucket of the
+  longest prompt (``rollout.max_prompt_len``, else measured from the task's data with the run's
+  tokenizer) + ``max_response_len``;
+* the sampler's prefill + decode program (``mojax.sampling.api.lower_generate``) for the same rows
+  (one decode loop over the whole cache; the run's decode segments each work on a truncated copy of
+  the cache, counted as one more cache).
+
+Each compiled program's ``memory_analysis()`` is XLA's own buffer assignment for one device:
+arguments, outputs, aliased (donated) bytes and temporaries (activations, gradients, logits chunks,
+the KV cache and decode buffers, scratch). The report per device: parameters, optimizer state and
+frozen base (from the shard shapes), the update's batch and temporaries, the sampler's
+temporaries (the KV cache among them, also given on its own), and the peak = the persistent state
++ the larger of the two programs' transient bytes. On the CPU backend the update's temporaries are
+what the process allocates when it runs the step (``tests/rl/test_dry_run.py`` measures it).
+
+The programs are compiled with the layouts of the backend the dry run runs on
+(``mojax.models.layouts.for_backend``): on the CPU the uncached attention runs in query blocks that
+hold one block's ``[rows, H, block, T]`` scores at a time, where a GPU's cuDNN attention holds
+none, so for a GPU target the attention share of the update's temporaries is an upper bound.
 """
 
 from __future__ import annotations
@@ -29,83 +48,143 @@ def _bytes_per_device(tree) -> int:
     return total
 
 
-def dry_run(spec) -> dict[str, float]:
-    """Prints and returns the per-device memory of ``spec``'s run on its mesh."""
-    mesh = sharding_lib.mesh_from_config(spec.mesh.as_dict())
-    rules = spec.rules
-    mc = qwen_config(spec, tokenizer=None)  # the vocabulary of tokenizer.vocab_size
-    opt = spec.optimizer
-    tx = learner.make_optimizer(opt)
-    state = learner.abstract_train_state(mc, tx, mesh, rules)
-    rc, ppo = spec.rollout, spec.ppo
+def prompt_length(spec) -> tuple[int, str]:
+    """``(tokens, how)``: the longest prompt the run will see: ``rollout.max_prompt_len``, else
+    measured from the task's data with the run's tokenizer (as ``mojax.rl.builders.build_run``
+    sizes T), else 1024 when the data cannot be read here."""
+    if spec.rollout.max_prompt_len:
+        return int(spec.rollout.max_prompt_len), "rollout.max_prompt_len"
+    import tempfile
+
+    from mojax.rl import builders
+
+    try:
+        task = spec.build_task()
+        splits = builders.load_splits(task, spec)
+        with tempfile.TemporaryDirectory(prefix="mojax_dry_run_") as tmp:
+            tok = builders.build_tokenizer(spec, task, splits, tmp)
+            s = spec.task.num_answers or None
+            n = max(len(tok.encode(task.build_prompt(ex, tok, num_answers=s))) for ex in splits.all)
+        return n, "measured from the data"
+    except (OSError, ValueError) as e:
+        return 1024, f"assumed (the data could not be read: {type(e).__name__})"
+
+
+def batch_shape(spec, prompt_len: int | None = None) -> tuple[int, int]:
+    """``(B, T)`` of the run's rollout batch: T = the prompt bucket + ``max_response_len``."""
+    from mojax.sampling import bucket_length
+
+    rc = spec.rollout
     b = int(rc.prompts_per_step) * int(rc.num_samples)
-    t = int(rc.max_prompt_len or 1024) + int(rc.max_response_len)
-    batch_shapes = {
+    p = prompt_length(spec)[0] if prompt_len is None else prompt_len
+    return b, bucket_length(p) + int(rc.max_response_len)
+
+
+def abstract_batch(spec, mesh, rules, prompt_len: int | None = None) -> dict:
+    """The rollout batch as ``jax.ShapeDtypeStruct`` rows over the mesh's batch axes."""
+    b, t = batch_shape(spec, prompt_len)
+    shapes = {
         "tokens": ((b, t), np.int32),
         "attention_mask": ((b, t), np.int32),
         "loss_mask": ((b, t), np.float32),
         "old_logprobs": ((b, t), np.float32),
         "advantages": ((b,), np.float32),
     }
-    if ppo.kl_coef:
-        batch_shapes["ref_logprobs"] = ((b, t), np.float32)
-    batch = {
+    if spec.ppo.kl_coef:
+        shapes["ref_logprobs"] = ((b, t), np.float32)
+    return {
         k: jax.ShapeDtypeStruct(s, d, sharding=sharding_lib.batch_sharding(mesh, rules, len(s)))
-        for k, (s, d) in batch_shapes.items()
+        for k, (s, d) in shapes.items()
     }
-    step = learner.make_train_step(mc, tx, ppo, mesh, rules, lr_schedule=learner.make_schedule(opt))
-    step.jitted(batch).lower(state, batch)  # raises if a sharding does not fit the mesh
 
-    n_dev = mesh.devices.size
-    batch_shards = sharding_lib.batch_divisor(mesh, rules)
-    tensor = int(mesh.shape["tensor"])
-    rows = max(1, b // (ppo.num_minibatches * ppo.num_microbatches * batch_shards))
-    act_bytes = np.dtype(mc.jnp_dtype).itemsize
-    tokens = rows * t
-    layer_inputs = mc.num_layers * tokens * mc.hidden_size * act_bytes
-    per_layer = (
-        tokens
-        * act_bytes
-        * (
-            4 * mc.hidden_size
-            + (mc.num_heads + 2 * mc.num_kv_heads) * mc.head_dim // tensor
-            + 3 * mc.intermediate_size // tensor
-        )
-    )
-    chunk = int(ppo.logprob_chunk or t)
-    logits = rows * min(chunk, t) * mc.vocab_size * 4 // tensor
-    activations = (
-        layer_inputs + per_layer + logits
-        if mc.remat != "none"
-        else (mc.num_layers * per_layer + logits)
-    )
-    cache_rows = max(1, b // batch_shards)
-    kv_heads = max(1, mc.num_kv_heads // tensor)
-    cache_dtype = np.dtype(spec.model.cache_dtype or mc.dtype).itemsize
-    kv_cache = 2 * mc.num_layers * cache_rows * t * kv_heads * mc.head_dim * cache_dtype
+
+def compile_train_step(spec, mesh, rules, mc=None, prompt_len: int | None = None):
+    """``(compiled, state)``: the PPO update of ``spec`` compiled for the abstract train state."""
+    mc = qwen_config(spec, tokenizer=None) if mc is None else mc
+    tx = learner.make_optimizer(spec.optimizer)
+    state = learner.abstract_train_state(mc, tx, mesh, rules, with_frozen=True)
+    batch = abstract_batch(spec, mesh, rules, prompt_len)
+    sched = learner.make_schedule(spec.optimizer)
+    step = learner.make_train_step(mc, tx, spec.ppo, mesh, rules, lr_schedule=sched)
+    return step.jitted(batch).lower(state, batch).compile(), state
+
+
+def compile_sampler(spec, mesh, rules, state, mc, prompt_len: int):
+    """The sampler's prefill + decode program for the step's rows, compiled abstractly."""
+    from mojax.sampling import api
+
+    rc = spec.rollout
+    params = learner.policy_params(state)
+    return api.lower_generate(
+        models.QwenModel(mc, params),
+        prompts=int(rc.prompts_per_step),
+        prompt_len=prompt_len,
+        num_samples=int(rc.num_samples),
+        max_response_len=int(rc.max_response_len),
+        cache_dtype=spec.model.cache_dtype or None,
+        mesh=mesh,
+        rules=rules,
+    ).compile()
+
+
+def kv_cache_bytes(spec, mc, mesh, rules, prompt_len: int) -> int:
+    """Per device: the sampler's KV cache for ``B`` rows of the prompt bucket + the response."""
+    b, slots = batch_shape(spec, prompt_len)
+    rows = -(-b // sharding_lib.batch_divisor(mesh, rules))
+    heads = max(1, mc.num_kv_heads // sharding_lib.num_shards(mesh, rules, "kv_heads"))
+    item = np.dtype(spec.model.cache_dtype or mc.dtype).itemsize
+    return 2 * mc.num_layers * rows * slots * heads * mc.head_dim * item
+
+
+def dry_run(spec, sampler: bool = True) -> dict[str, float]:
+    """Prints and returns the per-device memory of ``spec``'s run on its mesh (GiB)."""
+    mesh = sharding_lib.mesh_from_config(spec.mesh.as_dict())
+    rules = spec.rules
+    mc = qwen_config(spec, tokenizer=None)  # the vocabulary of tokenizer.vocab_size
+    prompt_len, how = prompt_length(spec)
+    train, state = compile_train_step(spec, mesh, rules, mc, prompt_len)
+    tm = train.memory_analysis()
+    persistent = _bytes_per_device((state.params, state.opt_state, state.frozen))
+    batch = tm.argument_size_in_bytes - _bytes_per_device(state)
+    train_transient = tm.temp_size_in_bytes + tm.output_size_in_bytes - tm.alias_size_in_bytes
     out = {
-        "devices": float(n_dev),
-        "params_total": float(models.param_count(mc)),
+        "devices": float(mesh.devices.size),
+        "params_total": float(models.param_count(mc.replace(lora=None))),
         "params_gib_per_device": _bytes_per_device(state.params) / GIB,
         "optimizer_gib_per_device": _bytes_per_device(state.opt_state) / GIB,
-        "activations_gib_per_device_estimate": activations / GIB,
-        "kv_cache_gib_per_device_estimate": kv_cache / GIB,
+        "frozen_base_gib_per_device": _bytes_per_device(state.frozen) / GIB,
+        "batch_gib_per_device": max(batch, 0) / GIB,
+        "train_temp_gib_per_device": tm.temp_size_in_bytes / GIB,
+        "train_transient_gib_per_device": (train_transient + max(batch, 0)) / GIB,
     }
-    if jax.process_index() == 0:  # every process lowers; process 0 reports
-        _report(spec, mesh, mc, out, b, t, rows)
+    peak = persistent + train_transient + max(batch, 0)
+    if sampler:
+        sm = compile_sampler(spec, mesh, rules, state, mc, prompt_len).memory_analysis()
+        kv = kv_cache_bytes(spec, mc, mesh, rules, prompt_len)
+        # + one cache: the run decodes in segments, each over a truncated copy of the cache
+        sampler_transient = sm.temp_size_in_bytes + sm.output_size_in_bytes + kv
+        out["kv_cache_gib_per_device"] = kv / GIB
+        out["sampler_temp_gib_per_device"] = sm.temp_size_in_bytes / GIB
+        peak = max(peak, persistent + sampler_transient)
+    out["peak_gib_per_device"] = peak / GIB
+    if jax.process_index() == 0:  # every process compiles; process 0 reports
+        _report(spec, mesh, mc, out, prompt_len, how)
     return out
 
 
-def _report(spec, mesh, mc, out, b, t, rows) -> None:
+def _report(spec, mesh, mc, out, prompt_len, how) -> None:
     n_dev, n_proc = int(out["devices"]), jax.process_count()
     procs = f", {n_proc} processes" if n_proc > 1 else ""
+    lora = f", LoRA r={mc.lora.rank} base {mc.lora.quant}" if mc.lora is not None else ""
+    b, t = batch_shape(spec, prompt_len)
     print(
         f"mojax dry run: mesh {dict(mesh.shape)} ({n_dev} devices{procs}), model "
         f"{spec.model.checkpoint or spec.model.variant} ({out['params_total'] / 1e9:.3f}B "
-        f"params, {mc.dtype} compute / {mc.param_dtype} params, remat={mc.remat})"
+        f"params, {mc.dtype} compute / {mc.param_dtype} params, remat={mc.remat}{lora})"
     )
-    print(f"  rollout batch B={b} x T={t}; per optimizer micro-batch and device: {rows} rows")
+    print(f"  rollout batch B={b} x T={t} (longest prompt {prompt_len} tokens, {how})")
+    print("  XLA memory analysis of the compiled update and sampler, per device (GiB):")
     for k, v in out.items():
-        if k.endswith(("per_device", "estimate")):
-            print(f"  {k:<40} {v:9.3f}")
-    print("  train step lowered with explicit shardings: OK")
+        if k.endswith("per_device"):
+            print(f"  {k.removesuffix('_gib_per_device'):<22} {v:9.3f}")
+    print("  train step lowered with explicit shardings: OK (compiled)")

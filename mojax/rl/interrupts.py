@@ -43,12 +43,21 @@ def with_pending(host: HostState, metrics: dict[str, Any], rows: list | None) ->
 
 
 def stop(
-    preemption, ckpt, signum: int, state, host: HostState, *, saved: int | None, what: str
+    preemption,
+    ckpt,
+    signum: int,
+    state,
+    host: HostState,
+    *,
+    saved: int | None,
+    what: str,
+    record=HostState.to_dict,
 ) -> Preempted:
-    """Saves ``(state, host)`` as step ``host.step`` unless that step is saved already
-    (``saved``), waits for the save, and returns the :class:`Preempted` to raise."""
+    """Saves ``(state, record(host))`` as step ``host.step`` unless that step is saved already
+    (``saved``), waits for the save, and returns the :class:`Preempted` to raise. ``record``
+    makes the saved host dict (a LoRA run's names its frozen base: ``mojax.rl.adapters``)."""
     if saved != host.step:
-        ckpt.save(host.step, state, host.to_dict(), force=True)
+        ckpt.save(host.step, state, record(host), force=True)
     ckpt.wait()
     # every process past the commit before any exits: a launcher that stops the others when one
     # exits (srun --kill-on-bad-exit) must not cut a slower process's part of the save short

@@ -29,9 +29,12 @@ def padded_vocab_size(pieces: int) -> int:
 def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
     """The policy's ``QwenConfig`` (``spec``: a ``RunSpec``): ``eval.checkpoint``'s config.json in
     ``mode=eval``, else ``model.checkpoint``'s, else the variant with ``model.overrides`` (the
-    vocabulary sized to a self-built tokenizer), with the spec's execution dtypes and remat."""
+    vocabulary sized to a self-built tokenizer), with the spec's execution dtypes, remat and LoRA
+    adapters (``config.lora``)."""
     m = spec.model
     execution = dict(dtype=m.dtype, param_dtype=m.param_dtype, remat=m.remat)
+    lora = getattr(spec, "lora", None)
+    execution["lora"] = None if lora is None else lora.model_lora()
     if spec.mode == "eval" and spec.eval.checkpoint:
         return _eval_checkpoint_config(spec, tokenizer).replace(**execution)
     if m.checkpoint:

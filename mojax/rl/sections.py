@@ -342,3 +342,56 @@ class MeshSpec:
 
     def as_dict(self) -> dict[str, int]:
         return {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSpec:
+    """``config.lora``: LoRA / QLoRA adapters (``mojax.models.lora``) in place of full fine-tuning."""
+
+    SECTION: ClassVar[str] = "lora"
+    enabled: bool = option(help="train LoRA adapters on a frozen base instead of every weight")
+    rank: int = option(help="r, the adapters' rank")
+    alpha: float = option(help="scale numerator: the update is (alpha / r) A B")
+    dropout: float = option(help="dropout on the adapters' input (training only)")
+    targets: tuple = option(help="projections with adapters (q_proj k_proj v_proj o_proj ...)")
+    quant: str = option(help='frozen base storage: "none" | "nf4" (QLoRA) | "int8"')
+
+    def __post_init__(self):
+        object.__setattr__(self, "targets", tuple(self.targets))
+        c = _checker("lora", self)
+        c.in_range("lora.rank", 1)
+        c.in_range("lora.alpha", 0.0, low_inclusive=False)
+        c.in_range("lora.dropout", 0.0, 1.0, high_inclusive=False)
+        c.choice("lora.quant", models.lora.QUANT)
+        for t in self.targets:
+            if t not in models.lora.PROJECTIONS:
+                c.fail("lora.targets", f"{t!r} is not one of {list(models.lora.PROJECTIONS)}")
+        c.require(bool(self.targets), "lora.targets", "needs at least one projection")
+        c.raise_if_any()
+
+    def model_lora(self):
+        """The model config's ``LoraConfig`` (None when disabled)."""
+        if not self.enabled:
+            return None
+        return models.lora.LoraConfig(
+            rank=self.rank,
+            alpha=self.alpha,
+            dropout=self.dropout,
+            targets=self.targets,
+            quant=self.quant,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PackingSpec:
+    """``config.packing``: several sequences per row of the PPO and SFT batches
+    (``mojax.learner.packing``; per-sequence losses unchanged)."""
+
+    SECTION: ClassVar[str] = "packing"
+    enabled: bool = option(help="pack the PPO and SFT rows to a token budget (segment ids)")
+    width: int = option(help="tokens per packed row (0 = the batch's T)")
+
+    def __post_init__(self):
+        c = _checker("packing", self)
+        c.in_range("packing.width", 0)
+        c.raise_if_any()

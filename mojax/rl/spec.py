@@ -117,6 +117,8 @@ class RunSpec:
     judge: S.JudgeSpec = None
     wandb: S.WandbSpec = None
     mesh: S.MeshSpec = None
+    lora: S.LoraSpec = None
+    packing: S.PackingSpec = None
     resolved: dict = dataclasses.field(default_factory=dict)  # the config's values (config.json)
 
     def __post_init__(self):
@@ -173,6 +175,8 @@ _SECTIONS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
     ("ppo", lambda c: dataclass_from_config(PPOConfig, c.ppo, "ppo")),
     ("optimizer", lambda c: dataclass_from_config(OptimizerConfig, c.optimizer, "optimizer")),
     ("sft", lambda c: section_from_config(S.SFTSpec, c)),
+    ("lora", lambda c: section_from_config(S.LoraSpec, c)),
+    ("packing", lambda c: section_from_config(S.PackingSpec, c)),
     ("eval", lambda c: section_from_config(S.EvalSpec, c)),
     ("judge", lambda c: section_from_config(S.JudgeSpec, c)),
     ("wandb", lambda c: section_from_config(S.WandbSpec, c)),
@@ -206,6 +210,8 @@ def _spec_classes() -> tuple[type, ...]:
         S.JudgeSpec,
         S.WandbSpec,
         S.MeshSpec,
+        S.LoraSpec,
+        S.PackingSpec,
         *method_sections().values(),
     )
 

@@ -32,7 +32,15 @@ def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
         return [str(e) if added else f"config.task.kwargs: {e}"]
     errors = _shape_errors(spec) + _method_errors(spec, task) + _goal_errors(spec, task)
     errors += _sft_errors(spec, task) + task.config_errors(spec)
-    return errors + _mesh_errors(spec, num_devices)
+    return errors + _packing_errors(spec) + _mesh_errors(spec, num_devices)
+
+
+def _packing_errors(spec: Any) -> list[str]:
+    """Packed rows hold several sequences: the sequence-level ratio (one per row) cannot apply."""
+    c = Checker({})
+    if spec.packing.enabled and spec.ppo.ratio_level != "token":
+        c.fail("packing.enabled", "needs ppo.ratio_level='token' (one ratio per row otherwise)")
+    return c.errors
 
 
 def _name_errors(spec: Any) -> list[str]:

@@ -27,8 +27,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from mojax import distributed
+from mojax import distributed, learner
 from mojax.advantages import AdvantageInputs
+from mojax.learner import packing
 from mojax.rl.batch import assemble_batch
 from mojax.rl.data import PromptIterator
 from mojax.rl.episodes import EpisodeRunner, Episodes, concat, rollout_metrics, select
@@ -74,7 +75,7 @@ def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict
     metrics and its episodes (for transcripts)."""
     t0 = time.time()
     roll_key, adv_key = jax.random.split(key)
-    host, episodes = collect(run, host, state.params, roll_key)
+    host, episodes = collect(run, host, learner.policy_params(state), roll_key)
     t_roll = time.time() - t0
     host, out, metrics = advantages(run, host, episodes, adv_key)
     batch = assemble(run, episodes, out)
@@ -207,4 +208,19 @@ def assemble(run: Run, episodes: Episodes, out) -> dict[str, Any]:
         batch["clip_eps"] = np.asarray(out.clip_eps, np.float32)
     if run.ref_logprobs is not None:
         batch["ref_logprobs"] = run.ref_logprobs(batch["tokens"], batch["attention_mask"])
+    if run.spec.packing.enabled:  # several sequences per row (mojax.learner.packing)
+        batch = pack(run, batch, episodes.metrics)
     return batch
+
+
+def pack(run: Run, batch: dict[str, Any], metrics: dict[str, float]) -> dict[str, Any]:
+    """``batch`` packed to ``packing.width`` tokens per row (the batch's T by default), rows a
+    multiple of what the update splits them into; logs the padding fraction before and after."""
+    from mojax import sharding as sharding_lib
+
+    multiple = run.train_step.row_divisor * sharding_lib.batch_divisor(run.mesh, run.rules)
+    packed = packing.pack_batch(batch, run.spec.packing.width or None, multiple)
+    metrics["batch/padding_frac_unpacked"] = packing.padding_fraction(batch["attention_mask"])
+    metrics["batch/padding_frac"] = packing.padding_fraction(packed["attention_mask"])
+    metrics["batch/rows"] = float(packed["tokens"].shape[0])
+    return packed

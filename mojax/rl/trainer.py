@@ -11,6 +11,7 @@ checkpointed ``HostState``, so an interrupted and resumed run ends identical to 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 
@@ -23,7 +24,7 @@ from mojax import logbook as log_lib
 from mojax import workdir as workdir_lib
 from mojax.distributed import is_leader
 from mojax.preemption import Interrupted, Preempted, Preemption
-from mojax.rl import inputs, interrupts
+from mojax.rl import adapters, inputs, interrupts
 from mojax.rl import spec as spec_lib
 from mojax.rl.builders import build_run
 from mojax.rl.evaluate import write_report
@@ -95,9 +96,9 @@ def train_and_evaluate(spec: RunSpec, workdir: str) -> dict[str, float]:
                 config=spec.resolved,
                 objectives=run_.task.objective_names,
             )
-            ref = state.params
-            if resumed and spec.ppo.kl_coef:  # the KL reference is the initial policy
-                ref = initial_params(run_, workdir)
+            ref = learner.policy_params(state)
+            if spec.ppo.kl_coef:  # the KL reference is the initial policy
+                ref = adapters.reference_params(run_, workdir, state, resumed)
             run_ = with_reference(run_, ref)
             last = _loop(run_, workdir, state, host, resumed, writer, ckpt, preemption)
         ckpt.wait()
@@ -124,11 +125,14 @@ def _loop(run_: Run, workdir, state, host, resumed, writer, ckpt, preemption) ->
     saved = host.step if resumed else None
 
     def halt(signum: int, at, what: str):  # reads ``state`` and ``saved`` when called
-        return interrupts.stop(preemption, ckpt, signum, state, at, saved=saved, what=what)
+        record = functools.partial(adapters.saved_host, run_)
+        return interrupts.stop(
+            preemption, ckpt, signum, state, at, saved=saved, what=what, record=record
+        )
 
     if not resumed:
         try:
-            host, last = start_metrics(run_, host, state.params)
+            host, last = start_metrics(run_, host, learner.policy_params(state))
         except Interrupted as e:
             what = "before RL step 1 (the initial evaluation was abandoned)"
             raise Preempted(e.signum, 0, None, what) from None
@@ -160,7 +164,7 @@ def _loop(run_: Run, workdir, state, host, resumed, writer, ckpt, preemption) ->
             what = f"after the update of RL step {host.step} (its evaluation is redone on resume)"
             raise halt(e.signum, interrupts.with_pending(host, last, rows), what) from None
         if host.step % spec.checkpoint_every == 0 or host.step == spec.steps:
-            ckpt.save(host.step, state, host.to_dict(), force=True)
+            ckpt.save(host.step, state, adapters.saved_host(run_, host), force=True)
             saved = host.step
     if host.step < spec.steps:  # stopped by a signal at a step boundary
         raise halt(signum, host, f"after RL step {host.step}")
@@ -171,7 +175,7 @@ def _finish_step(run_, workdir, writer, host, state, last, rows, preemption, t0)
     """A step's after-step phases (the method's hook, evaluation when due), its transcripts and
     its log line; returns the host state and the step's metrics."""
     spec = run_.spec
-    host, held_out = after_step(run_, host, state.params)
+    host, held_out = after_step(run_, host, learner.policy_params(state))
     last = {**last, **held_out}
     if rows is not None:
         log_lib.write_transcripts(workdir, host.step, rows, objectives=run_.task.objective_names)
@@ -187,7 +191,7 @@ def restore_or_start(run_: Run, workdir: str, ckpt) -> tuple:
     if ckpt.latest_step() is not None:
         state, host, step = ckpt.restore(target, fallback=True)
         logging.info("resumed from %s at RL step %d", ckpt.directory, step)
-        return state, HostState.from_dict(host), True
+        return adapters.with_base(run_, workdir, state), HostState.from_dict(host), True
     params = initial_params(run_, workdir)
     state = learner.create_train_state(
         run_.model_config,
@@ -227,7 +231,8 @@ def evaluate_only(spec: RunSpec, workdir: str) -> dict[str, float]:
                 target = learner.abstract_train_state(
                     run_.model_config, run_.tx, run_.mesh, run_.rules
                 )
-                params = ckpt.restore(target, fallback=True)[0].params
+                state = adapters.with_base(run_, workdir, ckpt.restore(target, fallback=True)[0])
+                params = learner.policy_params(state)
             finally:
                 ckpt.close()
         summary = evaluate(run_, HostState(), params, 0, split=spec.eval.split)

@@ -21,6 +21,7 @@ from absl import logging
 from mojax import checkpoint as ckpt_lib
 from mojax import distributed, learner
 from mojax import logbook as log_lib
+from mojax.learner import packing
 from mojax.preemption import Interrupted, Preempted
 from mojax.rl.builders import sft_arrays
 
@@ -28,15 +29,16 @@ from mojax.rl.builders import sft_arrays
 def initial_params(run, workdir: str):
     """Params before RL: the checkpoint or a random init, then the SFT warm start if configured."""
     params = None
+    dense = run.model_config.replace(lora=None)  # under LoRA: the base's dense weights
     if run.spec.model.checkpoint:
         from mojax.models import load_params
 
-        params = load_params(run.spec.model.checkpoint, run.model_config)
+        params = load_params(run.spec.model.checkpoint, dense)
     if run.spec.sft.steps > 0:
         return sft(run, workdir, params)
     if params is None:
         state = learner.create_train_state(
-            run.model_config, run.tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules
+            dense, run.tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules
         )
         return state.params
     return params
@@ -51,23 +53,24 @@ def sft(run, workdir: str, params=None):
         was checkpointed and a rerun resumes from it.
     """
     steps = run.spec.sft.steps
+    model_config = run.model_config.replace(lora=None)  # the warm start trains every weight
     tx = learner.make_optimizer(run.spec.sft.optimizer())
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints_sft"), max_to_keep=1)
     try:
-        state, done = _sft_start(run, tx, ckpt, params)
+        state, done = _sft_start(run, model_config, tx, ckpt, params)
         if done < steps:
-            state = _sft_steps(run, workdir, tx, ckpt, state, done)
+            state = _sft_steps(run, model_config, workdir, tx, ckpt, state, done)
         return state.params
     finally:
         ckpt.close()
 
 
-def _sft_start(run, tx, ckpt, params):
+def _sft_start(run, model_config, tx, ckpt, params):
     """``(train state, steps done)``: the latest SFT checkpoint, or a fresh state at step 0. A
     damaged checkpoint is moved aside (``restore(fallback=True)``) and SFT starts over."""
     latest = ckpt.latest_step()
     if latest is not None and latest <= run.spec.sft.steps:
-        target = learner.abstract_train_state(run.model_config, tx, run.mesh, run.rules)
+        target = learner.abstract_train_state(model_config, tx, run.mesh, run.rules)
         try:
             state, _, step = ckpt.restore(target, fallback=True)
             logging.info("SFT warm start restored at step %d from %s", step, ckpt.directory)
@@ -75,17 +78,17 @@ def _sft_start(run, tx, ckpt, params):
         except ckpt_lib.CorruptCheckpointError as e:  # moved aside by restore: train again
             logging.warning("SFT warm start checkpoint unreadable, running SFT again: %s", e)
     state = learner.create_train_state(
-        run.model_config, tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=params
+        model_config, tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=params
     )
     return state, 0
 
 
-def _sft_steps(run, workdir: str, tx, ckpt, state, done: int):
+def _sft_steps(run, model_config, workdir: str, tx, ckpt, state, done: int):
     """SFT steps ``done + 1 .. sft.steps`` (metrics fetched every 100 steps and at checkpoints,
     no sync per step); returns the final state, checkpointed."""
     sft_spec, steps = run.spec.sft, run.spec.sft.steps
     tokens, mask = sft_arrays(run.spec, run.task, run.tokenizer, run.splits.train)
-    step_fn = learner.make_sft_step(run.model_config, tx, run.mesh, run.rules)
+    step_fn = learner.make_sft_step(model_config, tx, run.mesh, run.rules)
     t0, pending = time.time(), []
     resume = done if done else None
     with log_lib.MetricsWriter(
@@ -93,6 +96,8 @@ def _sft_steps(run, workdir: str, tx, ckpt, state, done: int):
     ) as w:
         for i in range(done, steps):
             batch = sft_batches(tokens, mask, sft_spec.batch_size, i, run.spec.seed)
+            if run.spec.packing.enabled:  # several demonstrations per row
+                batch = packing.pack_batch(_with_mask(batch), run.spec.packing.width or None)
             state, m = step_fn(state, batch)
             pending.append(m)
             n = i + 1
@@ -147,3 +152,12 @@ def sft_batches(tokens: np.ndarray, mask: np.ndarray, batch_size: int, step: int
     # right-padded and causal: real tokens never attend to the trailing padding, so no attention
     # mask is needed (the padding is also out of the loss)
     return {"tokens": tokens[idx], "loss_mask": mask[idx]}
+
+
+def _with_mask(batch: dict) -> dict:
+    """An SFT batch with its ``attention_mask``: 1 up to each row's last loss token (the
+    demonstrations are right-padded and end with their last response token)."""
+    mask = np.asarray(batch["loss_mask"]) > 0
+    last = np.where(mask.any(1), mask.shape[1] - np.argmax(mask[:, ::-1], axis=1), 0)
+    am = (np.arange(mask.shape[1])[None] < last[:, None]).astype(np.int32)
+    return {**batch, "attention_mask": am}

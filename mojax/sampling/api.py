@@ -297,3 +297,46 @@ def append_and_continue(
         rules=tuple(rules) if mesh is not None else (),
     )
     return SamplingOutput.from_state(new_state)
+
+
+def lower_generate(
+    model: QwenModel,
+    *,
+    prompts: int,
+    prompt_len: int,
+    num_samples: int,
+    max_response_len: int,
+    cache_dtype=None,
+    min_prompt_bucket: int = 16,
+    segmented: bool = False,
+    segment_growth: float = 1.25,
+    mesh=None,
+    rules=DEFAULT_LOGICAL_AXIS_RULES,
+):
+    """The ``jax.stages.Lowered`` program of a ``generate`` call on ``prompts`` prompts of up to
+    ``prompt_len`` tokens (``model.params`` may be ``jax.ShapeDtypeStruct`` with shardings: nothing
+    is allocated), e.g. for its ``.compile().memory_analysis()`` (``mojax.rl.dry_run``).
+
+    ``segmented=False`` (the default here) compiles one decode loop over the whole cache instead of
+    one per segment: the same cache and buffers, one loop body to compile instead of ~20 (each
+    segment's truncated cache copy, at most the full cache's size, is then not counted)."""
+    model = _resolved(model)
+    tb = buckets.bucket_length(int(prompt_len), min_prompt_bucket)
+    b = prompts * num_samples
+    s = tb + int(max_response_len)
+    i32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)
+    args = (model, i32(prompts, tb), i32(prompts), i32(b, 1), i32(b))
+    with decode._mesh_context(mesh):
+        return decode._generate_jit.lower(
+            *args,
+            jax.random.PRNGKey(0),
+            jnp.asarray(0, jnp.int32),
+            num_samples=num_samples,
+            max_total_len=s,
+            max_response_len=int(max_response_len),
+            params=SamplingParams(1.0, 0, 1.0, 0.0, "policy", "gumbel"),
+            cache_dtype=None if cache_dtype is None else jnp.dtype(cache_dtype).name,
+            caps=buckets.segment_caps(tb, s, growth=segment_growth) if segmented else (s,),
+            mesh=mesh,
+            rules=tuple(rules) if mesh is not None else (),
+        )

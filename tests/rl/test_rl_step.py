@@ -33,7 +33,8 @@ def _episodes(p=2, g=2, s=None, valid=None, set_valid=None):
 
 
 def _run():
-    return types.SimpleNamespace(total_len=8, ref_logprobs=None)
+    spec = types.SimpleNamespace(packing=types.SimpleNamespace(enabled=False))
+    return types.SimpleNamespace(total_len=8, ref_logprobs=None, spec=spec)
 
 
 def test_multi_answer_rollouts_without_a_valid_answer_stay_in_the_loss():
