@@ -12,6 +12,8 @@ host-side record, which every checkpoint stores next to it as JSON (``to_json`` 
   reference, ΔHV̄ and r_pareto);
 * ``reward_stats``: scored / invalid counts with reasons, kept apart per split (``train``,
   ``validation``, ``eval``).
+* ``inflight``: the rollouts generated ahead of their update with ``rollout.staleness >= 1``
+  (``mojax.rl.inflight``, JSON data; empty otherwise).
 
 Multi-host: every process holds an identical copy (it is derived from all-gathered data only);
 process 0 writes it, every process reads it back.
@@ -42,6 +44,7 @@ class HostState:
     reward_stats: dict[str, RewardStats] = dataclasses.field(
         default_factory=lambda: {s: RewardStats() for s in SPLITS}
     )
+    inflight: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -51,6 +54,7 @@ class HostState:
             "val_tracker": self.val_tracker.to_state(),
             "method": to_json_tree(self.method),
             "reward_stats": {k: v.state_dict() for k, v in self.reward_stats.items()},
+            "inflight": list(self.inflight),
         }
 
     @classmethod
@@ -68,6 +72,7 @@ class HostState:
             val_tracker=NOptimalTracker.from_state(d["val_tracker"]),
             method=_method_state(d),
             reward_stats={k: RewardStats.from_state_dict(v) for k, v in d["reward_stats"].items()},
+            inflight=list(d.get("inflight", [])),
         )
 
     def to_json(self) -> str:

@@ -28,7 +28,7 @@ from mojax.config import (
     section_from_config,
     to_dict,
 )
-from mojax.learner import OptimizerConfig, PPOConfig
+from mojax.learner import CorrectionConfig, OptimizerConfig, PPOConfig
 from mojax.rl import sections as S
 from mojax.rl.spec_rules import run_errors
 from mojax.tasks import registry
@@ -106,6 +106,7 @@ class RunSpec:
     reward: S.RewardSpec = None
     advantage: AdvantageSpec = None
     ppo: PPOConfig = None
+    rollout_correction: CorrectionConfig = None
     optimizer: OptimizerConfig = None
     sft: S.SFTSpec = None
     eval: S.EvalSpec = None
@@ -160,6 +161,12 @@ _SECTIONS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
         ),
     ),
     ("ppo", lambda c: dataclass_from_config(PPOConfig, c.ppo, "ppo")),
+    (
+        "rollout_correction",
+        lambda c: dataclass_from_config(
+            CorrectionConfig, c.rollout_correction, "rollout_correction"
+        ),
+    ),
     ("optimizer", lambda c: dataclass_from_config(OptimizerConfig, c.optimizer, "optimizer")),
     ("sft", lambda c: section_from_config(S.SFTSpec, c)),
     ("eval", lambda c: section_from_config(S.EvalSpec, c)),
@@ -184,9 +191,9 @@ def help_texts() -> dict[str, str]:
     out = field_help(RunSpec) | field_help(AdvantageSpec)
     for cls in (S.ModelSpec, S.TokenizerSpec, S.TaskSpec, S.RolloutSpec, S.RewardSpec):
         out |= field_help(cls)
-    for cls in (PPOConfig, OptimizerConfig, S.SFTSpec, S.EvalSpec, S.JudgeSpec, S.WandbSpec):
+    for cls in (PPOConfig, CorrectionConfig, OptimizerConfig, S.SFTSpec, S.EvalSpec, S.JudgeSpec):
         out |= field_help(cls)
-    out |= field_help(S.MeshSpec)
+    out |= field_help(S.WandbSpec) | field_help(S.MeshSpec)
     for cls in method_sections().values():
         out |= field_help(cls)
     return out

@@ -48,7 +48,10 @@ class Run:
       metrics)``; hooks: the advantage method's hooks (``Method.make_hooks``); total_len: T of the
       training batch; ref_logprobs: ``(tokens, mask) -> [B, T]`` of the frozen reference policy when
       the KL term is on, else None; model_config / tokenizer / tx / mesh / rules: the policy's
-      architecture, tokenizer, optimizer, device mesh and logical axis rules.
+      architecture, tokenizer, optimizer, device mesh and logical axis rules; recompute:
+      ``(params, batch) -> (batch, metrics)`` putting the learner's log-probs in ``old_logprobs``
+      with the mismatch metrics and the correction (``mojax.learner.make_recompute_fn``) when
+      ``ppo.old_logprobs="recompute"``, else None.
     """
 
     spec: RunSpec
@@ -64,6 +67,7 @@ class Run:
     mesh: Any
     rules: Any
     ref_logprobs: Callable[..., Any] | None = None
+    recompute: Callable[..., Any] | None = None
 
 
 def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict, Episodes]:
@@ -75,9 +79,13 @@ def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict
     t_roll = time.time() - t0
     host, out, metrics = advantages(run, host, episodes, adv_key)
     batch = assemble(run, episodes, out)
+    offpolicy = {}
+    if run.recompute is not None:  # π_old by the learner's forward: measured and corrected
+        batch, offpolicy = run.recompute(state.params, batch)
     t1 = time.time()
     state, train_metrics = run.train_step(state, batch)
-    train_metrics = {k: float(v) for k, v in jax.device_get(train_metrics).items()}
+    train_metrics = jax.device_get({**offpolicy, **train_metrics})
+    train_metrics = {k: float(v) for k, v in train_metrics.items()}
     metrics = {**episodes.metrics, **rollout_metrics(episodes), **metrics, **train_metrics}
     metrics.update(host.reward_stats["train"].as_metrics("reward_invalid/train"))
     metrics.update({"time/rollout_s": t_roll, "time/train_s": time.time() - t1})

@@ -24,12 +24,13 @@ from mojax import workdir as workdir_lib
 from mojax.distributed import is_leader
 from mojax.preemption import Preempted, Preemption
 from mojax.rl import spec as spec_lib
+from mojax.rl.async_loop import make_step_fn
 from mojax.rl.builders import build_run
 from mojax.rl.evaluate import write_report
 from mojax.rl.host_state import HostState
 from mojax.rl.phases import after_step, start_metrics, transcript_rows
 from mojax.rl.spec import RunSpec
-from mojax.rl.step import Run, rl_step
+from mojax.rl.step import Run
 from mojax.rl.validation import evaluate
 from mojax.rl.warm_start import initial_params
 
@@ -120,13 +121,14 @@ def _loop(run_: Run, workdir, state, host, resumed, writer, ckpt, preemption) ->
     spec, names = run_.spec, run_.task.objective_names
     last: dict[str, float] = {}
     saved = host.step if resumed else None
+    step_fn = make_step_fn(run_)  # rl_step, or the asynchronous pipeline (rollout.staleness)
     if not resumed:
         host, last = start_metrics(run_, host, state.params)
         _log(writer, 0, spec.steps, last)
     while host.step < spec.steps and not (signum := preemption.requested()):
         t0 = time.time()
         key = jax.random.fold_in(jax.random.PRNGKey(spec.seed), host.step)
-        host, state, last, episodes = rl_step(run_, host, state, key)
+        host, state, last, episodes = step_fn(run_, host, state, key)
         host, held_out = after_step(run_, host, state.params)
         last.update(held_out)
         if spec.transcripts_per_step:
