@@ -135,7 +135,7 @@ def mismatch_metrics(
     rho = jnp.exp(d)
     on = m > 0
     return {
-        "kl_k3": _masked_mean(rho - d - 1.0, m),
+        "kl_k3": _masked_mean(jnp.expm1(d) - d, m),  # ρ − log ρ − 1, exact for small δ
         "kl_k1": _masked_mean(-d, m),
         "ratio_mean": _masked_mean(rho, m),
         "ratio_p99": masked_quantile(rho, on, 0.99),
