@@ -224,6 +224,44 @@ def test_two_processes_kill_9_then_resume_ends_as_uninterrupted(tmp_path):
     assert_same_metrics(metrics(tmp_path / "straight"), metrics(killed), atol=0.0)
 
 
+# staleness 1 with the sampler on its own devices: enough SFT that rows reach the update
+_ASYNC = [
+    "--config=configs/grpo.py",
+    "--config.steps=3",
+    "--config.sft.steps=80",
+    "--config.sft.batch_size=16",
+    "--config.sft.num_examples=64",
+    "--config.task.num_train=64",
+    *_SHORT,
+    "--config.rollout.staleness=1",
+    "--config.mesh.sampler=2",
+]
+
+
+@pytest.mark.slow
+def test_two_processes_with_staleness_1_equal_one_process(tmp_path):
+    """``rollout.staleness = 1``, ``mesh.sampler = 2``: 2 processes of 2 devices (each gives one to
+    the learner's mesh, one to the sampler's; ``mojax.sharding.split_devices``) equal 1 process of 4
+    devices with the same two meshes; the host state, in-flight rollouts included, is identical on
+    both processes after every step (``MOJAX_DEBUG_HOST_STATE``), and the steps after the first
+    train on rollouts one update old."""
+    cmd = [*LAUNCHER, "--num_processes=2", "--devices_per_process=2", "--"]
+    p = subprocess.run(
+        cmd + _main(tmp_path / "two", _ASYNC),
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    one_process(tmp_path, tmp_path / "one", _ASYNC, devices=4)
+    a, b = metrics(tmp_path / "one"), metrics(tmp_path / "two")
+    assert_same_metrics(a, b)
+    assert [r["async/policy_lag"] for r in b[1:]] == [0.0, 1.0, 1.0]
+    assert any(r.get("update_norm", 0) > 0 for r in b[1:])
+
+
 def _descendants(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
     children: dict[int, list[int]] = {}

@@ -16,9 +16,9 @@ of the :class:`Pipeline`::
                 the same devices: the host's work, tool calls and scoring, still overlaps)
     wait        the update's metrics
 
-At a fresh start the rollouts of steps ``t .. t + k - 1`` are generated first with θ_t. The
-schedule depends on nothing but ``(seed, step)``, so two runs, or the processes of one run, make the
-same rollouts.
+At a fresh start the rollouts of steps ``t .. t + k - 1`` are generated first with θ_t; no rollout
+is generated for a step past ``steps``. The schedule depends on nothing but ``(seed, step)``, so
+two runs, or the processes of one run, make the same rollouts.
 
 Checkpoints: the in-flight rollouts are *checkpointed* (``HostState.inflight``,
 ``mojax.rl.inflight``): the host state a checkpoint stores is the one after the steps it has
@@ -152,7 +152,7 @@ class Pipeline:
         if not queue:  # a fresh start (or a checkpoint without rollouts ahead): fill the pipeline
             params, times["time/weight_transfer_s"] = self.transfer(state.params)
             fields = _host_fields(host)
-            for s in range(t, t + max(k, 1)):
+            for s in range(t, min(t + max(k, 1), run.spec.steps)):
                 queue.append(self.generate(host, fields, params, s, version=t))
                 fields = queue[-1]["host"]
         t_fill = time.time() - t0
@@ -168,7 +168,7 @@ class Pipeline:
             params, times["time/weight_transfer_s"] = self.transfer(state.params)
         t1 = time.time()
         state, train_metrics = run.train_step(state, batch)  # dispatched, not waited for
-        if k:
+        if k and t + k < run.spec.steps:  # the last steps generate nothing past the run
             fields = queue[-1]["host"] if queue else _host_fields(host)
             queue.append(self.generate(host, fields, params, t + k, version=t))
         t2 = time.time()
