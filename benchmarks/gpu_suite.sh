@@ -26,6 +26,13 @@ step train_step "${TRAIN_S:-170}" $PY benchmarks/train_step.py --mode gpu --vari
   --batch 8 --seq 2048 --dtype bfloat16 --remat full --logprob_chunk 512 --rounds 3
 step breakdown "${BREAKDOWN_S:-90}" $PY benchmarks/decode_breakdown.py --variant qwen2.5-0.5b \
   --batches 1,64 --rounds 3
-for f in ceilings sampler train_step breakdown; do
+# off-policy: the sampler-vs-learner mismatch of qwen2.5-0.5b in bf16 (random weights unless
+# MISMATCH_CKPT names an HF directory; a measurement, not a timing), then the RL step time of
+# rollout.staleness=1 vs 0 on the embedded default (one GPU: the sampler shares its device)
+step mismatch "${MISMATCH_S:-120}" $PY benchmarks/mismatch.py --variant qwen2.5-0.5b \
+  --dtype bfloat16 --prompts 16 --samples 4 --new 256 --chunk 512 ${MISMATCH_CKPT:+--checkpoint "$MISMATCH_CKPT"}
+step async_overlap "${ASYNC_S:-300}" $PY benchmarks/async_overlap.py --mode gpu --steps 6 \
+  --warmup 2 --sft_steps 20 --rounds 3
+for f in ceilings sampler train_step breakdown mismatch async_overlap; do
   echo "----- $f"; grep -vE "^  round |^\s*$" "$OUT/$f.log" | tail -n 40
 done

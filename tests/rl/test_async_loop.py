@@ -113,7 +113,7 @@ def _final(workdir):
 @pytest.mark.slow
 def test_kill_9_with_staleness_1_resumes_bitwise(tmp_path):
     """``staleness = 1``, the sampler on its own device (2 devices): killed after the step-2
-    checkpoint (which holds the rollout of step 3, generated during step 2's update), resumed:
+    checkpoint (which holds the next step's rollout, generated during the second update), resumed:
     params, host state and metrics equal the uninterrupted run's; steps 2.. train on rollouts one
     update old, and the final checkpoint holds no rollout past the run."""
     import jax
@@ -130,13 +130,15 @@ def test_kill_9_with_staleness_1_resumes_bitwise(tmp_path):
     p.wait()
     assert not (killed / "done").exists()
     saved = json.loads((killed / "checkpoints" / "2" / "host" / "metadata").read_text())
-    assert [x["step"] for x in saved["inflight"]] == [3]  # the in-flight rollout is checkpointed
+    # the checkpoint after 2 steps holds the rollout of step index 2, generated during the second
+    # update by the weights after 1 update
+    assert [(x["step"], x["version"]) for x in saved["host_state"]["inflight"]] == [(2, 1)]
     _run(killed, flags, devices=2)
     a, ha = _final(straight)
     b, hb = _final(killed)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert ha == hb and ha["inflight"] == []
+    assert ha == hb and ha["host_state"]["inflight"] == []
     ma, mb = metrics(straight), metrics(killed)
     assert ma == mb and _trains(ma)
     assert [r["async/policy_lag"] for r in ma[1:]] == [0.0, 1.0, 1.0, 1.0]
