@@ -92,6 +92,23 @@ def _with_fields(host: HostState, fields: dict[str, Any], **kw) -> HostState:
     )
 
 
+def _across_processes(params, shardings, learner_mesh) -> Any:
+    """``params`` (on the learner's mesh) placed with ``shardings`` (on the sampler's mesh) when
+    both meshes span several processes: JAX reshards across hosts only within one device set, so
+    the learner's mesh first gathers a full copy on each of its devices (one jitted all-gather),
+    then each process copies the slices its sampler devices hold from one of its own learner
+    devices (device-to-device within the process) and assembles the global arrays."""
+    full = jax.jit(lambda p: p, out_shardings=sharding_lib.replicated(learner_mesh))(params)
+
+    def place(x, target):
+        src = x.addressable_shards[0].data
+        index = target.addressable_devices_indices_map(x.shape)
+        bufs = [jax.device_put(src[idx], d) for d, idx in index.items()]
+        return jax.make_array_from_single_device_arrays(x.shape, target, bufs)
+
+    return jax.tree.map(place, full, shardings)
+
+
 @dataclasses.dataclass
 class Pipeline:
     """The asynchronous step (see the module docstring); build it with :meth:`build`.
@@ -129,8 +146,10 @@ class Pipeline:
         t0 = time.perf_counter()
         if self.same_mesh:
             out = jax.tree.map(lambda x: x.copy(), params)
-        else:
+        elif jax.process_count() == 1:
             out = jax.device_put(params, self.shardings)
+        else:
+            out = _across_processes(params, self.shardings, self.gen_run.mesh)
         jax.block_until_ready(out)
         return out, time.perf_counter() - t0
 
