@@ -40,7 +40,16 @@ step mfu_7b_lora_t2048 "${MFU_S:-150}" $PY benchmarks/train_step.py $MFU --varia
   --lora_rank 64 --batch 4 --seq 2048
 step mfu_7b_lora_t4096 "${MFU_S:-150}" $PY benchmarks/train_step.py $MFU --variant qwen2.5-7b \
   --lora_rank 64 --batch 2 --seq 4096
-for f in $([ "$PARTS" = all ] && echo ceilings sampler train_step breakdown) mfu_15b_t2048 mfu_15b_t4096 mfu_7b_lora_t2048 \
-  mfu_7b_lora_t4096; do
+if [ "$PARTS" = all ]; then
+# off-policy: the sampler-vs-learner mismatch of qwen2.5-0.5b in bf16 (random weights unless
+# MISMATCH_CKPT names an HF directory; a measurement, not a timing), then the RL step time of
+# rollout.staleness=1 vs 0 on the embedded default (one GPU: the sampler shares its device)
+step mismatch "${MISMATCH_S:-120}" $PY benchmarks/mismatch.py --variant qwen2.5-0.5b \
+  --dtype bfloat16 --prompts 16 --samples 4 --new 256 --chunk 512 ${MISMATCH_CKPT:+--checkpoint "$MISMATCH_CKPT"}
+step async_overlap "${ASYNC_S:-300}" $PY benchmarks/async_overlap.py --mode gpu --steps 6 \
+  --warmup 2 --sft_steps 20 --rounds 3
+fi
+for f in $([ "$PARTS" = all ] && echo ceilings sampler train_step breakdown mismatch async_overlap) \
+  mfu_15b_t2048 mfu_15b_t4096 mfu_7b_lora_t2048 mfu_7b_lora_t4096; do
   echo "----- $f"; grep -vE "^  round |^\s*$" "$OUT/$f.log" | tail -n 40
 done

@@ -6,8 +6,9 @@ needs and returns the config locked, so ``--config.ppo.clip_hihg=0.3`` fails nam
 
 Sections: ``model``, ``tokenizer``, ``task``, ``rollout``, ``estimator`` + ``advantage`` (the
 estimator's keyword arguments), ``paretopo`` (ParetoPO's Stage 1 / Stage 2 schedule),
-``tool_reward``, ``dapo``, ``ppo``, ``optimizer``, ``sft``, ``eval``, ``judge``, ``wandb``, ``mesh``,
-``lora`` (LoRA / QLoRA adapters), ``packing`` (sequence packing) and the run-level keys. What each key means is the help text of the spec field that reads it
+``tool_reward``, ``dapo``, ``ppo``, ``rollout_correction``, ``optimizer``, ``sft``, ``eval``,
+``judge``, ``wandb``, ``mesh``, ``lora`` (LoRA / QLoRA adapters), ``packing`` (sequence packing) and
+the run-level keys. What each key means is the help text of the spec field that reads it
 (``python -m mojax.main --config=... --config.mode=show`` prints every key with its help).
 """
 
@@ -81,13 +82,14 @@ def base_config() -> ml_collections.ConfigDict:
         dynamic_sampling=False, max_refill_rounds=2, overlong_buffer=0, overlong_penalty=1.0
     )
     c.ppo = _ppo()
+    c.rollout_correction = _rollout_correction()
     c.optimizer = _optimizer()
     c.sft = _sft()
     c.eval = _section(num_samples=1, temperature=0.0, ks=(1,), checkpoint="", split="test")
     c.judge = _section(kind="overlap", url="", model="", timeout_s=30.0)
     c.judge.workers, c.judge.max_failures_in_a_row, c.judge.batch_deadline_s = 8, 8, 0.0
     c.wandb = _section(enabled=False, project="mojax", entity="", mode="online", name="", group="")
-    c.mesh = _section(data=-1, fsdp=1, tensor=1)
+    c.mesh = _section(data=-1, fsdp=1, tensor=1, sampler=0)
     c.lora = _section(
         enabled=False,
         rank=8,
@@ -144,6 +146,7 @@ def _rollout() -> ml_collections.ConfigDict:
         sandbox="bwrap",
         retrieval_url="",
         decode_segment=0,
+        staleness=0,
     )
 
 
@@ -181,7 +184,12 @@ def _ppo() -> ml_collections.ConfigDict:
         log_entropy=True,
         ratio_level="token",
         num_seqs=_optional(None, int),
+        old_logprobs="sampler",
     )
+
+
+def _rollout_correction() -> ml_collections.ConfigDict:
+    return _section(is_level="none", is_cap=2.0, reject="none", low=0.5, high=2.0)
 
 
 def _optimizer() -> ml_collections.ConfigDict:

@@ -5,6 +5,7 @@ The model names every parameter and activation axis logically ("batch", "embed",
 from one CPU to data / ZeRO-3 (fsdp) / tensor parallelism without touching the model code::
 
     mesh = mesh_from_config(config.mesh)        # config.mesh.{data, fsdp, tensor}; -1 = the rest
+    sampler_mesh = sampler_mesh_from_config(config.mesh)  # config.mesh.sampler devices, or None
     rules = logical_axis_rules(config)          # config.logical_axis_rules or the model's default
     batch = shard_batch(batch, mesh, rules)     # rows over ("data", "fsdp"), scalars replicated
     check_model_divides(model_config, mesh, rules)  # ConfigError naming config.mesh.* and the dim
@@ -28,6 +29,7 @@ from mojax.config import ConfigError
 from mojax.models import DEFAULT_LOGICAL_AXIS_RULES
 
 MESH_AXES = ("data", "fsdp", "tensor")
+MESH_KEYS = MESH_AXES + ("sampler",)  # config.mesh: the learner's axes, the sampler's devices
 
 #: The ``QwenConfig`` field that sizes each logical axis of the parameters (for error messages).
 MODEL_DIMS = {
@@ -90,12 +92,53 @@ def make_mesh(
 
 
 def mesh_from_config(mesh_config: Any, devices: Sequence[Any] | None = None) -> Mesh:
-    """``make_mesh`` from ``config.mesh`` (a ConfigDict or mapping with data / fsdp / tensor)."""
-    cfg = dict(mesh_config.to_dict() if hasattr(mesh_config, "to_dict") else mesh_config)
-    unknown = set(cfg) - set(MESH_AXES)
-    if unknown:
-        raise ValueError(f"unknown mesh key(s) {sorted(unknown)}; allowed: {list(MESH_AXES)}")
+    """``make_mesh`` from ``config.mesh`` (a ConfigDict or mapping with data / fsdp / tensor, and
+    ``sampler``): the learner's mesh, over the devices ``split_devices`` leaves to the learner."""
+    cfg = _mesh_keys(mesh_config)
+    devices = split_devices(cfg.get("sampler", 0), devices)[0]
     return make_mesh(cfg.get("data", -1), cfg.get("fsdp", 1), cfg.get("tensor", 1), devices)
+
+
+def sampler_mesh_from_config(mesh_config: Any, devices: Sequence[Any] | None = None) -> Mesh | None:
+    """The sampler's own mesh of ``config.mesh.sampler`` devices (all on "data": rows spread, the
+    weights replicated), or None when the sampler shares the learner's mesh (``sampler = 0``)."""
+    n = _mesh_keys(mesh_config).get("sampler", 0)
+    return make_mesh(-1, 1, 1, split_devices(n, devices)[1]) if n else None
+
+
+def _mesh_keys(mesh_config: Any) -> dict[str, int]:
+    cfg = dict(mesh_config.to_dict() if hasattr(mesh_config, "to_dict") else mesh_config)
+    unknown = set(cfg) - set(MESH_KEYS)
+    if unknown:
+        raise ValueError(f"unknown mesh key(s) {sorted(unknown)}; allowed: {list(MESH_KEYS)}")
+    return cfg
+
+
+def split_devices(num_sampler: int, devices: Sequence[Any] | None = None) -> tuple[list, list]:
+    """``(learner devices, sampler devices)``: every process gives the last ``num_sampler / P`` of
+    its devices (by id) to the sampler and keeps the rest for the learner, so both meshes span every
+    process (each process holds rows of both). ``num_sampler = 0``: all devices are the learner's.
+
+    Raises:
+      ValueError naming ``mesh.sampler`` when it does not divide into the processes or leaves a
+      process no learner device.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    if not num_sampler:
+        return devices, []
+    by_process: dict[int, list] = {}
+    for d in sorted(devices, key=lambda d: (d.process_index, d.id)):
+        by_process.setdefault(d.process_index, []).append(d)
+    n_proc = len(by_process)
+    per = num_sampler // n_proc
+    if num_sampler % n_proc or any(per >= len(v) for v in by_process.values()):
+        raise ValueError(
+            f"mesh.sampler={num_sampler}: must be a multiple of the {n_proc} process(es) and leave "
+            f"every process a learner device (devices per process: "
+            f"{sorted({len(v) for v in by_process.values()})})"
+        )
+    learner = [d for v in by_process.values() for d in v[: len(v) - per]]
+    return learner, [d for v in by_process.values() for d in v[len(v) - per :]]
 
 
 def logical_axis_rules(config: Any = None) -> tuple:
@@ -284,14 +327,23 @@ def mesh_errors(
     *,
     skip: Sequence[str] = (),
 ) -> list[str]:
-    """Config-time checks of ``config.mesh`` (``sizes``: axis -> size or -1): the product against
-    ``num_devices`` (``"auto"``: ``jax.device_count()``, every process's devices; None: not known,
-    the -1 axis is left unresolved), then ``model_divisibility_errors`` of ``model_config`` (None:
-    not known). Lines start with the ``config.mesh`` key."""
+    """Config-time checks of ``config.mesh`` (``sizes``: axis -> size or -1, and ``sampler``): the
+    product against ``num_devices`` less the sampler's (``"auto"``: ``jax.device_count()``, every
+    process's devices; None: not known, the -1 axis is left unresolved), then
+    ``model_divisibility_errors`` of ``model_config`` (None: not known). Lines start with the
+    ``config.mesh`` key."""
+    sizes, errors = dict(sizes), []
+    n_sampler = sizes.pop("sampler", 0)  # the learner's mesh spans the other devices
     if num_devices == "auto":
-        num_devices = jax.device_count()
+        try:
+            num_devices = len(split_devices(n_sampler)[0])
+        except ValueError as e:
+            return [f"config.{e}"]
+    elif n_sampler and num_devices is not None:
+        if n_sampler >= num_devices:
+            return [f"config.mesh.sampler={n_sampler}: leaves none of the {num_devices} devices"]
+        num_devices -= n_sampler
     resolved = {k: (None if v == -1 else v) for k, v in sizes.items()}
-    errors = []
     if num_devices is not None:
         try:
             shape = resolve_mesh_shape(**sizes, num_devices=num_devices)

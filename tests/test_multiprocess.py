@@ -325,6 +325,47 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+# staleness 1 with the sampler on its own devices, π_old recomputed and token TIS: VPO's set rows
+# train without a warm start (a long SFT drifts apart between 1 and 2 processes by all-reduce order),
+# and the entropy bonus moves the policy every step, so every rollout after the first is stale
+_ASYNC = [
+    "--config=configs/vpo.py",
+    "--config.steps=3",
+    *_SHORT,
+    "--config.rollout.staleness=1",
+    "--config.mesh.sampler=2",
+    "--config.ppo.entropy_coef=0.01",
+    "--config.ppo.old_logprobs=recompute",
+    "--config.rollout_correction.is_level=token",
+]
+
+
+@pytest.mark.slow
+def test_two_processes_with_staleness_1_equal_one_process(tmp_path):
+    """``rollout.staleness = 1``, ``mesh.sampler = 2``: 2 processes of 2 devices (each gives one to
+    the learner's mesh, one to the sampler's; ``mojax.sharding.split_devices``) equal 1 process of 4
+    devices with the same two meshes (the weights cross from the learner's devices to the
+    sampler's inside each process); the host state, in-flight rollouts included, is identical on
+    both processes after every step (``MOJAX_DEBUG_HOST_STATE``), and the steps after the first
+    train on rollouts one update old, their mismatch measured and corrected."""
+    cmd = [*LAUNCHER, "--num_processes=2", "--devices_per_process=2", "--"]
+    p = subprocess.run(
+        cmd + _main(tmp_path / "two", _ASYNC),
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    one_process(tmp_path, tmp_path / "one", _ASYNC, devices=4)
+    a, b = metrics(tmp_path / "one"), metrics(tmp_path / "two")
+    assert_same_metrics(a, b)
+    assert [r["async/policy_lag"] for r in b[1:]] == [0.0, 1.0, 1.0]
+    assert all(r["update_norm"] > 0 for r in b[1:])
+    assert b[1]["mismatch/kl_k3"] < 1e-9 < b[2]["mismatch/kl_k3"]  # fp32 numerics, then staleness
+
+
 def _descendants(pid: int) -> list[int]:
     out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
     children: dict[int, list[int]] = {}

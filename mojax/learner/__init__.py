@@ -9,6 +9,7 @@ Typical use (see ``mojax.learner.step`` for the batch keys and metrics)::
     state, metrics = train_step(state, batch)
 """
 
+from mojax.learner.correction import CorrectionConfig
 from mojax.learner.logprobs import logprobs_from_hidden, token_logprobs
 from mojax.learner.losses import (
     AGGREGATIONS,
@@ -20,6 +21,7 @@ from mojax.learner.losses import (
     sft_loss,
 )
 from mojax.learner.ppo import PPOConfig, ppo_grads, ppo_update
+from mojax.learner.recompute import make_recompute_fn
 from mojax.learner.sft import make_sft_step, sft_update
 from mojax.learner.state import (
     OptimizerConfig,
@@ -36,6 +38,7 @@ from mojax.learner.step import ShardedStep, make_grad_fn, make_logprob_fn, make_
 
 __all__ = [
     "AGGREGATIONS",
+    "CorrectionConfig",
     "KL_TYPES",
     "OptimizerConfig",
     "PPOConfig",
@@ -50,6 +53,7 @@ __all__ = [
     "make_grad_fn",
     "make_logprob_fn",
     "make_optimizer",
+    "make_recompute_fn",
     "make_schedule",
     "make_sft_step",
     "make_train_step",

@@ -53,6 +53,7 @@ class PPOConfig:
         response; with ``agg="seq-mean-token-mean"`` the loss is the paper's 1/(GK) mean).
       num_seqs: a constant sequence count for the ``seq-mean-*`` aggregations (verl's
         ``global_batch_size``; None = the sequences present in the mini-batch).
+      old_logprobs: ``"sampler"`` or ``"recompute"`` (``mojax.learner.recompute``).
     """
 
     SECTION: ClassVar[str] = "ppo"
@@ -86,12 +87,18 @@ class PPOConfig:
     num_seqs: int | None = option(
         None, help="constant sequence count of the seq-mean-* aggregations (None = those present)"
     )
+    old_logprobs: str = option(
+        "sampler",
+        help='π_old of the ratio: "sampler" (the rollout\'s log-probs) | "recompute" (the '
+        "learner's forward on the batch; logs mismatch/*, enables rollout_correction)",
+    )
 
     def __post_init__(self):
         c = Checker({"ppo": dataclasses.asdict(self)})
         c.choice("ppo.agg", losses.AGGREGATIONS)
         c.choice("ppo.kl_type", losses.KL_TYPES)
         c.choice("ppo.ratio_level", losses.RATIO_LEVELS)
+        c.choice("ppo.old_logprobs", ("sampler", "recompute"))
         if self.num_seqs is not None and self.num_seqs < 1:
             c.fail("ppo.num_seqs", f"must be >= 1 or None, got {self.num_seqs}")
         c.in_range("ppo.clip_low", 0.0, 1.0, high_inclusive=False)
@@ -261,10 +268,13 @@ def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = 
             need=x["loss_mask"] > 0,
             **{k: x[k] for k in _MODEL_EXTRAS if k in x},
         )
+        adv = x["advantages"]
+        if "is_weights" in x:  # w min(ρA, clip(ρ)A) = min(ρ wA, clip(ρ) wA) for weights w >= 0
+            adv = (adv[:, None] if adv.ndim == 1 else adv) * x["is_weights"]
         return losses.ppo_clip_loss(
             lp,
             x["old_logprobs"],
-            x["advantages"],
+            adv,
             x["loss_mask"],
             clip_low=cfg.clip_low,
             clip_high=cfg.clip_high,

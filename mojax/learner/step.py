@@ -11,7 +11,8 @@ state donated, so it runs unchanged from one CPU to a multi-host mesh::
 
 Batch keys (the rollout batch contract, ``docs/architecture.md``): ``tokens`` int32 [B, T], ``loss_mask`` [B, T],
 ``old_logprobs`` fp32 [B, T], ``advantages`` [B] or [B, T]; ``ref_logprobs`` [B, T] when
-``kl_coef != 0``; optional ``attention_mask`` [B, T], ``clip_eps`` (scalar AWPO radius); ``n_calls``
+``kl_coef != 0``; optional ``attention_mask`` [B, T], ``clip_eps`` (scalar AWPO radius),
+``is_weights`` [B, T] (off-policy correction weights, ``mojax.learner.correction``); ``n_calls``
 and other host metadata are accepted and ignored. A missing or unknown key raises naming it.
 
 Exact micro-batching: the aggregation weights of the loss (``mojax.learner.losses.aggregation_weights``)
@@ -215,7 +216,8 @@ def make_train_step(
     required = ("tokens", "loss_mask", "old_logprobs", "advantages")
     if cfg.kl_coef != 0.0:
         required += ("ref_logprobs",)
-    optional = tuple(k for k in ("ref_logprobs", "attention_mask", "clip_eps") if k not in required)
+    optional = ("ref_logprobs", "attention_mask", "clip_eps", "is_weights")
+    optional = tuple(k for k in optional if k not in required)
     optional += ("segment_ids", "positions")  # packed rows (mojax.learner.packing)
     return ShardedStep(
         fn,

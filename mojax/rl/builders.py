@@ -155,6 +155,11 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
     train_step = learner.make_train_step(
         model_config, tx, spec.ppo, mesh, rules, lr_schedule=learner.make_schedule(spec.optimizer)
     )
+    recompute = None
+    if spec.ppo.old_logprobs == "recompute":  # π_old by the learner, mismatch, correction
+        recompute = learner.make_recompute_fn(
+            model_config, mesh, rules, spec.rollout_correction, chunk_size=spec.ppo.logprob_chunk
+        )
     method = spec.advantage.method
     ctx = MethodContext(
         method,
@@ -177,4 +182,5 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
         mesh=mesh,
         rules=rules,
         interrupt=interrupt,
+        recompute=recompute,
     )

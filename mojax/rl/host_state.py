@@ -16,6 +16,8 @@ host-side record, which every checkpoint stores next to it as JSON (``to_json`` 
   after-step phases (the method's after-step hook, evaluation, logging) were done: the step's
   metrics and transcript rows so far. A resumed run does those phases first
   (``mojax.rl.interrupts``); any other checkpoint has no ``pending``.
+* ``inflight``: the rollouts generated ahead of their update with ``rollout.staleness >= 1``
+  (``mojax.rl.inflight``, JSON data; empty otherwise).
 
 Multi-host: every process holds an identical copy (it is derived from all-gathered data only);
 process 0 writes it, every process reads it back.
@@ -47,6 +49,7 @@ class HostState:
         default_factory=lambda: {s: RewardStats() for s in SPLITS}
     )
     pending: dict[str, Any] | None = None
+    inflight: list = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -56,6 +59,7 @@ class HostState:
             "val_tracker": self.val_tracker.to_state(),
             "method": to_json_tree(self.method),
             "reward_stats": {k: v.state_dict() for k, v in self.reward_stats.items()},
+            "inflight": list(self.inflight),
         }
         if self.pending is not None:
             out["pending"] = self.pending
@@ -77,6 +81,7 @@ class HostState:
             method=_method_state(d),
             reward_stats={k: RewardStats.from_state_dict(v) for k, v in d["reward_stats"].items()},
             pending=d.get("pending"),
+            inflight=list(d.get("inflight", [])),
         )
 
     def to_json(self) -> str:

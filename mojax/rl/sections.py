@@ -138,6 +138,11 @@ class RolloutSpec:
     decode_segment: int = option(
         0, help="decode in calls of at most N tokens (0 = a turn per call); bounds signal latency"
     )
+    staleness: int = option(
+        0,
+        help="k: generation for step t + k runs during step t's update, with weights k updates "
+        "old at most (0 = synchronous; mojax.rl.async_loop)"
+    )
 
     def __post_init__(self):
         c = _checker("rollout", self)
@@ -147,6 +152,7 @@ class RolloutSpec:
             c.in_range(f"rollout.{key}", 1)
         c.in_range("rollout.max_tool_calls", 0)
         c.in_range("rollout.max_prompt_len", 0)
+        c.in_range("rollout.staleness", 0)
         c.in_range("rollout.temperature", 0.0)
         c.in_range("rollout.top_p", 0.0, 1.0, low_inclusive=False)
         c.in_range("rollout.top_k", 0)
@@ -324,12 +330,17 @@ class WandbSpec:
 
 @dataclasses.dataclass(frozen=True)
 class MeshSpec:
-    """``config.mesh``: device mesh axes (``-1`` = the remaining devices)."""
+    """``config.mesh``: the learner's device mesh axes (``-1`` = the remaining devices) and the
+    devices of the sampler's mesh (``mojax.sharding.split_devices``)."""
 
     SECTION: ClassVar[str] = "mesh"
     data: int = option(help="data-parallel axis (-1 = the remaining devices)")
     fsdp: int = option(help="fully sharded data-parallel axis (parameters sharded)")
     tensor: int = option(help="tensor-parallel axis (heads and MLP sharded)")
+    sampler: int = option(
+        help="devices of the sampler's own mesh, taken from every process's devices (0 = the "
+        "sampler shares the learner's mesh)"
+    )
     logical_axis_rules: tuple = ()  # config.logical_axis_rules when set (else the model's)
 
     def __post_init__(self):
@@ -338,10 +349,16 @@ class MeshSpec:
             v = c.typed(f"mesh.{axis}", int)
             if isinstance(v, int) and not isinstance(v, bool) and v < 1 and v != -1:
                 c.fail(f"mesh.{axis}", f"{v} must be a positive int or -1 (the remaining devices)")
+        c.in_range("mesh.sampler", 0)
         c.raise_if_any()
 
     def as_dict(self) -> dict[str, int]:
-        return {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
+        return {
+            "data": self.data,
+            "fsdp": self.fsdp,
+            "tensor": self.tensor,
+            "sampler": self.sampler,
+        }
 
 
 @dataclasses.dataclass(frozen=True)

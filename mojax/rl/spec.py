@@ -29,7 +29,7 @@ from mojax.config import (
     section_from_config,
     to_dict,
 )
-from mojax.learner import OptimizerConfig, PPOConfig
+from mojax.learner import CorrectionConfig, OptimizerConfig, PPOConfig
 from mojax.rl import sections as S
 from mojax.rl.spec_rules import run_errors
 from mojax.tasks import registry
@@ -111,6 +111,7 @@ class RunSpec:
     reward: S.RewardSpec = None
     advantage: AdvantageSpec = None
     ppo: PPOConfig = None
+    rollout_correction: CorrectionConfig = None
     optimizer: OptimizerConfig = None
     sft: S.SFTSpec = None
     eval: S.EvalSpec = None
@@ -173,6 +174,12 @@ _SECTIONS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
         ),
     ),
     ("ppo", lambda c: dataclass_from_config(PPOConfig, c.ppo, "ppo")),
+    (
+        "rollout_correction",
+        lambda c: dataclass_from_config(
+            CorrectionConfig, c.rollout_correction, "rollout_correction"
+        ),
+    ),
     ("optimizer", lambda c: dataclass_from_config(OptimizerConfig, c.optimizer, "optimizer")),
     ("sft", lambda c: section_from_config(S.SFTSpec, c)),
     ("lora", lambda c: section_from_config(S.LoraSpec, c)),
@@ -204,6 +211,7 @@ def _spec_classes() -> tuple[type, ...]:
         S.RolloutSpec,
         S.RewardSpec,
         PPOConfig,
+        CorrectionConfig,
         OptimizerConfig,
         S.SFTSpec,
         S.EvalSpec,

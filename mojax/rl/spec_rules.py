@@ -31,7 +31,7 @@ def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
         added = str(e).startswith(extra_rewards.KEY)
         return [str(e) if added else f"config.task.kwargs: {e}"]
     errors = _shape_errors(spec) + _method_errors(spec, task) + _goal_errors(spec, task)
-    errors += _sft_errors(spec, task) + task.config_errors(spec)
+    errors += _sft_errors(spec, task) + task.config_errors(spec) + _offpolicy_errors(spec)
     return errors + _packing_errors(spec) + _mesh_errors(spec, num_devices)
 
 
@@ -156,6 +156,20 @@ def _sft_errors(spec: Any, task) -> list[str]:
         "sft.steps",
         f"{spec.sft.steps} > 0 needs demonstrations: task {spec.task.name!r} generates none, "
         "set sft.data_path (or sft.steps=0)",
+    )
+    return c.errors
+
+
+def _offpolicy_errors(spec: Any) -> list[str]:
+    """A correction needs π_old from the learner (with the sampler's log-probs as π_old the ratio
+    ``π_old / μ`` it corrects is 1)."""
+    c = Checker({})
+    rc = spec.rollout_correction
+    c.require(
+        not rc.enabled or spec.ppo.old_logprobs == "recompute",
+        "rollout_correction",
+        f"is_level={rc.is_level!r}, reject={rc.reject!r} needs ppo.old_logprobs='recompute' "
+        f"(got {spec.ppo.old_logprobs!r}: π_old is then the sampler's and the ratio is 1)",
     )
     return c.errors
 

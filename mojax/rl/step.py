@@ -51,7 +51,10 @@ class Run:
       the KL term is on, else None; model_config / tokenizer / tx / mesh / rules: the policy's
       architecture, tokenizer, optimizer, device mesh and logical axis rules; interrupt: polled
       between rollout decode calls and SFT steps, raises ``mojax.preemption.Interrupted`` on a
-      signal (None: never).
+      signal (None: never); recompute:
+      ``(params, batch) -> (batch, metrics)`` putting the learner's log-probs in ``old_logprobs``
+      with the mismatch metrics and the correction (``mojax.learner.make_recompute_fn``) when
+      ``ppo.old_logprobs="recompute"``, else None.
     """
 
     spec: RunSpec
@@ -68,6 +71,7 @@ class Run:
     rules: Any
     ref_logprobs: Callable[..., Any] | None = None
     interrupt: Callable[[], None] | None = None
+    recompute: Callable[..., Any] | None = None
 
 
 def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict, Episodes]:
@@ -79,9 +83,13 @@ def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict
     t_roll = time.time() - t0
     host, out, metrics = advantages(run, host, episodes, adv_key)
     batch = assemble(run, episodes, out)
+    offpolicy = {}
+    if run.recompute is not None:  # π_old by the learner's forward: measured and corrected
+        batch, offpolicy = run.recompute(learner.policy_params(state), batch)
     t1 = time.time()
     state, train_metrics = run.train_step(state, batch)
-    train_metrics = {k: float(v) for k, v in jax.device_get(train_metrics).items()}
+    train_metrics = jax.device_get({**offpolicy, **train_metrics})
+    train_metrics = {k: float(v) for k, v in train_metrics.items()}
     metrics = {**episodes.metrics, **rollout_metrics(episodes), **metrics, **train_metrics}
     metrics.update(host.reward_stats["train"].as_metrics("reward_invalid/train"))
     metrics.update({"time/rollout_s": t_roll, "time/train_s": time.time() - t1})

@@ -26,12 +26,13 @@ from mojax.distributed import is_leader
 from mojax.preemption import Interrupted, Preempted, Preemption
 from mojax.rl import adapters, inputs, interrupts
 from mojax.rl import spec as spec_lib
+from mojax.rl.async_loop import make_step_fn
 from mojax.rl.builders import build_run
 from mojax.rl.evaluate import write_report
 from mojax.rl.host_state import HostState
 from mojax.rl.phases import after_step, start_metrics, transcript_rows
 from mojax.rl.spec import RunSpec
-from mojax.rl.step import Run, rl_step
+from mojax.rl.step import Run
 from mojax.rl.validation import evaluate
 from mojax.rl.warm_start import initial_params
 
@@ -124,6 +125,8 @@ def _loop(run_: Run, workdir, state, host, resumed, writer, ckpt, preemption) ->
     last: dict[str, float] = {}
     saved = host.step if resumed else None
 
+    step_fn = make_step_fn(run_)  # rl_step, or the asynchronous pipeline (rollout.staleness)
+
     def halt(signum: int, at, what: str):  # reads ``state`` and ``saved`` when called
         record = functools.partial(adapters.saved_host, run_)
         return interrupts.stop(
@@ -150,7 +153,7 @@ def _loop(run_: Run, workdir, state, host, resumed, writer, ckpt, preemption) ->
         t0 = time.time()
         key = jax.random.fold_in(jax.random.PRNGKey(spec.seed), host.step)
         try:
-            new_host, state, last, episodes = rl_step(run_, host, state, key)
+            new_host, state, last, episodes = step_fn(run_, host, state, key)
         except Interrupted as e:  # in the rollouts: the previous step is the last completed one
             what = f"after RL step {host.step} (the rollout of step {host.step + 1} was abandoned)"
             raise halt(e.signum, host, what) from None

@@ -1,0 +1,206 @@
+"""Asynchronous generation: the rollout of step ``t + k`` is generated while step ``t`` updates.
+
+``rollout.staleness = k``. The rollout that RL step ``s`` trains on is generated with the weights
+after ``max(0, s - k)`` updates (its *policy version*; the behaviour policy of the off-policy
+correction, ``mojax.learner.correction``), so the weights are at most ``k`` updates old. Step ``t``
+of the :class:`Pipeline`::
+
+    consume     the oldest in-flight rollout (step t, version t - k): advantages, batch, and, with
+                ppo.old_logprobs="recompute", π_old from the learner with the mismatch and the
+                correction against the behaviour log-probs
+    transfer    θ_t, the learner's weights, to the sampler (a copy on the sampler's mesh: the update
+                donates the learner's buffers); timed
+    update      dispatched (JAX dispatch is asynchronous: the call returns before the update ends)
+    generate    the rollout of step t + k with θ_t on the sampler, while the update runs (on the
+                sampler's own devices with ``mesh.sampler > 0``, else queued behind the update on
+                the same devices: the host's work, tool calls and scoring, still overlaps)
+    wait        the update's metrics
+
+At a fresh start the rollouts of steps ``t .. t + k - 1`` are generated first with θ_t; no rollout
+is generated for a step past ``steps``. The schedule depends on nothing but ``(seed, step)``, so
+two runs, or the processes of one run, make the same rollouts.
+
+Checkpoints: the in-flight rollouts are *checkpointed* (``HostState.inflight``,
+``mojax.rl.inflight``): the host state a checkpoint stores is the one after the steps it has
+trained (the in-flight rollouts' data position, ``N_optimal`` tracker and reward stats travel with
+each rollout and are applied when it is consumed), and a resumed run consumes the saved rollouts
+exactly as the uninterrupted run does. Every rollout is consumed through its JSON form, in either
+run.
+
+Several processes: the same rules as the synchronous loop (``docs/architecture.md``): the sampler's
+mesh (``mojax.sharding.split_devices``) takes devices from every process, so each process holds
+rows of both meshes, runs the tools of the rows its sampler devices hold and scores the groups it
+owns; the rollout and its rewards are all-gathered, so the in-flight rollouts and the host state are
+identical everywhere. ``rollout.staleness = 0`` with ``mesh.sampler = 0`` is the synchronous loop
+(``mojax.rl.step.rl_step``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from mojax import distributed, learner
+from mojax import sharding as sharding_lib
+from mojax.models import param_shardings
+from mojax.pareto import NOptimalTracker
+from mojax.rl import inflight as inflight_lib
+from mojax.rl.episodes import rollout_metrics
+from mojax.rl.host_state import HostState
+from mojax.rl.step import Run, advantages, assemble, collect, rl_step
+from mojax.sampling import InGraphSampler
+from mojax.tasks.types import RewardStats
+
+
+def make_step_fn(run: Run) -> Callable:
+    """``(run, host, state, key) -> (host, state, metrics, episodes)``: ``rl_step`` for the
+    synchronous loop on one mesh, else a :class:`Pipeline`."""
+    if run.spec.rollout.staleness == 0 and run.spec.mesh.sampler == 0:
+        return rl_step
+    return Pipeline.build(run)
+
+
+def step_key(seed: int, step: int) -> jax.Array:
+    """The key of RL step ``step`` (the loop's ``fold_in(PRNGKey(seed), step)``)."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), step)
+
+
+def _host_fields(host: HostState) -> dict[str, Any]:
+    """What collecting a rollout changes in the host state, as state dicts."""
+    return {
+        "data": dict(host.data),
+        "tracker": host.tracker.to_state(),
+        "train_stats": host.reward_stats["train"].state_dict(),
+    }
+
+
+def _with_fields(host: HostState, fields: dict[str, Any], **kw) -> HostState:
+    """``host`` with the data position, tracker and training reward stats of ``fields`` (fresh
+    objects: collecting mutates the stats in place)."""
+    stats = {**host.reward_stats, "train": RewardStats.from_state_dict(fields["train_stats"])}
+    return dataclasses.replace(
+        host,
+        data=dict(fields["data"]),
+        tracker=NOptimalTracker.from_state(fields["tracker"]),
+        reward_stats=stats,
+        **kw,
+    )
+
+
+def _across_processes(params, shardings, learner_mesh) -> Any:
+    """``params`` (on the learner's mesh) placed with ``shardings`` (on the sampler's mesh) when
+    both meshes span several processes: JAX reshards across hosts only within one device set, so
+    the learner's mesh first gathers a full copy on each of its devices (one jitted all-gather),
+    then each process copies the slices its sampler devices hold from one of its own learner
+    devices (device-to-device within the process) and assembles the global arrays."""
+    full = jax.jit(lambda p: p, out_shardings=sharding_lib.replicated(learner_mesh))(params)
+
+    def place(x, target):
+        src = x.addressable_shards[0].data
+        index = target.addressable_devices_indices_map(x.shape)
+        bufs = [jax.device_put(src[idx], d) for d, idx in index.items()]
+        return jax.make_array_from_single_device_arrays(x.shape, target, bufs)
+
+    return jax.tree.map(place, full, shardings)
+
+
+@dataclasses.dataclass
+class Pipeline:
+    """The asynchronous step (see the module docstring); build it with :meth:`build`.
+
+    Attributes:
+      gen_run: the run with the training rollouts' episode runner on the sampler's mesh;
+      shardings: the sampler's param shardings; same_mesh: the sampler shares the learner's mesh;
+      examples: the training split's examples by id (to decode in-flight rollouts).
+    """
+
+    gen_run: Run
+    shardings: Any
+    same_mesh: bool
+    examples: dict[str, Any]
+
+    @classmethod
+    def build(cls, run: Run) -> Pipeline:
+        """The sampler (``mojax.sampling.InGraphSampler``) on ``mesh.sampler`` devices
+        (``mojax.sharding.sampler_mesh_from_config``) or on the learner's mesh."""
+        own = sharding_lib.sampler_mesh_from_config(run.spec.mesh.as_dict())
+        mesh = run.mesh if own is None else own
+        sampler = InGraphSampler(run.model_config, mesh=mesh, rules=run.rules)
+        runner = dataclasses.replace(run.runner, sampler=sampler)
+        examples = {str(ex.id): ex for ex in run.splits.train}
+        if len(examples) != len(run.splits.train):
+            raise ValueError(
+                "rollout.staleness / mesh.sampler: the training split's example ids are not unique "
+                "(in-flight rollouts are checkpointed by example id)"
+            )
+        shardings = param_shardings(run.model_config, mesh, run.rules)
+        return cls(dataclasses.replace(run, runner=runner), shardings, own is None, examples)
+
+    def transfer(self, params) -> tuple[Any, float]:
+        """A copy of the learner's ``params`` on the sampler's mesh, and the seconds it took."""
+        t0 = time.perf_counter()
+        if self.same_mesh:
+            out = jax.tree.map(lambda x: x.copy(), params)
+        elif jax.process_count() == 1:
+            out = jax.device_put(params, self.shardings)
+        else:
+            out = _across_processes(params, self.shardings, self.gen_run.mesh)
+        jax.block_until_ready(out)
+        return out, time.perf_counter() - t0
+
+    def generate(self, host: HostState, fields: dict, params, step: int, version: int) -> dict:
+        """The rollout of RL step ``step`` with the sampler's ``params`` (generated by the weights
+        of RL step ``version``), collected from the host ``fields`` left by the rollout before it;
+        returns its JSON form (``mojax.rl.inflight.encode``)."""
+        gen = _with_fields(host, fields, step=step)
+        roll_key, _ = jax.random.split(step_key(self.gen_run.spec.seed, step))
+        gen, episodes = collect(self.gen_run, gen, params, roll_key)
+        item = inflight_lib.InFlight(step, version, episodes, _host_fields(gen))
+        return inflight_lib.encode(item)
+
+    def __call__(self, run: Run, host: HostState, state, key) -> tuple:
+        """One RL step (see the module docstring); returns the new host and train state, the step's
+        metrics and its episodes (for transcripts)."""
+        k, t, t0 = run.spec.rollout.staleness, host.step, time.time()
+        queue, times = list(host.inflight), {}
+        if not queue:  # a fresh start (or a checkpoint without rollouts ahead): fill the pipeline
+            params, times["time/weight_transfer_s"] = self.transfer(learner.policy_params(state))
+            fields = _host_fields(host)
+            for s in range(t, min(t + max(k, 1), run.spec.steps)):
+                queue.append(self.generate(host, fields, params, s, version=t))
+                fields = queue[-1]["host"]
+        t_fill = time.time() - t0
+        item = inflight_lib.decode(queue.pop(0), self.examples)
+        host, episodes = _with_fields(host, item.host), item.episodes
+        _, adv_key = jax.random.split(key)
+        host, out, metrics = advantages(run, host, episodes, adv_key)
+        batch = assemble(run, episodes, out)
+        offpolicy = {}
+        if run.recompute is not None:  # π_old by the learner's forward: measured and corrected
+            batch, offpolicy = run.recompute(learner.policy_params(state), batch)
+        if k:  # θ_t to the sampler before the update donates the learner's buffers
+            params, times["time/weight_transfer_s"] = self.transfer(learner.policy_params(state))
+        t1 = time.time()
+        state, train_metrics = run.train_step(state, batch)  # dispatched, not waited for
+        if k and t + k < run.spec.steps:  # the last steps generate nothing past the run
+            fields = queue[-1]["host"] if queue else _host_fields(host)
+            queue.append(self.generate(host, fields, params, t + k, version=t))
+        t2 = time.time()
+        train_metrics = jax.device_get({**offpolicy, **train_metrics})
+        metrics = {**episodes.metrics, **rollout_metrics(episodes), **metrics}
+        metrics.update({name: float(v) for name, v in train_metrics.items()})
+        metrics.update(host.reward_stats["train"].as_metrics("reward_invalid/train"))
+        if k:
+            metrics["async/policy_lag"] = float(t - item.version)
+        times["time/rollout_s"] = t_fill + (t2 - t1 if k else 0.0)
+        times["time/train_s"], times["time/update_wait_s"] = time.time() - t1, time.time() - t2
+        metrics.update(times)
+        host = dataclasses.replace(host, step=t + 1, inflight=queue)
+        if os.environ.get("MOJAX_DEBUG_HOST_STATE") == "1":  # multi-process: a divergence is a bug
+            distributed.assert_same(f"host state after step {host.step}", host.to_dict())
+        return host, state, metrics, episodes

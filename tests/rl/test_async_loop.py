@@ -1,0 +1,231 @@
+"""Asynchronous generation (``rollout.staleness``, ``mesh.sampler``; ``mojax.rl.async_loop``).
+
+* the pipeline with ``staleness = 0`` is the synchronous loop (``mojax.rl.step.rl_step``) bitwise:
+  every non-time key of ``metrics.jsonl`` of a short default run, on one mesh, and with the sampler
+  on its own 4 of 8 devices against the learner alone on 4 devices;
+* ``staleness = 1``: a kill -9 after a checkpoint (its in-flight rollout is checkpointed), then a
+  resume, ends bitwise equal to the uninterrupted run (params, host state, metrics), and every
+  rollout after the first is one update old;
+* in-flight rollouts survive their JSON form exactly; the device split and the config rules.
+
+The 2-process run with ``staleness = 1`` is in ``tests/test_multiprocess.py``.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+# the embedded default (ParetoPO on the calculator) made short: enough SFT for valid, trained rows
+SHORT = [
+    "--config=configs/paretopo.py",
+    "--config.steps=4",
+    "--config.checkpoint_every=1",
+    "--config.eval_every=2",
+    "--config.sft.steps=80",
+    "--config.sft.batch_size=16",
+    "--config.sft.num_examples=64",
+    "--config.task.num_train=64",
+    "--config.task.num_eval=4",
+    "--config.rollout.prompts_per_step=2",
+    "--config.rollout.num_samples=4",
+    "--config.paretopo.stage1_steps=2",
+    "--config.paretopo.validate_every=1",
+    "--config.eval.ks=(1,)",
+]
+
+
+def _cli(workdir, flags, devices=1, module="mojax.main", **kw):
+    env = dict(os.environ)
+    env.update(
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        JAX_PLATFORMS="cpu",
+        JAX_COMPILATION_CACHE_DIR=str(pathlib.Path(workdir).parent / "jax_cache"),
+        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]),
+    )
+    cmd = [sys.executable, "-m", module, f"--workdir={workdir}", *flags]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw
+    )
+
+
+def _run(workdir, flags, devices=1, module="mojax.main"):
+    p = _cli(workdir, flags, devices, module)
+    out, _ = p.communicate(timeout=1500)
+    assert p.returncode == 0, out[-4000:]
+    return out
+
+
+def metrics(workdir) -> list[dict]:
+    lines = (pathlib.Path(workdir) / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(x).items() if not k.startswith("time/")} for x in lines]
+
+
+def _trains(records):
+    """The run updated the policy (rows with loss tokens reached the update)."""
+    return any(r.get("tokens", 0) > 0 and r.get("update_norm", 0) > 0 for r in records[1:])
+
+
+@pytest.mark.slow
+def test_pipeline_with_staleness_0_is_the_synchronous_loop_bitwise(tmp_path):
+    """``rl_step`` (the default) against the pipeline forced on with ``staleness = 0`` on the same
+    single-device mesh (``tests/_pipeline_main.py``): every non-time metric of every step equal."""
+    sync, pipe = tmp_path / "sync", tmp_path / "pipeline"
+    _run(sync, SHORT)
+    _run(pipe, SHORT, module="_pipeline_main")
+    a, b = metrics(sync), metrics(pipe)
+    assert _trains(a) and [r["step"] for r in a] == list(range(5))
+    assert a == b
+
+
+@pytest.mark.slow
+def test_own_sampler_mesh_with_staleness_0_equals_the_learner_alone(tmp_path):
+    """8 devices, the sampler on 4 of them (``mesh.sampler=4``; weights copied to its mesh after
+    every update) against 4 devices where the sampler shares the learner's mesh: the same learner
+    mesh, the same rollouts, so the same metrics bitwise."""
+    alone, split = tmp_path / "alone", tmp_path / "split"
+    _run(alone, SHORT, devices=4)
+    _run(split, [*SHORT, "--config.mesh.sampler=4"], devices=8)
+    a, b = metrics(alone), metrics(split)
+    assert _trains(a) and a == b
+
+
+def _final(workdir):
+    import orbax.checkpoint as ocp
+
+    steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+    with ocp.StandardCheckpointer() as ck:
+        state = ck.restore(workdir / "checkpoints" / str(steps[-1]) / "state")
+    host = json.loads((workdir / "checkpoints" / str(steps[-1]) / "host" / "metadata").read_text())
+    return state, host
+
+
+@pytest.mark.slow
+def test_kill_9_with_staleness_1_resumes_bitwise(tmp_path):
+    """``staleness = 1``, the sampler on its own device (2 devices): killed after the step-2
+    checkpoint (which holds the next step's rollout, generated during the second update), resumed:
+    params, host state and metrics equal the uninterrupted run's; steps 2.. train on rollouts one
+    update old, and the final checkpoint holds no rollout past the run."""
+    import jax
+
+    flags = [*SHORT, "--config.rollout.staleness=1", "--config.mesh.sampler=1"]
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    _run(straight, flags, devices=2)
+    p = _cli(killed, flags, devices=2, start_new_session=True)
+    deadline = time.time() + 1500
+    while not (killed / "checkpoints" / "2").is_dir():
+        assert p.poll() is None and time.time() < deadline, "run ended before its step-2 checkpoint"
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert not (killed / "done").exists()
+    saved = json.loads((killed / "checkpoints" / "2" / "host" / "metadata").read_text())
+    # the checkpoint after 2 steps holds the rollout of step index 2, generated during the second
+    # update by the weights after 1 update
+    assert [(x["step"], x["version"]) for x in saved["host_state"]["inflight"]] == [(2, 1)]
+    _run(killed, flags, devices=2)
+    a, ha = _final(straight)
+    b, hb = _final(killed)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert ha == hb and ha["host_state"]["inflight"] == []
+    ma, mb = metrics(straight), metrics(killed)
+    assert ma == mb and _trains(ma)
+    assert [r["async/policy_lag"] for r in ma[1:]] == [0.0, 1.0, 1.0, 1.0]
+
+
+def _episodes():
+    from mojax.rl.episodes import Episodes
+    from mojax.tasks.base import Example
+
+    rng = np.random.RandomState(0)
+    rollout = types.SimpleNamespace(
+        tokens=rng.randint(0, 50, (4, 6)).astype(np.int32),
+        logprobs=rng.randn(4, 6).astype(np.float32),
+        loss_mask=rng.rand(4, 6) < 0.5,
+        lengths=np.array([6, 3, 5, 0], np.int32),
+        n_calls=np.array([0, 1, 2, 0], np.int32),
+        finish_reason=["stop", "length", "stop", "budget"],
+        texts=["a", "b <calc>1+1</calc>", "ü", ""],
+        counters={"tool_calls": 3},
+    )
+    ex = [
+        Example(id=f"e{i}", messages=({"role": "user", "content": "x"},), target=i) for i in (0, 1)
+    ]
+    eps = Episodes(ex, [[1, 2], [3]], 2, rollout, rng.randn(2, 2, 2), np.ones((2, 2), bool),
+                   {"reward/scalar/mean": 0.25, "dapo/kept_groups": 2.0})  # fmt: skip
+    eps.kept = np.array([True, False])
+    eps.goal_weights = rng.rand(2, 2).astype(np.float32)
+    return eps, {e.id: e for e in ex}
+
+
+def test_inflight_rollouts_survive_their_json_form_exactly():
+    from mojax.checkpoint import decode_host_state, encode_host_state
+    from mojax.rl import inflight
+
+    eps, by_id = _episodes()
+    host = {"data": {"position": 3}, "tracker": {}, "train_stats": {"scored": 4}}
+    data = inflight.encode(inflight.InFlight(5, 4, eps, host))
+    data = decode_host_state(json.loads(json.dumps(encode_host_state(data))))  # the checkpoint
+    back = inflight.decode(data, by_id)
+    assert (back.step, back.version, back.host) == (5, 4, host)
+    e, r = back.episodes, back.episodes.rollout
+    for name in ("tokens", "logprobs", "loss_mask", "lengths", "n_calls"):
+        got, want = getattr(r, name), getattr(eps.rollout, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    assert r.finish_reason == eps.rollout.finish_reason and r.texts == eps.rollout.texts
+    assert r.counters == {"tool_calls": 3} and e.metrics == eps.metrics
+    assert [x.id for x in e.examples] == ["e0", "e1"] and e.prompt_ids == [[1, 2], [3]]
+    for name in ("rewards", "valid", "kept", "goal_weights"):
+        assert np.array_equal(getattr(e, name), getattr(eps, name)), name
+    assert e.set_rewards is None and e.reason_valid is None
+    with pytest.raises(KeyError, match="not in the training split"):
+        inflight.decode(data, {"e0": by_id["e0"]})
+
+
+def test_split_devices_gives_every_process_a_share_of_the_sampler():
+    from mojax.sharding import split_devices
+
+    devs = [types.SimpleNamespace(process_index=i // 4, id=i) for i in range(8)]
+    learner, sampler = split_devices(4, devs)
+    assert [d.id for d in learner] == [0, 1, 4, 5] and [d.id for d in sampler] == [2, 3, 6, 7]
+    assert split_devices(0, devs) == (devs, [])
+    with pytest.raises(ValueError, match="mesh.sampler=3: must be a multiple of the 2 process"):
+        split_devices(3, devs)
+    with pytest.raises(ValueError, match="leave every process a learner device"):
+        split_devices(8, devs)
+
+
+def test_config_rules_name_their_keys():
+    from mojax_test_utils import load_config
+
+    from mojax.config import ConfigError
+    from mojax.rl import spec as spec_lib
+
+    c = load_config("grpo")
+    with c.unlocked():
+        c.rollout.staleness = -1
+    with pytest.raises(ConfigError, match=r"config.rollout.staleness: -1 is out of range"):
+        spec_lib.validate(c, num_devices=1)
+    c = load_config("grpo")
+    with c.unlocked():
+        c.rollout_correction.is_level = "token"
+    with pytest.raises(ConfigError, match=r"needs ppo.old_logprobs='recompute'"):
+        spec_lib.validate(c, num_devices=1)
+    c = load_config("grpo")
+    with c.unlocked():
+        c.mesh.sampler = 2
+    with pytest.raises(ConfigError, match=r"config.mesh.sampler=2: leaves none of the 2 devices"):
+        spec_lib.validate(c, num_devices=2)
+    spec = spec_lib.validate(c, num_devices=4)
+    assert spec.mesh.as_dict()["sampler"] == 2
