@@ -104,6 +104,7 @@ def _task() -> ml_collections.ConfigDict:
         name="calculator",
         train_path="",
         eval_path="",
+        val_path="",
         num_train=4000,
         num_eval=128,
         num_answers=0,

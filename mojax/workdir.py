@@ -45,8 +45,8 @@ import os
 import re
 from typing import Any
 
+from mojax import environment, paths
 from mojax import logbook as log_lib
-from mojax import paths
 from mojax.config import ConfigError
 from mojax.workdir_lock import LOCK_FILE, WorkdirLock
 
@@ -60,7 +60,7 @@ RESUMABLE = (
     "resume",
 )
 #: Keys (and sections, ending in ``.``) that only change what is logged.
-LOGGING_ONLY = ("wandb.",)
+LOGGING_ONLY = ("wandb.", "environment.")  # not compared on resume
 RESUME_MODES = ("", "force", "new")
 DONE_FILE = "done"
 _CHECKPOINT_DIRS = ("checkpoints", "checkpoints_sft")
@@ -201,7 +201,9 @@ def prepare(config: Any, workdir: str) -> Finished | None:
         os.makedirs(workdir, exist_ok=True)
         if os.path.exists(os.path.join(workdir, DONE_FILE)):
             os.remove(os.path.join(workdir, DONE_FILE))  # extended: not done any more
-        log_lib.write_config(workdir, config_tree(config))
+        log_lib.write_config(
+            workdir, {**config_tree(config), "environment": environment.snapshot()}
+        )
     _barrier("mojax_workdir_written")
     return None
 

@@ -113,7 +113,7 @@ LAYERS = (
     ("infra", ("mojax.checkpoint", "mojax.checkpoint_damage", "mojax.logbook", "mojax.log_backends",
                "mojax.plots", "mojax.workdir", "mojax.workdir_lock")),
     ("loop", ("mojax.rl",)),
-    ("entry", ("mojax.main", "mojax.export", "mojax.defaults")),
+    ("entry", ("mojax.main", "mojax.export", "mojax.defaults", "mojax.compare")),
 )  # fmt: skip
 
 

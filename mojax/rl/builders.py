@@ -174,4 +174,5 @@ def build_run(spec: Any, workdir: str, pool) -> Run:
         tx=tx,
         mesh=mesh,
         rules=rules,
+        workdir=workdir,
     )

@@ -193,14 +193,15 @@ class CalculatorTask(Task):
 
     @classmethod
     def configure(cls, c) -> None:
-        """Recipe defaults: easy problems are the 100 single-digit sums, known facts in every
-        split, so a tiny model can answer them mentally and calling the calculator there is pure
-        cost (the trade-off ParetoPO learns); held-out accuracy and tool calls are avg@4 of the
-        sampling policy (the RL objective's policy; greedy decoding of a tiny model hides its
-        uncertainty behind the argmax)."""
+        """Recipe defaults: easy problems are single-digit sums, which a tiny model can learn to
+        answer mentally, so calling the calculator there is pure cost (the trade-off ParetoPO
+        learns); every held-out problem, easy ones included, is disjoint from the training
+        problems; held-out accuracy and tool calls are avg@4 of the sampling policy (the RL
+        objective's policy; greedy decoding of a tiny model hides its uncertainty behind the
+        argmax)."""
         import ml_collections
 
-        c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": True, "easy_ops": "+"})
+        c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": False, "easy_ops": "+"})
         c.eval.temperature, c.eval.num_samples, c.eval.ks = 1.0, 4, (1, 2, 4)
 
     def load_splits(self, spec, *, seed: int) -> Splits:
