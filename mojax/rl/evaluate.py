@@ -27,6 +27,7 @@ def summarize(
     *,
     ks: Sequence[int] = (1, 3, 5, 10, 30),
     prefix: str = "eval/",
+    examples: Sequence | None = None,
 ) -> dict[str, float]:
     """Evaluation metrics of ``P`` problems with ``N`` samples each.
 
@@ -34,6 +35,7 @@ def summarize(
       task: the task (objective names, success rule, scalar weights ``w*``).
       rewards: float [P, N, M]; valid: bool [P, N]; n_calls: int [P, N].
       ks: budgets for best@k / pass@k.
+      examples: the P examples, for the task's own metrics (``Task.eval_metrics``).
 
     Returns:
       ``{prefix}accuracy`` (mean success over the N samples of every problem — EM for answer
@@ -73,6 +75,8 @@ def summarize(
             if r.shape[-1] > 1:  # VPO Tables 5-6: best@k averaged over w ~ Dir(1)
                 ew = metrics_lib.expected_best_at_k(r, k, valid=v, num_weights=1000)
                 out[f"E_w[best@{k}]"] = float(ew.mean())
+    if examples is not None:
+        out.update(task.eval_metrics(list(examples), r, v, calls))
     out["diversity"] = float(metrics_lib.reward_diversity(r, v).mean())
     out["collinearity"] = float(metrics_lib.collinearity(r, v))
     return {prefix + k: v for k, v in out.items()}

@@ -47,10 +47,11 @@ def evaluate(
         rewards = episodes.set_rewards.reshape(p, -1, m)
         valid = episodes.set_valid.reshape(p, -1)
         calls = np.repeat(calls, s, axis=1)
-    out = summarize(run.task, rewards, valid, calls, ks=tuple(es.ks))
+    examples = getattr(run.splits, split)
+    out = summarize(run.task, rewards, valid, calls, ks=tuple(es.ks), examples=examples)
     out.update(host.reward_stats["eval"].as_metrics("reward_invalid/eval"))
     if samples_path:
-        ids = [ex.id for ex in getattr(run.splits, split)]
+        ids = [ex.id for ex in examples]
         write_samples(samples_path, run.task, ids, rewards, valid, calls)
     return out
 
