@@ -202,8 +202,8 @@ def test_method_grep_finds_a_method_name():
 
 # a comparison of a task name with a built-in task's name
 _TASK_BRANCH = re.compile(
-    r"""(==|!=|\bin\b)\s*\(?\s*["'](calculator|toolrl|math|qa|musique|maze)["']"""
-    r"""|["'](calculator|toolrl|math|qa|musique|maze)["']\s*(==|!=)"""
+    r"""(==|!=|\bin\b)\s*\(?\s*["'](calculator|toolrl|math|qa|musique|maze|bandit)["']"""
+    r"""|["'](calculator|toolrl|math|qa|musique|maze|bandit)["']\s*(==|!=)"""
 )
 
 
