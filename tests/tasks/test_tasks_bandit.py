@@ -25,7 +25,7 @@ def test_scoring_reads_the_table():
     np.testing.assert_array_equal(task.score("<answer>C</answer>", ex), task.table[c, 2])
     assert task.score("<answer>Z</answer>", ex).tolist() == [0.0, 0.0, 0.0]
     rewards, valid = task.score_set("<route_1>B</route_1><route_2>Q</route_2>", ex, 3)
-    np.testing.assert_array_equal(rewards[0], task.table[c, 1])
+    np.testing.assert_array_equal(rewards[0], task.table[c, 1].astype(np.float32))
     assert valid.tolist() == [True, False, False]
 
 
