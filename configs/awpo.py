@@ -9,6 +9,7 @@ offline judge scores the plan against the decision the problem's fixed ``N_opt``
 
     python -m mojax.main --config=configs/awpo.py
     python -m mojax.main --config=configs/awpo.py:task=calculator
+    python -m mojax.main --config=configs/awpo.py:task=calculator,estimator=grpo  # outcome only
     python -m mojax.main --config=configs/awpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet \
       --config.judge.kind=http --config.judge.url=http://judge:8000 --config.judge.model=Qwen3-235B-A22B
 """
@@ -17,8 +18,10 @@ from mojax import defaults
 
 
 def get_config(arg=None):
-    args = dict(defaults.COMMON_ARGS, task="toolrl")
+    args = dict(defaults.COMMON_ARGS, task="toolrl", estimator="awpo")
     a = defaults.parse_arg(arg, **args)
+    if a.estimator not in ("awpo", "grpo"):
+        raise ValueError(f"configs/awpo.py: estimator={a.estimator!r} is not 'awpo' or 'grpo'")
     if a.task not in ("toolrl", "calculator"):
         raise ValueError(
             "configs/awpo.py: AWPO's (R_out, R_reason) rewards come from task=toolrl or "
@@ -30,6 +33,10 @@ def get_config(arg=None):
     defaults.apply_common_args(c, a)
     if a.task == "calculator":
         return _calculator(c, a)
+    if a.estimator != "awpo":
+        raise ValueError(
+            "configs/awpo.py: estimator=grpo is the calculator's baseline (task=calculator)"
+        )
     # ToolRLTask switches (docs/methods.md): matching, tool-name Jaccard, Eq. 19 on direct replies,
     # SWiRL single-step decomposition of multi-turn dialogues
     c.task.kwargs = dict(
@@ -79,5 +86,7 @@ def _calculator(c, a):
     c.task.kwargs = dict(c.task.kwargs, mode="awpo")
     c.sft.think_rate = 1.0
     _awpo_advantage(c)
+    if a.estimator == "grpo":  # the outcome-only baseline: GRPO on R_out, the judge ignored
+        c.estimator, c.advantage = "grpo", dict(weights=(1.0, 0.0))
     defaults.tiny_schedule(c, a.steps)
     return c.lock()

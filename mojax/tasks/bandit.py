@@ -120,8 +120,9 @@ class RouteBanditTask(Task):
     def demo_pairs(self, examples, render, num_answers: int, seed: int):
         """``(prompt, response)``: per example a uniformly drawn route after the single prompt and
         ``S`` distinct uniformly drawn routes after the S-route prompt (``S`` = ``num_answers``,
-        or 2): a maximum-entropy warm start that knows both formats and no reward."""
-        s = int(num_answers) or 2
+        or 3 for single-answer configs, so every method with S <= 3 shares one warm start): a
+        maximum-entropy warm start that knows both formats and no reward."""
+        s = int(num_answers) or 3
         rng = random.Random(seed)
         out = []
         for ex in examples:
