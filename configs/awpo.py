@@ -3,9 +3,13 @@ clip radius (Eqs. 25–30), on ToolRL function calling with ``(R_out, R_reason)`
 
 The tiny default trains on the real ToolRL test split in ``../shared/data/toolrl`` (80 prompts, the
 real Qwen2 tokenizer) with the offline overlap judge; point ``judge.kind=http`` at a served judge
-for the paper's setting::
+for the paper's setting. ``task=calculator`` is a small task where the judge carries signal: every
+response opens with a ``<think>`` plan (tool or mental), ``R_out`` = plan format + correctness and the
+offline judge scores the plan against the decision the problem's fixed ``N_opt`` makes::
 
     python -m mojax.main --config=configs/awpo.py
+    python -m mojax.main --config=configs/awpo.py:task=calculator
+    python -m mojax.main --config=configs/awpo.py:task=calculator,estimator=grpo  # outcome only
     python -m mojax.main --config=configs/awpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet \
       --config.judge.kind=http --config.judge.url=http://judge:8000 --config.judge.model=Qwen3-235B-A22B
 
@@ -19,32 +23,33 @@ from mojax import defaults
 
 
 def get_config(arg=None):
-    args = dict(defaults.COMMON_ARGS, task="toolrl")
+    args = dict(defaults.COMMON_ARGS, task="toolrl", estimator="awpo")
     a = defaults.parse_arg(arg, **args)
-    if a.task != "toolrl":
-        raise ValueError("configs/awpo.py: AWPO's (R_out, R_reason) rewards come from task=toolrl")
-    if not a.train_path:
+    if a.estimator not in ("awpo", "grpo"):
+        raise ValueError(f"configs/awpo.py: estimator={a.estimator!r} is not 'awpo' or 'grpo'")
+    if a.task not in ("toolrl", "calculator"):
+        raise ValueError(
+            "configs/awpo.py: AWPO's (R_out, R_reason) rewards come from task=toolrl or "
+            "task=calculator (mode awpo)"
+        )
+    if a.task == "toolrl" and not a.train_path:
         a.train_path = defaults.shared_data("toolrl", "test.parquet")
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
+    if a.task == "calculator":
+        return _calculator(c, a)
+    if a.estimator != "awpo":
+        raise ValueError(
+            "configs/awpo.py: estimator=grpo is the calculator's baseline (task=calculator)"
+        )
     # ToolRLTask switches (docs/methods.md): matching, tool-name Jaccard, Eq. 19 on direct replies,
     # SWiRL single-step decomposition of multi-turn dialogues
     c.task.kwargs = dict(
         mode="awpo", matching="optimal", name_jaccard="multiset", direct_reply="eq19", swirl=False
     )
     c.estimator = "awpo"
-    # R_max = the theoretical maximum of R_out (format 1 + execution 1)
-    c.advantage = dict(
-        r_max=2.0,
-        eps_mix=0.5,
-        tau_low=0.2,
-        tau_high=0.8,
-        alpha_base=1.0,
-        alpha_prio=1.5,
-        clip_min=0.1,
-        clip_max=0.2,
-    )
     c.judge.kind = "overlap"
+    _awpo_advantage(c)
     if a.paper:  # the paper gives no batch numbers: the shared paper-scale shapes, lr 1e-6
         defaults.paper_lengths(c)
         c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
@@ -61,4 +66,32 @@ def get_config(arg=None):
         c.model.remat = "full"
         c.ppo.num_microbatches = 4
         defaults.tiny_schedule(c, a.steps, steps=4)
+    return c.lock()
+
+
+def _awpo_advantage(c) -> None:
+    """AWPO's keywords; ``R_max`` = the theoretical maximum of ``R_out`` (format 1 + outcome 1)."""
+    c.estimator = "awpo"
+    c.advantage = dict(
+        r_max=2.0,
+        eps_mix=0.5,
+        tau_low=0.2,
+        tau_high=0.8,
+        alpha_base=1.0,
+        alpha_prio=1.5,
+        clip_min=0.1,
+        clip_max=0.2,
+    )
+    c.judge.kind = "overlap"
+
+
+def _calculator(c, a):
+    """The calculator in AWPO's mode: every demonstration opens with a plan, the offline judge
+    scores the plan, the embedded default's sizes and 40 RL steps after a 500-step warm start."""
+    c.task.kwargs = dict(c.task.kwargs, mode="awpo")
+    c.sft.think_rate = 1.0
+    _awpo_advantage(c)
+    if a.estimator == "grpo":  # the outcome-only baseline: GRPO on R_out, the judge ignored
+        c.estimator, c.advantage = "grpo", dict(weights=(1.0, 0.0))
+    defaults.tiny_schedule(c, a.steps)
     return c.lock()

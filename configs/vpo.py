@@ -5,6 +5,8 @@ maze (App. A.1); best@k and reward-space diversity in evaluation::
     python -m mojax.main --config=configs/vpo.py:estimator=multi_rlvr # Multi-RLVR baseline (fixed w*)
     python -m mojax.main --config=configs/vpo.py:estimator=max_at_k   # Max@k baseline (single answers)
     python -m mojax.main --config=configs/vpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B
+    python -m mojax.main --config=configs/vpo.py:task=bandit                # the route bandit, S = 3
+    python -m mojax.main --config=configs/vpo.py:task=bandit,estimator=grpo # its GRPO baseline (w*)
 
 ``paper=true`` is the paper's recipe: m = 3 answers per completion, clip 0.2 with dual clip c = 3, a k3
 KL term of 1e-3, lr 1e-6 (App. B: 128 prompts x 8 rollouts, mini-batches of 64); evaluation samples 10 chains x m answers at temperature 0.7 and reports
@@ -22,13 +24,15 @@ from mojax import defaults
 def get_config(arg=None):
     args = dict(defaults.COMMON_ARGS, task="maze")
     a = defaults.parse_arg(arg, **args, answers=0, estimator="vpo")
-    if a.estimator not in ("vpo", "multi_rlvr", "max_at_k"):
+    if a.estimator not in ("vpo", "multi_rlvr", "max_at_k", "grpo"):
         raise ValueError(
-            f"configs/vpo.py: estimator={a.estimator!r} is not 'vpo', 'multi_rlvr' or 'max_at_k'"
+            f"configs/vpo.py: estimator={a.estimator!r} is not 'vpo', 'multi_rlvr', 'max_at_k' "
+            "or 'grpo'"
         )
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
-    single = a.estimator == "max_at_k"  # Max@k (arXiv:2510.23393): single-answer rollouts
+    # Max@k (arXiv:2510.23393) and GRPO (the task's w*): single-answer rollouts
+    single = a.estimator in ("max_at_k", "grpo")
     c.task.num_answers = 0 if single else a.answers or (3 if a.paper else 2)
     c.estimator = a.estimator
     c.advantage = {"vpo": dict(num_weights=100, alpha=1.0), "max_at_k": dict(k=2)}.get(
@@ -57,4 +61,22 @@ def get_config(arg=None):
         c.eval.num_samples, c.eval.temperature, c.eval.ks = pool_chains, 1.0, (1, 2, 3)
         c.tokenizer.vocab_size = 256
         defaults.tiny_schedule(c, a.steps, steps=4)
+    if a.task == "bandit" and not a.paper:
+        _bandit(c, a, single)
     return c.lock()
+
+
+def _bandit(c, a, single: bool) -> None:
+    """The route bandit's tiny recipe: S = 3 answers (or single ones), 8 contexts, a 200-step
+    maximum-entropy warm start, 60 RL steps of 8 contexts x 8 samples, and one answer pool for every
+    method at evaluation (4 chains x 3 answers, or 12 single answers) at temperature 1."""
+    c.task.num_answers = 0 if single else a.answers or 3
+    c.task.num_train, c.task.num_eval = 64, 8
+    c.rollout.prompts_per_step, c.rollout.num_samples = 8, 8
+    c.rollout.max_new_tokens = c.rollout.max_response_len = 32
+    s = a.answers or 3
+    c.eval.num_samples = 4 * s if single else 4
+    c.eval.temperature, c.eval.ks = 1.0, tuple(k for k in (1, 2, 3, 6) if k < 4 * s) + (4 * s,)
+    c.tokenizer.vocab_size = 128
+    c.sft.steps, c.sft.batch_size, c.sft.num_examples = 200, 32, 64
+    c.steps = a.steps or 60

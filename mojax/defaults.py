@@ -116,6 +116,7 @@ def _task() -> ml_collections.ConfigDict:
         name="calculator",
         train_path="",
         eval_path="",
+        val_path="",
         num_train=4000,
         num_eval=128,
         num_answers=0,
@@ -207,7 +208,10 @@ def _sft() -> ml_collections.ConfigDict:
         data_path="",
         learning_rate=3e-3,
         warmup_steps=20,
-        behaviours=ml_collections.ConfigDict({"always": 0.5, "never": 0.2, "when_hard": 0.3}),
+        # redundant: call twice (an over-calling warm start; weight 0 leaves the demos unchanged)
+        behaviours=ml_collections.ConfigDict(
+            {"always": 0.5, "never": 0.2, "when_hard": 0.3, "redundant": 0.0}
+        ),
         think_rate=0.0,
         checkpoint_every=100,
     )

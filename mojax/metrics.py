@@ -4,6 +4,8 @@ From VPO (arXiv:2605.22817, Sec. 4.3 and App. F) and Chen et al. (2021):
 
 * ``best@k`` = max over the first k answers of ``w* . r`` -- k counts answers, not chains
   (multi-answer chains are concatenated in draw order, so ``S_k`` for ``k <= S`` is one chain);
+  ``best_at_k_unbiased`` is its expectation over every k-subset of the n answers (the same
+  order-statistics estimator as ``max@k``), which uses all n samples instead of the first k;
 * ``pass@k`` = the unbiased estimator ``1 - C(n - c, k) / C(n, k)``;
 * reward-space diversity = mean pairwise L1 distance between the reward vectors of the pool's
   **valid** answers (``include_padding=True`` also counts invalid rows as zero vectors, as the
@@ -25,6 +27,7 @@ import numpy as np
 
 __all__ = [
     "best_at_k",
+    "best_at_k_unbiased",
     "expected_best_at_k",
     "max_at_k",
     "pass_at_k",
@@ -87,6 +90,36 @@ def best_at_k(rewards, k: int, *, weights=None, valid=None, empty: float = 0.0) 
     s = np.where(v, r @ w, -np.inf)[..., : int(k)]
     best = s.max(axis=-1)
     return np.where(np.isfinite(best), best, empty)
+
+
+def best_at_k_unbiased(
+    rewards, k: int, *, weights=None, valid=None, empty: float = 0.0
+) -> np.ndarray:
+    """``E_{S ~ k-subsets of the n answers}[max_{s in S} w* . r_s]`` per pool.
+
+    Sorting the n scores ascending, the maximum of a uniformly drawn k-subset is the i-th one with
+    probability ``C(i-1, k-1) / C(n, k)``. Invalid answers sort lowest (``-inf``); a subset whose
+    maximum is invalid holds only invalid answers and scores ``empty``, as :func:`best_at_k` scores
+    a pool with no valid answer among its first k.
+
+    Args:
+      rewards: ``[..., N, M]`` answers; k: ``1 <= k <= N``; weights: ``w*`` ``[M]`` (None =
+        uniform mean); valid: ``[..., N]``; empty: the value of an all-invalid subset.
+
+    Returns:
+      ``[...]`` float64.
+    """
+    r, v = _pool(rewards, valid)
+    n, m = r.shape[-2:]
+    if not 1 <= int(k) <= n:
+        raise ValueError(f"k must be in [1, N={n}]; got {k}")
+    w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != (m,):
+        raise ValueError(f"weights must have shape ({m},); got {w.shape}")
+    s = np.sort(np.where(v, r @ w, -np.inf), axis=-1)
+    s = np.where(np.isfinite(s), s, empty)
+    coef = np.array([comb(i - 1, int(k) - 1) for i in range(1, n + 1)], dtype=np.float64)
+    return s @ (coef / comb(n, int(k)))
 
 
 def expected_best_at_k(

@@ -46,8 +46,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mojax import environment, paths
 from mojax import logbook as log_lib
-from mojax import paths
 from mojax.config import ConfigError
 from mojax.workdir_lock import LOCK_FILE, WorkdirLock
 
@@ -63,7 +63,7 @@ RESUMABLE = (
     "sft.checkpoint_every",
 )
 #: Keys (and sections, ending in ``.``) that only change what is logged.
-LOGGING_ONLY = ("wandb.",)
+LOGGING_ONLY = ("wandb.", "environment.")  # not compared on resume
 RESUME_MODES = ("", "force", "new")
 DONE_FILE = "done"
 INPUTS_FILE = "inputs.json"
@@ -238,7 +238,9 @@ def prepare(
         os.makedirs(workdir, exist_ok=True)
         if os.path.exists(os.path.join(workdir, DONE_FILE)):
             os.remove(os.path.join(workdir, DONE_FILE))  # extended: not done any more
-        log_lib.write_config(workdir, config_tree(config))
+        log_lib.write_config(
+            workdir, {**config_tree(config), "environment": environment.snapshot()}
+        )
         if record:
             _write_json(os.path.join(workdir, INPUTS_FILE), inputs)
     _barrier("mojax_workdir_written")

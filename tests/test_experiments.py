@@ -1,8 +1,12 @@
-"""experiments/: the claim scripts run end to end in --quick mode, write their results page with
-per-seed numbers, share the SFT warm start, and a cell's printed command reproduces its numbers."""
+"""experiments/: a claim script runs its grid end to end in --quick mode, keeps the pre-registration
+it wrote before the grid, archives each cell's raw data, writes its page from that data alone,
+shares the SFT warm start, resumes without rerunning done cells, and a cell's printed command
+reproduces its numbers."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
 import shlex
@@ -23,79 +27,92 @@ def _run_script(name: str, root, *flags: str) -> str:
     cmd = [sys.executable, f"experiments/{name}.py", "--quick", f"--root={root}", f"--out={out}"]
     proc = subprocess.run([*cmd, *flags], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    page = os.path.join(out, f"{name}.md")
-    assert os.path.isfile(page)
-    return open(page, encoding="utf-8").read()
+    return open(os.path.join(out, f"{name}.md"), encoding="utf-8").read()
 
 
 def _eval_rows(workdir) -> list[dict]:
     return [r for r in read_metrics(workdir) if "eval/accuracy" in r]
 
 
+def _section(page: str, title: str) -> str:
+    return page.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
 @pytest.fixture(scope="module")
-def quick_paretopo(tmp_path_factory):
-    """The ParetoPO claim in quick mode, one method (GRPO), one seed, one RL step."""
+def quick(tmp_path_factory):
+    """The ParetoPO claim in quick mode: GRPO + dynamic sampling and ParetoPO, 2 seeds, 2 RL steps;
+    the pre-registration written first."""
     root = tmp_path_factory.mktemp("paretopo_quick")
-    page = _run_script("paretopo_front", root, "--methods=grpo", "--steps=1", "--seeds=0")
-    return root, page
+    prereg = _run_script("paretopo_front", root, "--prereg", "--seeds=0,1")
+    page = _run_script("paretopo_front", root, "--methods=grpo_ds,paretopo", "--seeds=0,1")
+    return root, prereg, page
 
 
-def test_quick_page_has_per_seed_numbers_and_plots(quick_paretopo):
-    root, page = quick_paretopo
-    for section in ("## Verdict: ", "## Mean ± std over seeds", "## Every seed", "## Commands"):
-        assert section in page
-    rows = _eval_rows(os.path.join(root, "grpo", "s0"))
-    assert [r["step"] for r in rows] == [0, 1]
-    final = rows[-1]
-    # the per-seed table row of grpo seed 0 holds the run's own final accuracy and tool calls
-    row = re.search(r"^\| `grpo` \| 0 \| (.*) \|$", page, flags=re.M)
+def test_page_keeps_the_pre_registration_and_adds_results(quick):
+    root, prereg, page = quick
+    assert "## Verdict" not in prereg
+    assert _section(page, "Pre-registration") == _section(prereg, "Pre-registration")
+    for section in ("## Verdict", "## Results", "## Comparisons", "## Per seed", "## Commands"):
+        assert section in page, section
+    final = _eval_rows(os.path.join(root, "grpo_ds", "s1"))[-1]
+    row = re.search(r"^\| `grpo_ds` \| 1 \| (.*) \|$", page, flags=re.M)
     assert row, page
     cells = [c.strip() for c in row.group(1).split("|")]
-    assert cells[1] == f"{final['eval/accuracy']:.4f}"
-    assert cells[2] == f"{final['eval/tool_calls']:.4f}"
-    for png in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page):
-        assert os.path.getsize(os.path.join(root, "results", png)) > 1000
+    assert cells[0] == f"{final['eval/tool_efficiency']:.3f}"  # the first measure's column
+    assert "`paretopo` − `grpo_ds`" in _section(page, "Comparisons")
 
 
-def test_cell_restored_the_shared_sft_warm_start(quick_paretopo):
-    root, _ = quick_paretopo
+def test_cells_are_archived_with_their_held_out_samples(quick):
+    root, _, _ = quick
+    work = os.path.join(root, "grpo_ds", "s0")
+    cell = os.path.join(root, "results", "paretopo_front", "cells", "grpo_ds", "s0")
+    assert read_metrics(cell) == read_metrics(work)
+    assert json.load(open(os.path.join(cell, "config.json")))["seed"] == 0
+    with gzip.open(os.path.join(cell, "eval", "2.jsonl.gz"), "rt") as f:
+        archived = f.read()
+    assert archived == open(os.path.join(work, "eval", "2.jsonl")).read()
+    assert len(archived.splitlines()) == 16 * 4  # 16 held-out problems x 4 samples
+
+
+def test_cell_restored_the_shared_sft_warm_start(quick):
+    root, _, _ = quick
     assert _grid.trained_sft(os.path.join(root, "sft", "s0"))
-    assert not _grid.trained_sft(os.path.join(root, "grpo", "s0"))
-    # the step-0 evaluation (after SFT) equals the shared SFT run's own evaluation
+    assert not _grid.trained_sft(os.path.join(root, "grpo_ds", "s0"))
     sft_eval = _eval_rows(os.path.join(root, "sft", "s0"))[-1]
-    cell_eval = _eval_rows(os.path.join(root, "grpo", "s0"))[0]
+    cell_eval = _eval_rows(os.path.join(root, "grpo_ds", "s0"))[0]
     for k in ("eval/accuracy", "eval/tool_calls", "eval/r_tool"):
         assert cell_eval[k] == sft_eval[k], k
 
 
-def test_a_grid_resumes_without_rerunning_done_cells(quick_paretopo):
-    root, _ = quick_paretopo
-    log = os.path.join(root, "grpo", "s0", "run.log")
+def test_a_grid_resumes_without_rerunning_done_cells(quick):
+    root, _, _ = quick
+    log = os.path.join(root, "grpo_ds", "s0", "run.log")
     before = os.path.getmtime(log)
-    _run_script("paretopo_front", root, "--methods=grpo", "--steps=1", "--seeds=0")
+    _run_script("paretopo_front", root, "--methods=grpo_ds", "--seeds=0", "--report_only")
+    _run_script("paretopo_front", root, "--methods=grpo_ds", "--seeds=0")
     assert os.path.getmtime(log) == before
 
 
 @pytest.mark.slow
-def test_rerunning_a_cell_command_reproduces_its_numbers(quick_paretopo, tmp_path):
-    """The page's printed command of a cell, run in a fresh workdir (which then trains its own SFT
-    warm start instead of restoring the shared copy), gives bit-identical eval numbers."""
-    root, page = quick_paretopo
-    line = next(x for x in page.splitlines() if "--config=configs/grpo.py" in x)
-    argv = shlex.split(line)
+def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
+    """A cell's command (``cmd.txt``), run in a fresh workdir (which then trains its own SFT warm
+    start instead of restoring the shared copy), gives bit-identical eval numbers."""
+    root, _, _ = quick
+    work = os.path.join(root, "grpo_ds", "s0")
+    argv = shlex.split(open(os.path.join(work, "cmd.txt")).read())
     fresh = str(tmp_path / "rerun")
     argv = [a if not a.startswith("--workdir=") else f"--workdir={fresh}" for a in argv]
     assert argv[:3] == ["python", "-m", "mojax.main"]
     proc = subprocess.run([sys.executable, *argv[1:]], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "SFT 20/20" in proc.stdout  # it did train its own warm start
-    want, got = _eval_rows(os.path.join(root, "grpo", "s0")), _eval_rows(fresh)
-    keys = ("step", "eval/accuracy", "eval/tool_calls", "eval/r_task", "eval/r_tool")
+    keys = ("step", "eval/accuracy", "eval/tool_calls", "eval/r_task", "eval/tool_efficiency")
+    want, got = _eval_rows(work), _eval_rows(fresh)
     assert [[r[k] for k in keys] for r in got] == [[r[k] for k in keys] for r in want]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["saw_cv", "awpo_gate", "vpo_bestk"])
 def test_other_claims_run_in_quick_mode(name, tmp_path):
-    page = _run_script(name, tmp_path)
-    assert "## Verdict: " in page and "## Every seed" in page
+    page = _run_script(name, tmp_path, "--seeds=0,1")
+    assert "## Verdict" in page and "## Per seed" in page and "## Pre-registration" in page

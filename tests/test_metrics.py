@@ -164,3 +164,27 @@ def test_max_at_k_metric_is_mean_subset_max():
     assert max_at_k([0.0, 1.0, 2.0, 4.0], 2) == pytest.approx(17 / 6)  # App. C.1 worked pairs
     with pytest.raises(ValueError, match="k must be"):
         max_at_k(s, 8)
+
+
+@pytest.mark.parametrize("n, k", [(1, 1), (4, 1), (4, 2), (5, 3), (6, 6)])
+def test_unbiased_best_at_k_is_the_mean_over_every_k_subset(n, k):
+    """Brute force: every k-subset of the n answers, its best ``w* . r`` among valid answers (the
+    empty value when none is valid), averaged; ties and negative scores included."""
+    import itertools
+
+    from mojax.metrics import best_at_k_unbiased
+
+    rng = np.random.default_rng(n * 10 + k)
+    rewards = np.round(rng.uniform(-1, 1, (7, n, 2)), 1)  # rounding makes ties
+    valid = rng.random((7, n)) > 0.3
+    w = np.array([0.7, 0.3])
+    got = best_at_k_unbiased(rewards, k, weights=w, valid=valid, empty=-5.0)
+    for p in range(7):
+        scores = []
+        for subset in itertools.combinations(range(n), k):
+            vals = [rewards[p, i] @ w for i in subset if valid[p, i]]
+            scores.append(max(vals) if vals else -5.0)
+        assert got[p] == pytest.approx(np.mean(scores), abs=1e-12)
+    first_k = best_at_k(rewards, k, weights=w, valid=valid, empty=-5.0)
+    if k == n:  # one subset: the whole pool, the first-k estimator's value
+        np.testing.assert_allclose(got, first_k)

@@ -113,7 +113,7 @@ LAYERS = (
     ("infra", ("mojax.checkpoint", "mojax.checkpoint_damage", "mojax.logbook", "mojax.log_backends",
                "mojax.plots", "mojax.workdir", "mojax.workdir_lock")),
     ("loop", ("mojax.rl",)),
-    ("entry", ("mojax.main", "mojax.export", "mojax.defaults")),
+    ("entry", ("mojax.main", "mojax.export", "mojax.defaults", "mojax.compare")),
 )  # fmt: skip
 
 
@@ -202,8 +202,8 @@ def test_method_grep_finds_a_method_name():
 
 # a comparison of a task name with a built-in task's name
 _TASK_BRANCH = re.compile(
-    r"""(==|!=|\bin\b)\s*\(?\s*["'](calculator|toolrl|math|qa|musique|maze)["']"""
-    r"""|["'](calculator|toolrl|math|qa|musique|maze)["']\s*(==|!=)"""
+    r"""(==|!=|\bin\b)\s*\(?\s*["'](calculator|toolrl|math|qa|musique|maze|bandit)["']"""
+    r"""|["'](calculator|toolrl|math|qa|musique|maze|bandit)["']\s*(==|!=)"""
 )
 
 

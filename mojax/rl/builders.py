@@ -183,4 +183,5 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
         rules=rules,
         interrupt=interrupt,
         recompute=recompute,
+        workdir=workdir,
     )

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mojax import distributed
 from mojax import metrics as metrics_lib
 from mojax.tasks.base import Task
 
@@ -26,6 +27,7 @@ def summarize(
     *,
     ks: Sequence[int] = (1, 3, 5, 10, 30),
     prefix: str = "eval/",
+    examples: Sequence | None = None,
 ) -> dict[str, float]:
     """Evaluation metrics of ``P`` problems with ``N`` samples each.
 
@@ -33,11 +35,14 @@ def summarize(
       task: the task (objective names, success rule, scalar weights ``w*``).
       rewards: float [P, N, M]; valid: bool [P, N]; n_calls: int [P, N].
       ks: budgets for best@k / pass@k.
+      examples: the P examples, for the task's own metrics (``Task.eval_metrics``).
 
     Returns:
       ``{prefix}accuracy`` (mean success over the N samples of every problem — EM for answer
       tasks, avg@N when sampling), ``{prefix}tool_calls`` (mean calls per problem and sample),
-      ``{prefix}<objective>`` means, ``{prefix}best@k`` / ``{prefix}pass@k``, ``{prefix}E_w[best@k]``
+      ``{prefix}<objective>`` means, ``{prefix}best@k`` (the first k samples) and
+      ``{prefix}best@k_unbiased`` (the mean over every k-subset of the N samples),
+      ``{prefix}pass@k``, ``{prefix}E_w[best@k]``
       (the mean over 1000 seeded ``w ~ Dir(1)`` of the best ``w·r`` among the first k; M > 1),
       ``{prefix}diversity`` (reward space, valid answers), ``{prefix}collinearity``,
       ``{prefix}valid_fraction``.
@@ -64,13 +69,47 @@ def summarize(
     for k in ks:
         if 1 <= k <= n:
             out[f"best@{k}"] = float(metrics_lib.best_at_k(r, k, weights=weights, valid=v).mean())
+            unbiased = metrics_lib.best_at_k_unbiased(r, k, weights=weights, valid=v)
+            out[f"best@{k}_unbiased"] = float(unbiased.mean())
             out[f"pass@{k}"] = float(metrics_lib.pass_at_k(n, success.sum(1), k).mean())
             if r.shape[-1] > 1:  # VPO Tables 5-6: best@k averaged over w ~ Dir(1)
                 ew = metrics_lib.expected_best_at_k(r, k, valid=v, num_weights=1000)
                 out[f"E_w[best@{k}]"] = float(ew.mean())
+    if examples is not None:
+        out.update(task.eval_metrics(list(examples), r, v, calls))
     out["diversity"] = float(metrics_lib.reward_diversity(r, v).mean())
     out["collinearity"] = float(metrics_lib.collinearity(r, v))
     return {prefix + k: v for k, v in out.items()}
+
+
+def write_samples(path: str, task: Task, ids, rewards, valid, n_calls) -> None:
+    """Writes every sample of an evaluation to the JSON-lines file ``path`` (process 0 only): one
+    line per problem and sample, ``{"problem", "sample", "rewards": {objective: value}, "valid",
+    "success", "n_calls"}`` (``rewards [P, N, M]``, ``valid`` / ``n_calls [P, N]``; for VPO sets
+    the flattened answers). Per-problem paired tests and bootstraps read it
+    (``mojax.compare``). The file is rewritten whole, so a step evaluated again after a resume
+    leaves one copy."""
+    if not distributed.is_leader():
+        return
+    r = np.asarray(rewards, np.float64)
+    v = np.asarray(valid, bool)
+    success = task.is_success(r) & v
+    names = task.objective_names
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for p, pid in enumerate(ids):
+            for n in range(r.shape[1]):
+                row = {
+                    "problem": str(pid),
+                    "sample": n,
+                    "rewards": {name: float(r[p, n, k]) for k, name in enumerate(names)},
+                    "valid": bool(v[p, n]),
+                    "success": bool(success[p, n]),
+                    "n_calls": int(np.asarray(n_calls)[p, n]),
+                }
+                f.write(json.dumps(row) + "\n")
+    os.replace(tmp, path)
 
 
 def write_report(path: str, summary: dict[str, float], *, header: str = "") -> str:

@@ -1,7 +1,7 @@
 """The run's input files: checked before anything is built, fingerprinted for the workdir.
 
 * **Missing files.** :func:`check_files` raises a ``ConfigError`` naming ``config.task.train_path``,
-  ``config.task.eval_path`` or ``config.sft.data_path`` when the file is not there (and how
+  ``config.task.eval_path``, ``config.task.val_path`` or ``config.sft.data_path`` when the file is not there (and how
   ``$MOJAX_SHARED_DIR`` locates it when it lies in the shared folder), before the run builds
   anything: ``mojax.main`` exits 2. Every process checks on its own, so each stops at once.
 * **Fingerprints.** :func:`fingerprints` hashes the contents of the data files and of the tokenizer
@@ -27,7 +27,7 @@ from mojax import distributed
 from mojax.config import ConfigError
 
 #: Config keys naming data files (read whole by the task).
-DATA_KEYS = ("task.train_path", "task.eval_path", "sft.data_path")
+DATA_KEYS = ("task.train_path", "task.eval_path", "task.val_path", "sft.data_path")
 #: Config keys naming a tokenizer or checkpoint (a file or a directory).
 MODEL_KEYS = ("tokenizer.path", "model.checkpoint")
 WHOLE_BYTES = 64 << 20

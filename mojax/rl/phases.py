@@ -12,6 +12,7 @@ metrics are logged with the step's. Host state is passed in and returned.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -36,9 +37,15 @@ def _with_validation(run, host: HostState, params, step: int, hook: Callable) ->
     return dataclasses.replace(box["host"], method=state), {**box["metrics"], **metrics}
 
 
+def samples_path(run, step: int) -> str:
+    """``<workdir>/eval/<step>.jsonl``: every held-out sample of the evaluation after ``step``
+    updates ("" when the run has no workdir)."""
+    return os.path.join(run.workdir, "eval", f"{step}.jsonl") if run.workdir else ""
+
+
 def start_metrics(run, host: HostState, params) -> tuple[HostState, dict]:
     """Step 0: the initial policy's evaluation, then the method's start hook."""
-    metrics = evaluate(run, host, params, 0)
+    metrics = evaluate(run, host, params, 0, samples_path=samples_path(run, 0))
     host, hm = _with_validation(
         run, host, params, 0, lambda validate: run.hooks.start(host.method, validate)
     )
@@ -53,7 +60,7 @@ def after_step(run, host: HostState, params) -> tuple[HostState, dict]:
         run, host, params, done, lambda validate: run.hooks.after_step(done, host.method, validate)
     )
     if done % spec.eval_every == 0 or done == spec.steps:
-        metrics.update(evaluate(run, host, params, done))
+        metrics.update(evaluate(run, host, params, done, samples_path=samples_path(run, done)))
     return host, metrics
 
 

@@ -118,7 +118,7 @@ def score_rollouts(
         elif name == "r_reason":
             if judge is None:
                 raise ValueError(f"task {task.name!r} has r_reason: a judge is required")
-            refs = [str(ex.target) for ex in rows]
+            refs = [task.judge_reference(ex) for ex in rows]
             texts = list(prompts_text) if prompts_text is not None else [""] * p
             prompts = [t for t in texts for _ in range(g)]
             scores, counts = judge_owned(judge, prompts, responses, refs, g, judge_budget)

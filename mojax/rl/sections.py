@@ -83,7 +83,8 @@ class TaskSpec:
     SECTION: ClassVar[str] = "task"
     name: str = option(help="calculator | toolrl | math | qa | musique | maze | pkg.module:Class")
     train_path: str = option(help="data file for file-backed tasks")
-    eval_path: str = option(help="held-out data file (validation and test) for file-backed tasks")
+    eval_path: str = option(help="test data file for file-backed tasks (else carved from train)")
+    val_path: str = option(help="validation data file (else carved from train, disjoint from test)")
     num_train: int = option(help="generated tasks (calculator, maze): training problems")
     num_eval: int = option(help="validation problems (ParetoPO's v_t) / evaluation problems")
     num_answers: int = option(help="S answers per completion (VPO, Multi-RLVR); 0 = single answer")
@@ -141,7 +142,7 @@ class RolloutSpec:
     staleness: int = option(
         0,
         help="k: generation for step t + k runs during step t's update, with weights k updates "
-        "old at most (0 = synchronous; mojax.rl.async_loop)"
+        "old at most (0 = synchronous; mojax.rl.async_loop)",
     )
 
     def __post_init__(self):

@@ -54,7 +54,7 @@ class Run:
       signal (None: never); recompute:
       ``(params, batch) -> (batch, metrics)`` putting the learner's log-probs in ``old_logprobs``
       with the mismatch metrics and the correction (``mojax.learner.make_recompute_fn``) when
-      ``ppo.old_logprobs="recompute"``, else None.
+      ``ppo.old_logprobs="recompute"``, else None; workdir: the run directory.
     """
 
     spec: RunSpec
@@ -72,6 +72,7 @@ class Run:
     ref_logprobs: Callable[..., Any] | None = None
     interrupt: Callable[[], None] | None = None
     recompute: Callable[..., Any] | None = None
+    workdir: str = ""  # the run directory (evaluation samples are written there)
 
 
 def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict, Episodes]:
@@ -102,9 +103,12 @@ def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict
 def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes]:
     """``P`` scored and shaped groups of ``G`` rollouts. With DAPO dynamic sampling, groups without
     signal (no objective varies) are dropped and refilled from further prompts, up to
-    ``max_refill_rounds`` rounds; groups still without signal fill the batch, out of the gradient."""
+    ``max_refill_rounds`` rounds; groups still without signal fill the batch, out of the gradient.
+    ``rollout/rollouts`` counts the rollouts generated (refills included), so arms can be compared
+    at equal rollout budgets."""
     rs = run.spec.rollout
     host, episodes = _episodes_round(run, host, params, key)
+    episodes.metrics["rollout/rollouts"] = float(rs.prompts_per_step * rs.num_samples)
     if not rs.dynamic_sampling:
         return host, episodes
     keep = groups_with_signal(episodes.rewards, episodes.valid)
@@ -122,6 +126,9 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
     episodes.valid = episodes.valid & episodes.kept[:, None]
     episodes.metrics["dapo/kept_groups"] = float(keep.sum())
     episodes.metrics["dapo/refill_rounds"] = float(rounds)
+    episodes.metrics["rollout/rollouts"] = float(
+        (1 + rounds) * rs.prompts_per_step * rs.num_samples
+    )
     return host, episodes
 
 

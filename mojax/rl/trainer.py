@@ -238,8 +238,11 @@ def evaluate_only(spec: RunSpec, workdir: str) -> dict[str, float]:
                 params = learner.policy_params(state)
             finally:
                 ckpt.close()
-        summary = evaluate(run_, HostState(), params, 0, split=spec.eval.split)
         path = os.path.join(workdir, "eval", f"{spec.eval.split}.json")
+        samples = os.path.splitext(path)[0] + ".jsonl"
+        summary = evaluate(
+            run_, HostState(), params, 0, split=spec.eval.split, samples_path=samples
+        )
         header = f"task={spec.task.name} split={spec.eval.split}"
         if is_leader():
             print(write_report(path, summary, header=header))

@@ -17,12 +17,15 @@ import jax
 import numpy as np
 
 from mojax.pareto import NOptimalTracker
-from mojax.rl.evaluate import summarize
+from mojax.rl.evaluate import summarize, write_samples
 from mojax.rl.host_state import HostState
 
 
-def evaluate(run, host: HostState, params, step: int, split: str = "test") -> dict[str, float]:
-    """``eval/...`` metrics on a held-out split, ``N = eval.num_samples`` samples per problem.
+def evaluate(
+    run, host: HostState, params, step: int, split: str = "test", samples_path: str = ""
+) -> dict[str, float]:
+    """``eval/...`` metrics on a held-out split, ``N = eval.num_samples`` samples per problem;
+    with ``samples_path`` every sample's rewards are written there too (``write_samples``).
 
     VPO sets are flattened so that k of best@k / pass@k counts answers: ``[P, N, S, M] -> [P, N*S,
     M]``.
@@ -44,8 +47,12 @@ def evaluate(run, host: HostState, params, step: int, split: str = "test") -> di
         rewards = episodes.set_rewards.reshape(p, -1, m)
         valid = episodes.set_valid.reshape(p, -1)
         calls = np.repeat(calls, s, axis=1)
-    out = summarize(run.task, rewards, valid, calls, ks=tuple(es.ks))
+    examples = getattr(run.splits, split)
+    out = summarize(run.task, rewards, valid, calls, ks=tuple(es.ks), examples=examples)
     out.update(host.reward_stats["eval"].as_metrics("reward_invalid/eval"))
+    if samples_path:
+        ids = [ex.id for ex in examples]
+        write_samples(samples_path, run.task, ids, rewards, valid, calls)
     return out
 
 

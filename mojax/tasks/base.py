@@ -176,6 +176,16 @@ class Task(abc.ABC):
         extra = (self.tool_stop,) if self.tool_stop and self.tool_stop not in TAGS else ()
         return TAGS + extra
 
+    def judge_reference(self, example: Example) -> str:
+        """The reference a reasoning judge compares a response with (default: the gold target)."""
+        return str(example.target)
+
+    def eval_metrics(self, examples, rewards, valid, n_calls) -> dict[str, float]:
+        """Task-specific held-out metrics (``eval/<name>``) of ``P`` examples with ``N`` samples
+        each: ``rewards [P, N, M]``, ``valid`` / ``n_calls [P, N]`` (default: none)."""
+        del examples, rewards, valid, n_calls
+        return {}
+
     def config_errors(self, spec: Any) -> list[str]:
         """Rules of this task on the whole run spec (default: no ``<think>`` plans)."""
         think = spec.sft.think_rate

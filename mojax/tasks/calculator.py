@@ -52,6 +52,8 @@ DIFFICULTIES = ("easy", "medium", "hard")
 SPLITS = ("train", "validation", "test")
 DEFAULT_MIX = {"easy": 0.3, "medium": 0.3, "hard": 0.4}
 DEFAULT_BEHAVIOURS = {"always": 0.3, "never": 0.3, "when_hard": 0.4}
+BEHAVIOURS = ("always", "never", "when_hard", "redundant")
+MODES = ("tool", "awpo")  # (r_task, r_tool), or AWPO's (r_out, r_reason) with a judged plan
 # probability that a direct (mental) answer is wrong, per difficulty
 DEFAULT_MENTAL_ERROR = {"easy": 0.02, "medium": 0.1, "hard": 0.7}
 _MAX_EXPR_CHARS = 200
@@ -160,11 +162,20 @@ class CalculatorTask(Task):
     scalar_weights = (0.6, 0.4)
     tool_stop = "</calc>"
 
-    def __init__(self, shared_easy_facts: bool = False, easy_ops: str = "+-*"):
+    def __init__(self, shared_easy_facts: bool = False, easy_ops: str = "+-*", mode: str = "tool"):
         if not easy_ops or set(easy_ops) - set("+-*"):
             raise ValueError(f"easy_ops must be a non-empty subset of '+-*'; got {easy_ops!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
         self.shared_easy_facts = bool(shared_easy_facts)
         self.easy_ops = easy_ops
+        self.mode = mode
+        if mode == "awpo":  # AWPO (arXiv:2512.19126): an outcome and a judged reasoning reward
+            self.objectives = (
+                Objective("r_out", 0.0, 2.0, success=True),  # <think> plan format + correct
+                Objective("r_reason", 0.0, 1.0, external=True),  # the judge's score of the plan
+            )
+            self.scalar_weights = (1.0, 0.0)
 
     @staticmethod
     def example(problem: Problem, ex_id: str) -> Example:
@@ -193,14 +204,15 @@ class CalculatorTask(Task):
 
     @classmethod
     def configure(cls, c) -> None:
-        """Recipe defaults: easy problems are the 100 single-digit sums, known facts in every
-        split, so a tiny model can answer them mentally and calling the calculator there is pure
-        cost (the trade-off ParetoPO learns); held-out accuracy and tool calls are avg@4 of the
-        sampling policy (the RL objective's policy; greedy decoding of a tiny model hides its
-        uncertainty behind the argmax)."""
+        """Recipe defaults: easy problems are single-digit sums, which a tiny model can learn to
+        answer mentally, so calling the calculator there is pure cost (the trade-off ParetoPO
+        learns); every held-out problem, easy ones included, is disjoint from the training
+        problems; held-out accuracy and tool calls are avg@4 of the sampling policy (the RL
+        objective's policy; greedy decoding of a tiny model hides its uncertainty behind the
+        argmax)."""
         import ml_collections
 
-        c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": True, "easy_ops": "+"})
+        c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": False, "easy_ops": "+"})
         c.eval.temperature, c.eval.num_samples, c.eval.ks = 1.0, 4, (1, 2, 4)
 
     def load_splits(self, spec, *, seed: int) -> Splits:
@@ -242,8 +254,10 @@ class CalculatorTask(Task):
         return texts + [d.response for d in demos] + ["0123456789 -+*=.,"]
 
     def vocab_symbols(self, sft) -> tuple[str, ...]:
-        """The shared tags, and ``<think>`` / ``</think>`` when the demos show a plan."""
-        return super().vocab_symbols(sft) + (THINK_TAGS if float(sft.think_rate) > 0 else ())
+        """The shared tags, and ``<think>`` / ``</think>`` when the demos show a plan (or the
+        rewards ask for one)."""
+        think = float(sft.think_rate) > 0 or self.mode == "awpo"
+        return super().vocab_symbols(sft) + (THINK_TAGS if think else ())
 
     def config_errors(self, spec) -> list[str]:
         return []
@@ -278,7 +292,34 @@ class CalculatorTask(Task):
 
     def score(self, response: str, example: Example) -> np.ndarray:
         pred = self.parse_answer(response)
-        return np.array([float(pred is not None and pred == int(example.target)), 0.0])
+        correct = float(pred is not None and pred == int(example.target))
+        if self.mode == "awpo":
+            return np.array([think_format(response) + correct, 0.0])
+        return np.array([correct, 0.0])
+
+    # ------------------------------------------------------------------ tool efficiency
+    @staticmethod
+    def optimal_calls(example: Example) -> int:
+        """The fixed ``N_opt`` of a problem: 0 for an easy one (a known single-digit fact), 1 for
+        the others (one call gives the exact result)."""
+        return 0 if example.meta["difficulty"] == "easy" else 1
+
+    def judge_reference(self, example: Example) -> str:
+        """The plan a reasoning judge compares with: the decision the fixed ``N_opt`` makes."""
+        return think_plan(self.optimal_calls(example) > 0)
+
+    def eval_metrics(self, examples, rewards, valid, n_calls) -> dict[str, float]:
+        """``tool_efficiency``: the mean over samples of ``exp(-0.7 |N_call - N_opt|)`` against
+        the fixed ``N_opt`` (:meth:`optimal_calls`; ParetoPO, arXiv:2606.16111, Eq. 4's form with
+        its ``alpha``), whether or not the sample succeeded; ``redundant_calls``: the mean number
+        of calls beyond ``N_opt``."""
+        del rewards, valid
+        n_opt = np.asarray([self.optimal_calls(ex) for ex in examples], np.float64)[:, None]
+        calls = np.asarray(n_calls, np.float64)
+        return {
+            "tool_efficiency": float(np.exp(-0.7 * np.abs(calls - n_opt)).mean()),
+            "redundant_calls": float(np.maximum(calls - n_opt, 0.0).mean()),
+        }
 
 
 def sft_demonstrations(
@@ -294,8 +335,9 @@ def sft_demonstrations(
     Args:
       examples: calculator examples (from :meth:`CalculatorTask.load`).
       seed: the demos are a deterministic function of (examples, seed, settings).
-      behaviours: weights of ``"always"`` (call every time), ``"never"`` (answer directly) and
-        ``"when_hard"`` (call only on hard problems).
+      behaviours: weights of ``"always"`` (call every time), ``"never"`` (answer directly),
+        ``"when_hard"`` (call only on hard problems) and ``"redundant"`` (call, then call again
+        with the same expression before answering: a warm start that over-calls).
       mental_error: per difficulty, the probability that a direct answer is off (by ±1 … ±100).
       think_rate: the probability that a demo opens with a plan, ``<think>tool</think>`` or
         ``<think>mental</think>`` (:func:`think_plan`), the format :func:`think_format` rewards.
@@ -304,8 +346,8 @@ def sft_demonstrations(
     """
     behaviours = dict(DEFAULT_BEHAVIOURS if behaviours is None else behaviours)
     mental_error = dict(DEFAULT_MENTAL_ERROR if mental_error is None else mental_error)
-    if set(behaviours) - {"always", "never", "when_hard"} or sum(behaviours.values()) <= 0:
-        raise ValueError(f"behaviours must weight 'always', 'never', 'when_hard'; got {behaviours}")
+    if set(behaviours) - set(BEHAVIOURS) or sum(behaviours.values()) <= 0:
+        raise ValueError(f"behaviours must weight some of {BEHAVIOURS}; got {behaviours}")
     if set(mental_error) != set(DIFFICULTIES) or not all(
         0.0 <= v <= 1.0 for v in mental_error.values()
     ):
@@ -319,13 +361,14 @@ def sft_demonstrations(
     for ex in examples:
         prob: Problem = ex.meta["problem"]
         behaviour = rng.choices(names, weights)[0]
-        call = behaviour == "always" or (behaviour == "when_hard" and prob.is_hard)
+        call = behaviour in ("always", "redundant") or (behaviour == "when_hard" and prob.is_hard)
         if call:
-            segments = (
+            one = (
                 (f"<calc>{prob.expr}</calc>", True),
                 (task.format_observation(str(prob.answer)), False),
-                (f"<answer>{prob.answer}</answer>", True),
             )
+            calls = 2 if behaviour == "redundant" else 1
+            segments = (*(one * calls), (f"<answer>{prob.answer}</answer>", True))
             answer = prob.answer
         else:
             answer = prob.answer
@@ -334,7 +377,8 @@ def sft_demonstrations(
             segments = ((f"<answer>{answer}</answer>", True),)
         if think_rate > 0 and rng.random() < think_rate:
             segments = ((think_plan(call), True), *segments)
-        demos.append(Demo(ex, segments, behaviour, int(call), answer == prob.answer))
+        n_calls = (2 if behaviour == "redundant" else 1) if call else 0
+        demos.append(Demo(ex, segments, behaviour, n_calls, answer == prob.answer))
     return demos
 
 

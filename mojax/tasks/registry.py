@@ -18,6 +18,7 @@ _TASK_CLASSES = {  # config.task.name -> (module, class) in mojax.tasks
     "qa": ("qa", "QATask"),
     "musique": ("musique", "MuSiQueTask"),
     "maze": ("maze_task", "MazeTask"),
+    "bandit": ("bandit", "RouteBanditTask"),
 }
 TASKS = tuple(_TASK_CLASSES)
 

@@ -1,7 +1,8 @@
 """A run's examples (``Splits``) and the two default ways a task loads them.
 
-* **From files** (``task.train_path``, and ``task.eval_path`` for validation and test; without it the
-  last ``num_eval`` training examples are held out): ``task.load(path)``.
+* **From files** (``task.train_path``; ``task.eval_path`` for the test split and ``task.val_path``
+  for validation, each carved from the training file when not given, disjoint):
+  ``task.load(path)``.
 * **Generated** (no ``train_path``, a task with ``load(split, num, seed=...)``): each split drawn by
   the task from its own stream.
 
@@ -81,19 +82,36 @@ def generated_splits(task: Any, spec: Any, seed: int) -> Splits:
 
 
 def file_splits(task: Any, spec: Any) -> Splits:
-    """Training examples from ``spec.train_path``; held-out ones from ``spec.eval_path`` (the first
-    ``num_eval``) or, without it, the last ``num_eval`` training examples (at most half)."""
+    """Training, validation and test examples from files; the three are disjoint.
+
+    * test: the first ``num_eval`` examples of ``spec.eval_path``, or without it the last
+      ``num_eval`` training examples;
+    * validation (ParetoPO's ``v_t``, model selection): ``spec.val_path`` when set, else the last
+      ``num_eval`` of the remaining training examples, so nothing is selected on the test set;
+    * train: the rest. Without ``eval_path`` at most a third of the file goes to each held-out
+      split.
+    """
     n_eval = int(spec.num_eval)
     train = unique_ids(load_file(task, spec.train_path, "task.train_path"))
+    held_out = 1 + (not spec.eval_path) - bool(spec.val_path)  # splits carved from train
+    if len(train) < held_out + 1:
+        raise ValueError(
+            f"config.task.train_path: need >= {held_out + 1} examples to carve {held_out} held-out "
+            f"split(s) from; got {len(train)}"
+        )
+    n = min(n_eval, len(train) // (held_out + 1))
     if spec.eval_path:
-        held = load_file(task, spec.eval_path, "task.eval_path")[:n_eval]
-        held = unique_ids(held, taken={ex.id for ex in train}, prefix="eval:")
+        test = load_file(task, spec.eval_path, "task.eval_path")[:n_eval]
+        test = unique_ids(test, taken={ex.id for ex in train}, prefix="eval:")
     else:
-        if len(train) < 2:
-            raise ValueError("config.task.train_path: need >= 2 examples to hold some out")
-        n_eval = min(n_eval, len(train) // 2)
-        train, held = train[:-n_eval], train[-n_eval:]
-    return Splits(train, held, held, task)
+        train, test = train[:-n], train[-n:]
+    if spec.val_path:
+        validation = load_file(task, spec.val_path, "task.val_path")[:n_eval]
+        taken = {ex.id for ex in train} | {ex.id for ex in test}
+        validation = unique_ids(validation, taken=taken, prefix="val:")
+    else:
+        train, validation = train[:-n], train[-n:]
+    return Splits(train, validation, test, task)
 
 
 def unique_ids(

@@ -141,7 +141,7 @@ def test_eval_of_a_live_run_leaves_its_files_intact(tmp_path, monkeypatch):
     truncate_array_data(work / "checkpoints" / "5")
     evaluated = []
 
-    def fake_evaluate(run_, host, params, step, split="test"):
+    def fake_evaluate(run_, host, params, step, split="test", samples_path=""):
         evaluated.append(jax.device_get(params))
         return {"eval/accuracy": 0.0}
 
