@@ -80,6 +80,15 @@ def best_at_k(rewards, k: int, *, weights=None, valid=None, empty: float = 0.0) 
     Returns:
       ``[...]`` float64.
     """
+    s, _ = _scores(rewards, k, weights, valid)
+    s = s[..., : int(k)]
+    best = s.max(axis=-1)
+    return np.where(np.isfinite(best), best, empty)
+
+
+def _scores(rewards, k: int, weights, valid) -> tuple[np.ndarray, int]:
+    """``(w* . r_s`` per answer ``[..., N]`` with invalid answers ``-inf``, ``N)``; checks k and
+    the shape of ``weights``."""
     r, v = _pool(rewards, valid)
     n, m = r.shape[-2:]
     if not 1 <= int(k) <= n:
@@ -87,9 +96,7 @@ def best_at_k(rewards, k: int, *, weights=None, valid=None, empty: float = 0.0) 
     w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, dtype=np.float64)
     if w.shape != (m,):
         raise ValueError(f"weights must have shape ({m},); got {w.shape}")
-    s = np.where(v, r @ w, -np.inf)[..., : int(k)]
-    best = s.max(axis=-1)
-    return np.where(np.isfinite(best), best, empty)
+    return np.where(v, r @ w, -np.inf), n
 
 
 def best_at_k_unbiased(
@@ -109,14 +116,8 @@ def best_at_k_unbiased(
     Returns:
       ``[...]`` float64.
     """
-    r, v = _pool(rewards, valid)
-    n, m = r.shape[-2:]
-    if not 1 <= int(k) <= n:
-        raise ValueError(f"k must be in [1, N={n}]; got {k}")
-    w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, dtype=np.float64)
-    if w.shape != (m,):
-        raise ValueError(f"weights must have shape ({m},); got {w.shape}")
-    s = np.sort(np.where(v, r @ w, -np.inf), axis=-1)
+    s, n = _scores(rewards, k, weights, valid)
+    s = np.sort(s, axis=-1)
     s = np.where(np.isfinite(s), s, empty)
     coef = np.array([comb(i - 1, int(k) - 1) for i in range(1, n + 1)], dtype=np.float64)
     return s @ (coef / comb(n, int(k)))
