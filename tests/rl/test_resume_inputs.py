@@ -129,8 +129,8 @@ def _qa_file(path, questions):
 
 
 def test_example_ids_that_repeat_across_files_get_their_own_prompts(tmp_path, qwen2_tokenizer_dir):
-    """qa takes ids from the file: train and eval files both numbered 0..3, and a repeat inside
-    the training file. Each example keeps its own prompt and a distinct id."""
+    """qa takes ids from the file: train, eval and validation files all numbered 0..3, and a repeat
+    inside the training file. Each example keeps its own prompt and a distinct id."""
     from mojax.models import load_tokenizer
     from mojax.rl.episodes import EpisodeRunner
     from mojax.tasks.qa import QATask
@@ -140,11 +140,13 @@ def test_example_ids_that_repeat_across_files_get_their_own_prompts(tmp_path, qw
     lines = (tmp_path / "train.jsonl").read_text().splitlines()
     (tmp_path / "train.jsonl").write_text("\n".join(lines + [lines[0].replace("who?", "why?")]))
     held = _qa_file(tmp_path / "eval.jsonl", ["how?", "which?", "whose?", "whom?"])
+    val = _qa_file(tmp_path / "val.jsonl", ["whence?", "whither?", "how many?", "how much?"])
     task = QATask()
-    spec = types.SimpleNamespace(train_path=train, eval_path=held, num_eval=4)
+    spec = types.SimpleNamespace(train_path=train, eval_path=held, val_path=val, num_eval=4)
     splits = file_splits(task, spec)
     assert [ex.id for ex in splits.train] == ["0", "1", "2", "3", "0#2"]
     assert [ex.id for ex in splits.test] == ["eval:0", "eval:1", "eval:2", "eval:3"]
+    assert [ex.id for ex in splits.validation] == ["val:0", "val:1", "val:2", "val:3"]
     runner = EpisodeRunner(
         types.SimpleNamespace(task=types.SimpleNamespace(num_answers=0)),
         task,
@@ -152,7 +154,7 @@ def test_example_ids_that_repeat_across_files_get_their_own_prompts(tmp_path, qw
         sampler=None,
     )
     tok = runner.tokenizer
-    for ex in splits.train + splits.test:  # the train example first: it fills the cache
+    for ex in splits.train + splits.test + splits.validation:  # train first: it fills the cache
         text = tok.decode(runner.prompt_ids(ex))
         assert ex.messages[0]["content"].split("Question: ")[-1][:6] in text
     first, again = splits.train[0], splits.train[4]
