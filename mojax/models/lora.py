@@ -15,6 +15,13 @@ The parameter tree of a config with ``lora`` set holds, per projection, ``kernel
 (quantising them); :func:`merged_dense` folds the adapters into dense kernels ``W + s A B`` for an
 HF export. Shapes: a kernel ``[in..., out...]`` (e.g. q_proj ``[E, H, D]``), ``A [in..., r]``,
 ``B [r, out...]``, ``n_in`` / ``n_out`` the products of the in / out dims.
+
+Why not qwix: ``qwix.apply_lora_to_model`` (qwix 0.1.8, ``LoraProvider`` rules matching
+``q_proj|v_proj|gate_proj``) runs on the port's ``Qwen`` module but adds no adapter: the port's
+projections (``mojax.models.layers.Projection``) reshape to a 2-D ``lax.dot_general`` instead of
+calling ``nn.Dense`` or an einsum, which is what its provider rewrites; its params tree comes back
+without a ``lora_*`` leaf. Owning the adapters also gives the quantised base, the split / merge the
+optimizer and the sampler need, and the PEFT export in one place.
 """
 
 from __future__ import annotations
