@@ -25,7 +25,10 @@ Checkpoints: the in-flight rollouts are *checkpointed* (``HostState.inflight``,
 trained (the in-flight rollouts' data position, ``N_optimal`` tracker and reward stats travel with
 each rollout and are applied when it is consumed), and a resumed run consumes the saved rollouts
 exactly as the uninterrupted run does. Every rollout is consumed through its JSON form, in either
-run.
+run. A signal during the generation that follows an update (``mojax.rl.interrupts``) keeps the
+update and drops the rollout being generated: the step is saved with its after-step phases
+pending (:class:`InterruptedAfterUpdate`), and the resumed run generates the missing rollouts first,
+with the weights it resumed with (so from there on it differs from the uninterrupted run).
 
 Several processes: the same rules as the synchronous loop (``docs/architecture.md``): the sampler's
 mesh (``mojax.sharding.split_devices``) takes devices from every process, so each process holds
@@ -49,6 +52,7 @@ from mojax import distributed, learner
 from mojax import sharding as sharding_lib
 from mojax.models import param_shardings
 from mojax.pareto import NOptimalTracker
+from mojax.preemption import Interrupted
 from mojax.rl import inflight as inflight_lib
 from mojax.rl.episodes import rollout_metrics
 from mojax.rl.host_state import HostState
@@ -107,6 +111,15 @@ def _across_processes(params, shardings, learner_mesh) -> Any:
         return jax.make_array_from_single_device_arrays(x.shape, target, bufs)
 
     return jax.tree.map(place, full, shardings)
+
+
+class InterruptedAfterUpdate(Interrupted):
+    """A signal stopped the generation after step ``host.step``'s update: the updated ``state``,
+    the ``host`` after it (without the dropped rollout), the step's ``metrics`` and ``episodes``."""
+
+    def __init__(self, cause: Interrupted, host: HostState, state, metrics: dict, episodes):
+        super().__init__(cause.signum, cause.signal_time, cause.grace_s)
+        self.host, self.state, self.metrics, self.episodes = host, state, metrics, episodes
 
 
 @dataclasses.dataclass
@@ -168,10 +181,11 @@ class Pipeline:
         metrics and its episodes (for transcripts)."""
         k, t, t0 = run.spec.rollout.staleness, host.step, time.time()
         queue, times = list(host.inflight), {}
-        if not queue:  # a fresh start (or a checkpoint without rollouts ahead): fill the pipeline
+        want = min(t + max(k, 1), run.spec.steps) - t  # rollouts of steps t .. t + k - 1
+        if len(queue) < want:  # a fresh start, or a rollout dropped on a signal: fill up
             params, times["time/weight_transfer_s"] = self.transfer(learner.policy_params(state))
-            fields = _host_fields(host)
-            for s in range(t, min(t + max(k, 1), run.spec.steps)):
+            fields = queue[-1]["host"] if queue else _host_fields(host)
+            for s in range(t + len(queue), t + want):
                 queue.append(self.generate(host, fields, params, s, version=t))
                 fields = queue[-1]["host"]
         t_fill = time.time() - t0
@@ -187,9 +201,13 @@ class Pipeline:
             params, times["time/weight_transfer_s"] = self.transfer(learner.policy_params(state))
         t1 = time.time()
         state, train_metrics = run.train_step(state, batch)  # dispatched, not waited for
+        stopped = None
         if k and t + k < run.spec.steps:  # the last steps generate nothing past the run
             fields = queue[-1]["host"] if queue else _host_fields(host)
-            queue.append(self.generate(host, fields, params, t + k, version=t))
+            try:
+                queue.append(self.generate(host, fields, params, t + k, version=t))
+            except Interrupted as e:  # the update is kept, the rollout ahead dropped
+                stopped = e
         t2 = time.time()
         train_metrics = jax.device_get({**offpolicy, **train_metrics})
         metrics = {**episodes.metrics, **rollout_metrics(episodes), **metrics}
@@ -203,4 +221,6 @@ class Pipeline:
         host = dataclasses.replace(host, step=t + 1, inflight=queue)
         if os.environ.get("MOJAX_DEBUG_HOST_STATE") == "1":  # multi-process: a divergence is a bug
             distributed.assert_same(f"host state after step {host.step}", host.to_dict())
+        if stopped is not None:
+            raise InterruptedAfterUpdate(stopped, host, state, metrics, episodes)
         return host, state, metrics, episodes

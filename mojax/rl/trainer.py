@@ -26,7 +26,7 @@ from mojax.distributed import is_leader
 from mojax.preemption import Interrupted, Preempted, Preemption
 from mojax.rl import adapters, inputs, interrupts
 from mojax.rl import spec as spec_lib
-from mojax.rl.async_loop import make_step_fn
+from mojax.rl.async_loop import InterruptedAfterUpdate, make_step_fn
 from mojax.rl.builders import build_run
 from mojax.rl.evaluate import write_report
 from mojax.rl.host_state import HostState
@@ -154,6 +154,14 @@ def _loop(run_: Run, workdir, state, host, resumed, writer, ckpt, preemption) ->
         key = jax.random.fold_in(jax.random.PRNGKey(spec.seed), host.step)
         try:
             new_host, state, last, episodes = step_fn(run_, host, state, key)
+        except InterruptedAfterUpdate as e:  # generating ahead: the update is kept
+            state = e.state
+            rows = transcript_rows(run_, e.episodes) if spec.transcripts_per_step else None
+            what = (
+                f"after the update of RL step {e.host.step} (the rollout generated ahead was "
+                "dropped; its evaluation is redone on resume)"
+            )
+            raise halt(e.signum, interrupts.with_pending(e.host, e.metrics, rows), what) from None
         except Interrupted as e:  # in the rollouts: the previous step is the last completed one
             what = f"after RL step {host.step} (the rollout of step {host.step + 1} was abandoned)"
             raise halt(e.signum, host, what) from None

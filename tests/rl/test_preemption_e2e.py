@@ -176,3 +176,37 @@ def test_signals_in_sft_rollout_and_evaluation_resume_to_the_uninterrupted_run(
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert ha == hb and "pending" not in json.dumps(hb)
+
+
+@pytest.mark.slow
+def test_a_signal_while_generating_ahead_keeps_the_update_and_regenerates(tmp_path, monkeypatch):
+    """``rollout.staleness = 1``: SIGTERM inside the rollout generated ahead after step 1's update
+    (the 3rd rollout: step-0 evaluation, step 1's, step 2's ahead). The update is kept and saved
+    with step 1's evaluation pending; the dropped rollout is generated again on resume with the
+    resumed weights (policy lag 0 where the uninterrupted run has 1); the run then finishes."""
+    from mojax.rl import trainer
+
+    def config():
+        c = _config()
+        with c.unlocked():
+            c.rollout.staleness = 1
+        return c
+
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    trainer.run(config(), str(straight))
+    with monkeypatch.context() as m:
+        trap = _Trap(m, 3, signal.SIGTERM)
+        with pytest.raises(Preempted) as info:
+            trainer.run(config(), str(stopped))
+    e = info.value
+    assert e.exit_code == 143 and trap.fired and trap.after == 0, (trap.rollouts, trap.after)
+    assert "after the update of RL step 1 (the rollout generated ahead was dropped" in str(e)
+    assert sorted(p.name for p in (stopped / "checkpoints").iterdir()) == ["1"]
+    host1 = json.loads((stopped / "checkpoints" / "1" / "host" / "metadata").read_text())
+    assert "pending" in json.dumps(host1) and '"inflight": []' in json.dumps(host1)
+    trainer.run(config(), str(stopped))
+    a, b = _lines(straight / "metrics.jsonl", True), _lines(stopped / "metrics.jsonl", True)
+    assert [r["step"] for r in b] == [0, 1, 2, 3]
+    assert b[:2] == a[:2]  # the initial evaluation, and step 1 (update kept, evaluation redone)
+    assert [r["async/policy_lag"] for r in a[1:]] == [0.0, 1.0, 1.0]
+    assert [r["async/policy_lag"] for r in b[1:]] == [0.0, 0.0, 1.0]
