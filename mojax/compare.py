@@ -149,11 +149,13 @@ def by_seed(arm: Mapping[int, float], base: Mapping[int, float]) -> list[float]:
 def by_problem(
     arm: Sequence[Mapping[str, float]], base: Sequence[Mapping[str, float]]
 ) -> list[float]:
-    """Per problem, the arm's mean over seeds minus the baseline's (problems both evaluated)."""
+    """Per problem, the arm's mean over the seeds that evaluated it minus the baseline's (problems
+    both arms evaluated). A task whose held-out problems depend on the seed (the calculator's ids
+    carry it) pairs each problem within its seed; a fixed test file pairs the means over seeds."""
 
     def mean_over_runs(runs):
-        keys = set.intersection(*(set(r) for r in runs))
-        return {k: float(np.mean([r[k] for r in runs])) for k in keys}
+        keys = set().union(*(set(r) for r in runs))
+        return {k: float(np.mean([r[k] for r in runs if k in r])) for k in keys}
 
     a, b = mean_over_runs(arm), mean_over_runs(base)
     keys = sorted(set(a) & set(b))

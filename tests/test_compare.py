@@ -87,3 +87,13 @@ def test_compare_over_run_directories(tmp_path, capsys):
             "--baseline", "old", "--metric", "eval/accuracy"])  # fmt: skip
     out = capsys.readouterr().out
     assert "| new − old | eval/accuracy | 8 |" in out and "reproduced" in out
+
+
+def test_by_problem_pairs_seed_specific_problems_within_their_seed():
+    """The calculator draws its held-out problems per seed (ids ``calc/<seed>/...``): no problem is
+    in every run, and each pairs with the baseline's run of its own seed."""
+    arm = [{"calc/0/a": 1.0, "calc/0/b": 0.0}, {"calc/1/c": 1.0}]
+    base = [{"calc/0/a": 0.0, "calc/0/b": 0.5}, {"calc/1/c": 0.25}]
+    assert C.by_problem(arm, base) == [1.0, -0.5, 0.75]
+    # a fixed test file: the same problems in every run, averaged over the runs first
+    assert C.by_problem([{"p": 1.0}, {"p": 0.0}], [{"p": 0.0}, {"p": 0.0}]) == [0.5]
