@@ -34,7 +34,11 @@ Several processes: the same rules as the synchronous loop (``docs/architecture.m
 mesh (``mojax.sharding.split_devices``) takes devices from every process, so each process holds
 rows of both meshes, runs the tools of the rows its sampler devices hold and scores the groups it
 owns; the rollout and its rewards are all-gathered, so the in-flight rollouts and the host state are
-identical everywhere. ``rollout.staleness = 0`` with ``mesh.sampler = 0`` is the synchronous loop
+identical everywhere. Across processes the generation starts once the update has finished: the
+rollout's host agreements (``mojax.distributed``, the preemption poll) are device all-gathers, and
+on the CPU they share the cross-process collectives' channel with an update in flight, where they
+would interleave in a different order on each process; so there the overlap is the host's work
+only. ``rollout.staleness = 0`` with ``mesh.sampler = 0`` is the synchronous loop
 (``mojax.rl.step.rl_step``).
 """
 
@@ -201,6 +205,8 @@ class Pipeline:
             params, times["time/weight_transfer_s"] = self.transfer(learner.policy_params(state))
         t1 = time.time()
         state, train_metrics = run.train_step(state, batch)  # dispatched, not waited for
+        if jax.process_count() > 1:  # the rollout's host collectives must not interleave with it
+            jax.block_until_ready(train_metrics)
         stopped = None
         if k and t + k < run.spec.steps:  # the last steps generate nothing past the run
             fields = queue[-1]["host"] if queue else _host_fields(host)
