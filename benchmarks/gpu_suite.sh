@@ -20,7 +20,8 @@ step() {  # step NAME SECONDS CMD...
   $PY -c "import jax, flax, optax, torch, transformers; print('jax', jax.__version__, jax.devices(), 'flax', flax.__version__, 'optax', optax.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 } >"$OUT/env.log" 2>&1
 cat "$OUT/env.log"
-# PARTS=mfu runs only the train-step MFU measurements (about 10 minutes); default: everything
+# PARTS=mfu runs only the train-step MFU measurements (about 10 minutes), PARTS=decode only
+# benchmarks/gpu_decode.py (about 9 minutes); default: everything but decode
 PARTS=${PARTS:-all}
 if [ "$PARTS" = all ]; then
 step ceilings 40 $PY benchmarks/gpu_ceilings.py
@@ -31,6 +32,7 @@ step breakdown "${BREAKDOWN_S:-90}" $PY benchmarks/decode_breakdown.py --variant
   --batches 1,64 --rounds 3
 fi
 # train-step MFU with the fused (cuDNN) attention: 1.5B full fine-tune, 7B LoRA r=64 (frozen base)
+if [ "$PARTS" = all ] || [ "$PARTS" = mfu ]; then
 MFU="--mode gpu --dtype bfloat16 --remat full --logprob_chunk 512 --rounds 3"
 step mfu_15b_t2048 "${MFU_S:-150}" $PY benchmarks/train_step.py $MFU --variant qwen2.5-1.5b \
   --batch 8 --seq 2048
@@ -40,6 +42,7 @@ step mfu_7b_lora_t2048 "${MFU_S:-150}" $PY benchmarks/train_step.py $MFU --varia
   --lora_rank 64 --batch 4 --seq 2048
 step mfu_7b_lora_t4096 "${MFU_S:-150}" $PY benchmarks/train_step.py $MFU --variant qwen2.5-7b \
   --lora_rank 64 --batch 2 --seq 4096
+fi
 if [ "$PARTS" = all ]; then
 # off-policy: the sampler-vs-learner mismatch of qwen2.5-0.5b in bf16 (random weights unless
 # MISMATCH_CKPT names an HF directory; a measurement, not a timing), then the RL step time of
@@ -49,7 +52,13 @@ step mismatch "${MISMATCH_S:-120}" $PY benchmarks/mismatch.py --variant qwen2.5-
 step async_overlap "${ASYNC_S:-300}" $PY benchmarks/async_overlap.py --mode gpu --steps 6 \
   --warmup 2 --sft_steps 20 --rounds 3
 fi
-for f in $([ "$PARTS" = all ] && echo ceilings sampler train_step breakdown mismatch async_overlap) \
+[ "$PARTS" = decode ] || for f in $([ "$PARTS" = all ] && echo ceilings sampler train_step breakdown mismatch async_overlap) \
   mfu_15b_t2048 mfu_15b_t4096 mfu_7b_lora_t2048 mfu_7b_lora_t4096; do
   echo "----- $f"; grep -vE "^  round |^\s*$" "$OUT/$f.log" | tail -n 40
 done
+# PARTS=decode: decode at batch 1 / 64 / 256 as a fraction of the measured copy bandwidth, with the
+# launch contrasts (command buffers over the loop, unrolled per-layer decode) and launches per step
+if [ "$PARTS" = decode ]; then
+step gpu_decode "${DECODE_S:-540}" $PY benchmarks/gpu_decode.py --batches 1,64,256
+cat "$OUT/gpu_decode.log"
+fi
