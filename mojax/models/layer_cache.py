@@ -21,7 +21,7 @@ Both einsums of a multi-token cached call (an appended observation) then have th
 slot index) are those of ``KVCache``; ``to_layer_major`` and ``LayerKVCache.to_stacked`` convert
 between the two exactly (transposes only).
 
-The decode loop uses this layout when ``Layouts.decode_per_layer`` is set (the CPU layouts).
+The decode loop uses this layout when ``Layouts.decode_per_layer`` is set (the CPU and GPU layouts).
 
 Shape legend (``mojax/__init__.py``): L layers, B rows, C cache slots, K kv heads, D head dim,
 T tokens.

@@ -134,7 +134,7 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
 def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ...]):
     """Runs the decode loop segment by segment until every row is done (or the cache is full).
 
-    With ``Layouts.decode_per_layer`` (the CPU layouts) the loop runs unrolled layers
+    With ``Layouts.decode_per_layer`` (the CPU and GPU layouts) the loop runs unrolled layers
     (``unstack_layers``, once before the loop: a scanned layer copies its weight slices on every
     token) and carries the cache in the decode layout (``LayerKVCache``: one array per layer, keys
     with the slot axis minor), whose attention reads no slice copies and reduces over non-minor
