@@ -66,11 +66,34 @@ def make_prompts(p, min_len, max_len, vocab, seed=0):
 # workers (each runs in a fresh process)
 
 
+# shapes that are not variants: (variant, config overrides); "small-qwen3" is a 4-layer, 256-wide
+# Qwen3 with a 2048-token vocabulary (the small-shape anchor of docs/performance.md section 2)
+SHAPES = {
+    "small-qwen3": (
+        "tiny-qwen3",
+        dict(
+            hidden_size=256,
+            intermediate_size=768,
+            num_layers=4,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=64,
+            vocab_size=2048,
+        ),
+    ),
+}
+
+
 def prepare_worker(args):
     """Writes the random-weight checkpoint both sides load (JAX on CPU; nothing is timed)."""
-    import mojax.models as mm
+    import jax
 
-    model = mm.from_pretrained(args.variant, dtype="float32", seed=0)
+    import mojax.models as mm
+    from mojax.models.variants import get_variant
+
+    variant, overrides = SHAPES.get(args.variant, (args.variant, {}))
+    config = get_variant(variant, dtype="float32", param_dtype="float32", **overrides)
+    model = mm.QwenModel(config=config, params=mm.init_params(config, jax.random.key(0)))
     mm.save_pretrained(model, args.ckpt, dtype=args.dtype)
     _harness.emit({"params": mm.param_count(model.config)})
 
@@ -86,7 +109,9 @@ def mojax_worker(args, vanilla=False):
     cfg = model.config
     tokens, lengths = make_prompts(args.prompts, args.min_prompt, args.max_prompt, cfg.vocab_size)
     g, n = args.samples, args.new_tokens
-    kw = dict(key=jax.random.key(0), temperature=1.0, max_response_len=n, draw=args.draw)
+    kw = dict(
+        key=jax.random.key(0), temperature=args.temperature, max_response_len=n, draw=args.draw
+    )
     if args.dtype != "float32":
         kw["cache_dtype"] = jnp.dtype(args.dtype)
     if vanilla:  # Tunix-style: every sample prefilled separately, full-cache attention each step
@@ -138,12 +163,15 @@ def transformers_worker(args):
     ids = torch.tensor(left, dtype=torch.long, device=dev)
     am = torch.tensor(mask, dtype=torch.long, device=dev)
 
+    sampling = dict(do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0)
+    if args.temperature == 0.0:  # greedy
+        sampling = dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+
     def call(n):
         with torch.no_grad():
             out = hf.generate(
-                ids, attention_mask=am, max_new_tokens=n, min_new_tokens=n, do_sample=True,
-                temperature=1.0, top_k=0, top_p=1.0, num_return_sequences=args.samples,
-                pad_token_id=0, eos_token_id=None,
+                ids, attention_mask=am, max_new_tokens=n, min_new_tokens=n,
+                num_return_sequences=args.samples, pad_token_id=0, eos_token_id=None, **sampling,
             )  # fmt: skip
         if dev == "cuda":
             torch.cuda.synchronize()
@@ -166,7 +194,7 @@ def _worker_argv(args, ckpt, prompts, samples, min_prompt, max_prompt):
         "--ckpt", ckpt, "--dtype", args.dtype, "--prompts", str(prompts),
         "--samples", str(samples), "--min_prompt", str(min_prompt), "--max_prompt",
         str(max_prompt), "--new_tokens", str(args.new_tokens), "--iters", str(args.iters),
-        "--draw", args.draw,
+        "--draw", args.draw, "--temperature", str(args.temperature),
     ]  # fmt: skip
 
 
@@ -249,10 +277,13 @@ def main(argv=None):
     ap.add_argument("--hbm_gbps", type=float, default=None, help="gpu: peak HBM GB/s")
     ap.add_argument("--dtype", default=None, help="float32 (cpu default) / bfloat16 (gpu default)")
     ap.add_argument("--draw", default="gumbel", help="mojax token draw: gumbel / inverse_cdf")
+    ap.add_argument("--temperature", type=float, default=1.0, help="0 = greedy on both sides")
     ap.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--jax_cache", default=os.path.join(tempfile.gettempdir(), "mojax_jax_cache"),
                     help="persistent compilation cache shared by the workers ('' = off)")  # fmt: skip
     args = ap.parse_args(argv)
+    if args.temperature == 0.0 and args.samples != 1 and args.worker is None:
+        ap.error("--temperature 0 (greedy) needs --samples 1: G greedy samples of a prompt are one")
     args.dtype = args.dtype or ("bfloat16" if args.mode == "gpu" else "float32")
     if args.worker:
         worker = {
