@@ -13,6 +13,12 @@ Arguments both calls take (they may differ per call):
   log-prob) or ``"sampling"`` (under the processed distribution);
 * ``draw``: ``"gumbel"`` (default) or ``"inverse_cdf"``: how a token is drawn from the processed
   distribution (the same distribution, another random stream);
+* ``min_new_tokens`` (int or per-row, default 0): a row's stop ids cannot be drawn before it has
+  this many new tokens in the call (transformers' ``min_new_tokens``: the stop ids' logits are
+  ``-inf`` before the processors; the policy log-prob stays that of the raw logits);
+* ``force_stop_at`` (int or per-row, default 0 = off): the row's ``force_stop_at``-th new token of
+  the call is its first stop id (every other token removed), so it ends with ``STOP`` at exactly
+  that many new tokens, e.g. a drawn response-length distribution;
 * ``segmented``: attend over growing cache prefixes (faster; False attends over all C slots), and
   ``segment_growth``, the ratio of successive prefix sizes (``buckets.segment_caps``: closer to 1
   reads fewer unused slots per step and compiles more decode loops);
@@ -46,6 +52,28 @@ def _per_row(value, name: str, p: int, g: int, dtype) -> np.ndarray:
     if a.shape == (p,):
         return np.repeat(a, g)
     raise ValueError(f"{name} must be a scalar, [P]={p} or [B]={p * g} values, got {a.shape}")
+
+
+def stop_controls(min_new_tokens, force_stop_at, stop_ids, max_new, p, g, rows=None):
+    """Checked int32 [B] ``min_new`` and ``stop_at`` arrays (see the module docstring).
+
+    ``rows``: bool [B] rows to check (default all): the rows a call resumes / this process holds.
+    """
+    min_new = _per_row(min_new_tokens, "min_new_tokens", p, g, np.int32)
+    stop_at = _per_row(force_stop_at, "force_stop_at", p, g, np.int32)
+    rows = np.ones(min_new.shape, bool) if rows is None else rows
+    if min_new[rows].min(initial=0) < 0 or stop_at[rows].min(initial=0) < 0:
+        raise ValueError(
+            f"min_new_tokens and force_stop_at must be >= 0, got {min_new_tokens}, {force_stop_at}"
+        )
+    forced = rows & (stop_at > 0)
+    bad = forced & ((stop_ids[:, 0] < 0) | (stop_at > max_new) | (min_new >= stop_at))
+    if bad.any():
+        raise ValueError(
+            f"force_stop_at needs a stop id, force_stop_at <= max_new_tokens and min_new_tokens < "
+            f"force_stop_at; rows {np.flatnonzero(bad).tolist()} break it"
+        )
+    return min_new, stop_at
 
 
 def stop_id_array(stop_token_ids, p: int, g: int) -> np.ndarray:
@@ -90,6 +118,8 @@ def generate(
     min_p: float = 0.0,
     num_samples: int = 1,
     stop_token_ids=(),
+    min_new_tokens=0,
+    force_stop_at=0,
     prompt_lengths=None,
     pad_id: int = 0,
     logprobs: str = "policy",
@@ -113,6 +143,7 @@ def generate(
       num_samples: G; output rows are prompt-major (row ``p * G + g``).
       stop_token_ids: ids shared by all rows, or a per-row [P, J] / [B, J] array padded with -1.
         The stop token is kept as the row's last token.
+      min_new_tokens, force_stop_at: int, or [P] / [B] per row (module docstring).
       prompt_lengths: int [P] real tokens per prompt (None = all Tp). Must be >= 1.
       pad_id: written after each row's end.
       max_response_len: R, response slots (default ``max(max_new_tokens)``); make it larger to
@@ -138,14 +169,20 @@ def generate(
     if s < tb + 1:
         raise ValueError(f"max_total_len={s} leaves no slot after the prompt bucket {tb}")
     caps = buckets.segment_caps(tb, s, growth=segment_growth) if segmented else (s,)
+    stop_ids = stop_id_array(stop_token_ids, padded.shape[0], g)
+    min_new, stop_at = stop_controls(
+        min_new_tokens, force_stop_at, stop_ids, max_new, padded.shape[0], g
+    )
     state = decode.generate_from_arrays(
         model,
         jnp.asarray(padded),
         jnp.asarray(lengths, jnp.int32),
-        jnp.asarray(stop_id_array(stop_token_ids, padded.shape[0], g)),
+        jnp.asarray(stop_ids),
         jnp.asarray(max_new),
         key,
         jnp.asarray(pad_id, jnp.int32),
+        jnp.asarray(min_new),
+        jnp.asarray(stop_at),
         num_samples=g,
         max_total_len=s,
         max_response_len=r,
@@ -227,6 +264,8 @@ def append_and_continue(
     resume,
     *,
     max_new_tokens,
+    min_new_tokens=0,
+    force_stop_at=0,
     temperature: float = 1.0,
     top_p: float = 1.0,
     top_k: int = 0,
@@ -254,6 +293,7 @@ def append_and_continue(
       obs_lengths: int [B] real tokens per row (ignored where ``resume`` is False).
       resume: bool [B] rows to continue.
       max_new_tokens: int or [B] budget of this call for the resumed rows.
+      min_new_tokens, force_stop_at: int or [B], for the resumed rows (module docstring).
       others: see the module docstring.
       min_obs_bucket: ``To`` is padded to ``max(min_obs_bucket, next_pow2(max obs length))``.
 
@@ -286,11 +326,18 @@ def append_and_continue(
             f"{np.flatnonzero(res & (length + obs_len + 1 > r)).tolist()}"
         )
     caps = buckets.segment_caps(0, s, growth=segment_growth) if segmented else (s,)
+    stop_ids = layout.read(state.stop_ids)
+    min_new, stop_at = stop_controls(
+        min_new_tokens, force_stop_at, stop_ids, max_new, b, 1, res & layout.local
+    )
     new_state = decode.continue_from_arrays(
         model,
         state.replace(cache=None),
         state.cache,
-        *(layout.put(x, _row_sharding(mesh, rules)) for x in (padded, obs_len, res, max_new)),
+        *(
+            layout.put(x, _row_sharding(mesh, rules))
+            for x in (padded, obs_len, res, max_new, min_new, stop_at)
+        ),
         params=params,
         caps=caps,
         mesh=mesh,
@@ -331,6 +378,8 @@ def lower_generate(
             *args,
             jax.random.PRNGKey(0),
             jnp.asarray(0, jnp.int32),
+            i32(b),
+            i32(b),
             num_samples=num_samples,
             max_total_len=s,
             max_response_len=int(max_response_len),
