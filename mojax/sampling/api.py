@@ -76,6 +76,14 @@ def stop_controls(min_new_tokens, force_stop_at, stop_ids, max_new, p, g, rows=N
     return min_new, stop_at
 
 
+def _controls(stop_token_ids, min_new_tokens, force_stop_at, max_new, g):
+    """``(stop_ids [B, J], min_new [B], stop_at [B])`` of a ``generate`` call (checked)."""
+    p = len(max_new) // g
+    stop_ids = stop_id_array(stop_token_ids, p, g)
+    min_new, stop_at = stop_controls(min_new_tokens, force_stop_at, stop_ids, max_new, p, g)
+    return jnp.asarray(stop_ids), jnp.asarray(min_new), jnp.asarray(stop_at)
+
+
 def stop_id_array(stop_token_ids, p: int, g: int) -> np.ndarray:
     """``stop_token_ids`` (ids shared by all rows, or a [P, J] / [B, J] array padded with -1) ->
     int32 [B, J] (J >= 1; -1 = unused)."""
@@ -141,48 +149,41 @@ def generate(
       key: PRNG key; the whole call (and its continuations) is deterministic given it.
       max_new_tokens: int, or [P] / [B] per-row budgets for this call.
       num_samples: G; output rows are prompt-major (row ``p * G + g``).
-      stop_token_ids: ids shared by all rows, or a per-row [P, J] / [B, J] array padded with -1.
-        The stop token is kept as the row's last token.
-      min_new_tokens, force_stop_at: int, or [P] / [B] per row (module docstring).
-      prompt_lengths: int [P] real tokens per prompt (None = all Tp). Must be >= 1.
-      pad_id: written after each row's end.
-      max_response_len: R, response slots (default ``max(max_new_tokens)``); make it larger to
-        leave room for appended observations and later turns.
+      stop_token_ids: ids shared by all rows, or a per-row [P, J] / [B, J] array padded with -1
+        (the stop token is kept as the row's last token).
+      prompt_lengths: int [P] real tokens per prompt (None = all Tp), >= 1. pad_id: after a row.
+      max_response_len: R, response slots (default ``max(max_new_tokens)``; larger leaves room
+        for appended observations and later turns).
       max_total_len: C, cache slots (default ``Tb + R``, Tb the prompt bucket); fixed across calls,
         one compiled program per (P, G, Tb). A decode step uses one slot, an append ``To``.
       cache_dtype: k/v storage dtype (e.g. ``jnp.bfloat16``); default the model's compute dtype.
       min_prompt_bucket: prompts are padded to ``max(min_prompt_bucket, next_pow2(max length))``.
       others: see the module docstring.
 
-    Returns:
-      ``SamplingOutput`` (tokens / logprobs / loss_mask [B, R], lengths [B], finish_reason [B],
-      state for ``append_and_continue``).
+    Returns ``SamplingOutput`` (tokens / logprobs / loss_mask [B, R], lengths [B], finish_reason
+    [B], state for ``append_and_continue``).
     """
     params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
     model = _resolved(model)
     padded, lengths, max_new, g = _prompt_arrays(
         model, prompt_tokens, prompt_lengths, num_samples, max_new_tokens, min_prompt_bucket
     )
-    tb = padded.shape[1]
-    r = int(max_response_len or max_new.max())
-    s = int(max_total_len or tb + r)
-    if s < tb + 1:
-        raise ValueError(f"max_total_len={s} leaves no slot after the prompt bucket {tb}")
-    caps = buckets.segment_caps(tb, s, growth=segment_growth) if segmented else (s,)
-    stop_ids = stop_id_array(stop_token_ids, padded.shape[0], g)
-    min_new, stop_at = stop_controls(
-        min_new_tokens, force_stop_at, stop_ids, max_new, padded.shape[0], g
+    r, s, caps = _sizes(
+        padded.shape[1], max_new, max_response_len, max_total_len, segmented, segment_growth
+    )
+    stop_ids, min_new, stop_at = _controls(
+        stop_token_ids, min_new_tokens, force_stop_at, max_new, g
     )
     state = decode.generate_from_arrays(
         model,
         jnp.asarray(padded),
         jnp.asarray(lengths, jnp.int32),
-        jnp.asarray(stop_ids),
+        stop_ids,
         jnp.asarray(max_new),
         key,
         jnp.asarray(pad_id, jnp.int32),
-        jnp.asarray(min_new),
-        jnp.asarray(stop_at),
+        min_new,
+        stop_at,
         num_samples=g,
         max_total_len=s,
         max_response_len=r,
@@ -193,6 +194,15 @@ def generate(
         rules=tuple(rules) if mesh is not None else (),
     )
     return SamplingOutput.from_state(state)
+
+
+def _sizes(tb, max_new, max_response_len, max_total_len, segmented, growth):
+    """``(R, C, segment caps)`` of a ``generate`` call with prompt bucket ``tb`` (checked)."""
+    r = int(max_response_len or max_new.max())
+    s = int(max_total_len or tb + r)
+    if s < tb + 1:
+        raise ValueError(f"max_total_len={s} leaves no slot after the prompt bucket {tb}")
+    return r, s, buckets.segment_caps(tb, s, growth=growth) if segmented else (s,)
 
 
 def _prompt_arrays(model, prompt_tokens, prompt_lengths, num_samples, max_new_tokens, bucket):
@@ -249,6 +259,21 @@ def _append_arrays(model, b, obs_tokens, obs_lengths, resume, max_new_tokens, bu
     return padded, obs_len, res, max_new
 
 
+def _check_room(end: int, to: int, s: int, long_rows: np.ndarray, r: int) -> None:
+    """Raises when the cache (``end`` used of ``s`` slots) cannot take a ``to``-slot append and
+    one more step, or when rows ``long_rows`` overflow the ``r`` response slots."""
+    if end + to + 1 > s:
+        raise ValueError(
+            f"max_total_len={s} too small: the cache holds {end} slots and appending a {to}-slot "
+            "observation bucket leaves no room to decode; pass a larger max_total_len to generate"
+        )
+    if long_rows.any():
+        raise ValueError(
+            f"max_response_len={r} too small for the observations of rows "
+            f"{np.flatnonzero(long_rows).tolist()}"
+        )
+
+
 def _row_sharding(mesh, rules):
     """Rows over the mesh's batch axes (None without a mesh)."""
     from mojax import sharding as sharding_lib
@@ -293,7 +318,6 @@ def append_and_continue(
       obs_lengths: int [B] real tokens per row (ignored where ``resume`` is False).
       resume: bool [B] rows to continue.
       max_new_tokens: int or [B] budget of this call for the resumed rows.
-      min_new_tokens, force_stop_at: int or [B], for the resumed rows (module docstring).
       others: see the module docstring.
       min_obs_bucket: ``To`` is padded to ``max(min_obs_bucket, next_pow2(max obs length))``.
 
@@ -315,16 +339,7 @@ def append_and_continue(
     layout = distributed.row_layout(_row_sharding(mesh, rules), b)
     length = layout.read(state.length)  # this process's rows only (0 elsewhere)
     end = int(layout.read(state.cache.end)[int(np.argmax(layout.local))])  # same in every row
-    if end + to + 1 > s:
-        raise ValueError(
-            f"max_total_len={s} too small: the cache holds {end} slots and appending a {to}-slot "
-            "observation bucket leaves no room to decode; pass a larger max_total_len to generate"
-        )
-    if (res & (length + obs_len + 1 > r)).any():
-        raise ValueError(
-            f"max_response_len={r} too small for the observations of rows "
-            f"{np.flatnonzero(res & (length + obs_len + 1 > r)).tolist()}"
-        )
+    _check_room(end, to, s, res & (length + obs_len + 1 > r), r)
     caps = buckets.segment_caps(0, s, growth=segment_growth) if segmented else (s,)
     stop_ids = layout.read(state.stop_ids)
     min_new, stop_at = stop_controls(

@@ -76,10 +76,23 @@ class ContinuousSampler:
         if params is not None:
             self.update_weights(params)
 
+    @classmethod
+    def of(cls, model: QwenModel, *, slots: int, segment_tokens: int = 0) -> ContinuousSampler:
+        """A sampler over an existing model (its class kept: a subclass's forward is used)."""
+        sampler = cls(model.config, slots=slots, segment_tokens=segment_tokens)
+        sampler._set_model(model.replace(config=sampler.config))
+        return sampler
+
     def update_weights(self, params) -> None:
         """Samples from ``params`` from the next call on (the decode layout's unstacked view is
         made here, once per update)."""
-        self.model = QwenModel(config=self.config, params=params)
+        if self.model is None:
+            self._set_model(QwenModel(config=self.config, params=params))
+        else:
+            self._set_model(self.model.replace(params=params))
+
+    def _set_model(self, model: QwenModel) -> None:
+        self.model = model
         per_layer = layouts_lib.of(self.config).decode_per_layer
         self.decode_model = unstack_layers(self.model) if per_layer else self.model
 
