@@ -16,11 +16,13 @@
   enters a free slot with the prefill of its whole context (prompt, response so far, observation),
   and decodes on. A row waiting for its tool holds no slot.
 
-Each row draws with ``processors.row_keys`` (call key, row id, response position), so its tokens do
-not depend on its slot or on the rows beside it: the tokens are those of the static sampler. The
-log-probs agree to fp32 rounding, not bitwise: XLA CPU's matmuls round differently for different
-row counts (a one-row product takes another kernel than a 16-row one), and a resumed row's context
-is one prefill here where the static sampler appended it chunk by chunk.
+Each row draws with ``processors.row_keys`` (call key, row id, response position), so its draws do
+not depend on its slot or on the rows beside it, and its tokens are those of the static sampler
+(``tests/sampling/test_continuous.py``, ``tests/rollout/test_rollout_continuous.py``). The logits
+may differ from the static sampler's in the last fp32 bits: XLA CPU's matmuls round differently
+for different row counts (a one-row product takes another kernel than a two-row one), and a
+resumed row's context is one prefill here where the static sampler appends it chunk by chunk; a
+draw whose two best candidates tie within that rounding could then differ.
 
 Memory: the slot cache is N x C (``max_total_len``) slots, plus the P x Tb prompt prefill of a call
 and the prefill chunk of the rows placed at a segment boundary.
