@@ -148,6 +148,8 @@ def _rollout() -> ml_collections.ConfigDict:
         retrieval_url="",
         decode_segment=0,
         staleness=0,
+        engine="static",
+        slots=16,
     )
 
 

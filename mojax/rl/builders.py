@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import jax
 import numpy as np
 
 from mojax import learner, models
@@ -19,7 +20,7 @@ from mojax.models import layouts
 from mojax.rl.episodes import EpisodeRunner
 from mojax.rl.model_config import qwen_config
 from mojax.rl.step import Run
-from mojax.sampling import InGraphSampler, bucket_length
+from mojax.sampling import ContinuousSampler, InGraphSampler, bucket_length
 from mojax.tasks.base import Task
 from mojax.tasks.splits import Splits
 
@@ -130,6 +131,21 @@ def method_kwargs(advantage: Any, task: Task) -> dict[str, Any]:
     return kwargs if facts is None else {**facts(task), **kwargs}
 
 
+def build_sampler(spec: Any, model_config, mesh, rules):
+    """The rollout's sampler (``rollout.engine``): the static in-graph sampler on ``mesh``, or the
+    continuous-batching sampler (``rollout.slots`` slots), which runs on one device of one
+    process."""
+    if spec.rollout.engine != "continuous":
+        return InGraphSampler(model_config, mesh=mesh, rules=rules)
+    devices = 1 if mesh is None else mesh.devices.size
+    if devices > 1 or jax.process_count() > 1:
+        raise ValueError(
+            "config.rollout.engine='continuous' runs on one device of one process; this run has "
+            f"{devices} devices in its mesh and {jax.process_count()} processes (use 'static')"
+        )
+    return ContinuousSampler(model_config, slots=spec.rollout.slots)
+
+
 def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
     """The fixed pieces of a run (``mojax.rl.step.Run``): task, data, tokenizer, model config, the
     rollout runner, the jitted PPO step and the advantage method's hooks. ``interrupt``: polled by
@@ -144,7 +160,7 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
         spec,
         task,
         tokenizer,
-        InGraphSampler(model_config, mesh=mesh, rules=rules),
+        build_sampler(spec, model_config, mesh, rules),
         tool=build_tool(task, spec, splits),
         pool=pool,
         judge=build_judge(spec, task),

@@ -105,6 +105,10 @@ class TaskSpec:
         c.raise_if_any()
 
 
+#: ``rollout.engine`` values: the static in-graph sampler, or continuous batching.
+ENGINES = ("static", "continuous")
+
+
 @dataclasses.dataclass(frozen=True)
 class RolloutSpec:
     """``config.rollout`` + DAPO dynamic sampling: how one step's episodes are collected.
@@ -144,6 +148,12 @@ class RolloutSpec:
         help="k: generation for step t + k runs during step t's update, with weights k updates "
         "old at most (0 = synchronous; mojax.rl.async_loop)",
     )
+    engine: str = option(
+        "static",
+        help='"static" (every row of a decode call runs until its longest row ends) | '
+        '"continuous" (rollout.slots decode slots refilled as rows end; one device)',
+    )
+    slots: int = option(16, help="decode slots of the continuous engine (its KV cache rows)")
 
     def __post_init__(self):
         c = _checker("rollout", self)
@@ -166,6 +176,8 @@ class RolloutSpec:
             "must be >= rollout.max_new_tokens (it holds every turn and observation)",
         )
         c.in_range("rollout.decode_segment", 0)
+        c.choice("rollout.engine", ENGINES)
+        c.in_range("rollout.slots", 1)
         if self.max_refill_rounds < 0:
             c.fail("dapo.max_refill_rounds", f"{self.max_refill_rounds} is out of range [0, inf)")
         c.raise_if_any()

@@ -13,6 +13,12 @@ Arguments both calls take (they may differ per call):
   log-prob) or ``"sampling"`` (under the processed distribution);
 * ``draw``: ``"gumbel"`` (default) or ``"inverse_cdf"``: how a token is drawn from the processed
   distribution (the same distribution, another random stream);
+* ``min_new_tokens`` (int or per-row, default 0): a row's stop ids cannot be drawn before it has
+  this many new tokens in the call (transformers' ``min_new_tokens``: the stop ids' logits are
+  ``-inf`` before the processors; the policy log-prob stays that of the raw logits);
+* ``force_stop_at`` (int or per-row, default 0 = off): the row's ``force_stop_at``-th new token of
+  the call is its first stop id (every other token removed), so it ends with ``STOP`` at exactly
+  that many new tokens, e.g. a drawn response-length distribution;
 * ``segmented``: attend over growing cache prefixes (faster; False attends over all C slots), and
   ``segment_growth``, the ratio of successive prefix sizes (``buckets.segment_caps``: closer to 1
   reads fewer unused slots per step and compiles more decode loops);
@@ -46,6 +52,36 @@ def _per_row(value, name: str, p: int, g: int, dtype) -> np.ndarray:
     if a.shape == (p,):
         return np.repeat(a, g)
     raise ValueError(f"{name} must be a scalar, [P]={p} or [B]={p * g} values, got {a.shape}")
+
+
+def stop_controls(min_new_tokens, force_stop_at, stop_ids, max_new, p, g, rows=None):
+    """Checked int32 [B] ``min_new`` and ``stop_at`` arrays (see the module docstring).
+
+    ``rows``: bool [B] rows to check (default all): the rows a call resumes / this process holds.
+    """
+    min_new = _per_row(min_new_tokens, "min_new_tokens", p, g, np.int32)
+    stop_at = _per_row(force_stop_at, "force_stop_at", p, g, np.int32)
+    rows = np.ones(min_new.shape, bool) if rows is None else rows
+    if min_new[rows].min(initial=0) < 0 or stop_at[rows].min(initial=0) < 0:
+        raise ValueError(
+            f"min_new_tokens and force_stop_at must be >= 0, got {min_new_tokens}, {force_stop_at}"
+        )
+    forced = rows & (stop_at > 0)
+    bad = forced & ((stop_ids[:, 0] < 0) | (stop_at > max_new) | (min_new >= stop_at))
+    if bad.any():
+        raise ValueError(
+            f"force_stop_at needs a stop id, force_stop_at <= max_new_tokens and min_new_tokens < "
+            f"force_stop_at; rows {np.flatnonzero(bad).tolist()} break it"
+        )
+    return min_new, stop_at
+
+
+def _controls(stop_token_ids, min_new_tokens, force_stop_at, max_new, g):
+    """``(stop_ids [B, J], min_new [B], stop_at [B])`` of a ``generate`` call (checked)."""
+    p = len(max_new) // g
+    stop_ids = stop_id_array(stop_token_ids, p, g)
+    min_new, stop_at = stop_controls(min_new_tokens, force_stop_at, stop_ids, max_new, p, g)
+    return jnp.asarray(stop_ids), jnp.asarray(min_new), jnp.asarray(stop_at)
 
 
 def stop_id_array(stop_token_ids, p: int, g: int) -> np.ndarray:
@@ -90,6 +126,8 @@ def generate(
     min_p: float = 0.0,
     num_samples: int = 1,
     stop_token_ids=(),
+    min_new_tokens=0,
+    force_stop_at=0,
     prompt_lengths=None,
     pad_id: int = 0,
     logprobs: str = "policy",
@@ -111,41 +149,41 @@ def generate(
       key: PRNG key; the whole call (and its continuations) is deterministic given it.
       max_new_tokens: int, or [P] / [B] per-row budgets for this call.
       num_samples: G; output rows are prompt-major (row ``p * G + g``).
-      stop_token_ids: ids shared by all rows, or a per-row [P, J] / [B, J] array padded with -1.
-        The stop token is kept as the row's last token.
-      prompt_lengths: int [P] real tokens per prompt (None = all Tp). Must be >= 1.
-      pad_id: written after each row's end.
-      max_response_len: R, response slots (default ``max(max_new_tokens)``); make it larger to
-        leave room for appended observations and later turns.
+      stop_token_ids: ids shared by all rows, or a per-row [P, J] / [B, J] array padded with -1
+        (the stop token is kept as the row's last token).
+      prompt_lengths: int [P] real tokens per prompt (None = all Tp), >= 1. pad_id: after a row.
+      max_response_len: R, response slots (default ``max(max_new_tokens)``; larger leaves room
+        for appended observations and later turns).
       max_total_len: C, cache slots (default ``Tb + R``, Tb the prompt bucket); fixed across calls,
         one compiled program per (P, G, Tb). A decode step uses one slot, an append ``To``.
       cache_dtype: k/v storage dtype (e.g. ``jnp.bfloat16``); default the model's compute dtype.
       min_prompt_bucket: prompts are padded to ``max(min_prompt_bucket, next_pow2(max length))``.
       others: see the module docstring.
 
-    Returns:
-      ``SamplingOutput`` (tokens / logprobs / loss_mask [B, R], lengths [B], finish_reason [B],
-      state for ``append_and_continue``).
+    Returns ``SamplingOutput`` (tokens / logprobs / loss_mask [B, R], lengths [B], finish_reason
+    [B], state for ``append_and_continue``).
     """
     params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
     model = _resolved(model)
     padded, lengths, max_new, g = _prompt_arrays(
         model, prompt_tokens, prompt_lengths, num_samples, max_new_tokens, min_prompt_bucket
     )
-    tb = padded.shape[1]
-    r = int(max_response_len or max_new.max())
-    s = int(max_total_len or tb + r)
-    if s < tb + 1:
-        raise ValueError(f"max_total_len={s} leaves no slot after the prompt bucket {tb}")
-    caps = buckets.segment_caps(tb, s, growth=segment_growth) if segmented else (s,)
+    r, s, caps = _sizes(
+        padded.shape[1], max_new, max_response_len, max_total_len, segmented, segment_growth
+    )
+    stop_ids, min_new, stop_at = _controls(
+        stop_token_ids, min_new_tokens, force_stop_at, max_new, g
+    )
     state = decode.generate_from_arrays(
         model,
         jnp.asarray(padded),
         jnp.asarray(lengths, jnp.int32),
-        jnp.asarray(stop_id_array(stop_token_ids, padded.shape[0], g)),
+        stop_ids,
         jnp.asarray(max_new),
         key,
         jnp.asarray(pad_id, jnp.int32),
+        min_new,
+        stop_at,
         num_samples=g,
         max_total_len=s,
         max_response_len=r,
@@ -156,6 +194,15 @@ def generate(
         rules=tuple(rules) if mesh is not None else (),
     )
     return SamplingOutput.from_state(state)
+
+
+def _sizes(tb, max_new, max_response_len, max_total_len, segmented, growth):
+    """``(R, C, segment caps)`` of a ``generate`` call with prompt bucket ``tb`` (checked)."""
+    r = int(max_response_len or max_new.max())
+    s = int(max_total_len or tb + r)
+    if s < tb + 1:
+        raise ValueError(f"max_total_len={s} leaves no slot after the prompt bucket {tb}")
+    return r, s, buckets.segment_caps(tb, s, growth=growth) if segmented else (s,)
 
 
 def _prompt_arrays(model, prompt_tokens, prompt_lengths, num_samples, max_new_tokens, bucket):
@@ -212,6 +259,21 @@ def _append_arrays(model, b, obs_tokens, obs_lengths, resume, max_new_tokens, bu
     return padded, obs_len, res, max_new
 
 
+def _check_room(end: int, to: int, s: int, long_rows: np.ndarray, r: int) -> None:
+    """Raises when the cache (``end`` used of ``s`` slots) cannot take a ``to``-slot append and
+    one more step, or when rows ``long_rows`` overflow the ``r`` response slots."""
+    if end + to + 1 > s:
+        raise ValueError(
+            f"max_total_len={s} too small: the cache holds {end} slots and appending a {to}-slot "
+            "observation bucket leaves no room to decode; pass a larger max_total_len to generate"
+        )
+    if long_rows.any():
+        raise ValueError(
+            f"max_response_len={r} too small for the observations of rows "
+            f"{np.flatnonzero(long_rows).tolist()}"
+        )
+
+
 def _row_sharding(mesh, rules):
     """Rows over the mesh's batch axes (None without a mesh)."""
     from mojax import sharding as sharding_lib
@@ -227,6 +289,8 @@ def append_and_continue(
     resume,
     *,
     max_new_tokens,
+    min_new_tokens=0,
+    force_stop_at=0,
     temperature: float = 1.0,
     top_p: float = 1.0,
     top_k: int = 0,
@@ -275,22 +339,20 @@ def append_and_continue(
     layout = distributed.row_layout(_row_sharding(mesh, rules), b)
     length = layout.read(state.length)  # this process's rows only (0 elsewhere)
     end = int(layout.read(state.cache.end)[int(np.argmax(layout.local))])  # same in every row
-    if end + to + 1 > s:
-        raise ValueError(
-            f"max_total_len={s} too small: the cache holds {end} slots and appending a {to}-slot "
-            "observation bucket leaves no room to decode; pass a larger max_total_len to generate"
-        )
-    if (res & (length + obs_len + 1 > r)).any():
-        raise ValueError(
-            f"max_response_len={r} too small for the observations of rows "
-            f"{np.flatnonzero(res & (length + obs_len + 1 > r)).tolist()}"
-        )
+    _check_room(end, to, s, res & (length + obs_len + 1 > r), r)
     caps = buckets.segment_caps(0, s, growth=segment_growth) if segmented else (s,)
+    stop_ids = layout.read(state.stop_ids)
+    min_new, stop_at = stop_controls(
+        min_new_tokens, force_stop_at, stop_ids, max_new, b, 1, res & layout.local
+    )
     new_state = decode.continue_from_arrays(
         model,
         state.replace(cache=None),
         state.cache,
-        *(layout.put(x, _row_sharding(mesh, rules)) for x in (padded, obs_len, res, max_new)),
+        *(
+            layout.put(x, _row_sharding(mesh, rules))
+            for x in (padded, obs_len, res, max_new, min_new, stop_at)
+        ),
         params=params,
         caps=caps,
         mesh=mesh,
@@ -331,6 +393,8 @@ def lower_generate(
             *args,
             jax.random.PRNGKey(0),
             jnp.asarray(0, jnp.int32),
+            i32(b),
+            i32(b),
             num_samples=num_samples,
             max_total_len=s,
             max_response_len=int(max_response_len),

@@ -40,7 +40,7 @@ from mojax.models.layer_cache import (
 )
 from mojax.models.qwen import Qwen, QwenModel, unstack_layers
 from mojax.sampling import state as state_lib
-from mojax.sampling.processors import SamplingParams, sample_step
+from mojax.sampling.processors import SamplingParams, row_keys, sample_step, stop_bias
 from mojax.sampling.state import LENGTH, RUNNING, STOP, SamplingState
 
 
@@ -103,7 +103,9 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
     """One token for every running row (see the module docstring)."""
     b, r = s.tokens.shape
     active = ~s.done
-    tok, lp = sample_step(s.logits, jax.random.fold_in(s.key, s.step), params)
+    bias = stop_bias(s.stop_ids, s.num_new, s.min_new, s.stop_at, s.logits.shape[-1])
+    keys = row_keys(s.key, s.row_id, s.length)
+    tok, lp = sample_step(s.logits, keys, params, bias=bias, per_row=True)
     tok = jnp.where(active, tok, s.pad_id)
     rows = jnp.arange(b)
     idx = jnp.where(active, s.length, r)  # out of range -> dropped for finished rows
@@ -178,6 +180,8 @@ def _generate_jit(
     max_new: jax.Array,  # int32 [B]
     key: jax.Array,
     pad_id: jax.Array,  # int32 []
+    min_new: jax.Array,  # int32 [B]
+    stop_at: jax.Array,  # int32 [B]
     *,
     num_samples: int,
     max_total_len: int,
@@ -207,10 +211,13 @@ def _generate_jit(
             length=jnp.zeros((b,), jnp.int32),
             num_new=jnp.zeros((b,), jnp.int32),
             max_new=max_new.astype(jnp.int32),
+            min_new=min_new.astype(jnp.int32),
+            stop_at=stop_at.astype(jnp.int32),
             done=jnp.zeros((b,), bool),
             finish_reason=jnp.full((b,), RUNNING, jnp.int32),
             stop_ids=stop_ids.astype(jnp.int32),
             prompt_lengths=jnp.repeat(prompt_lengths, num_samples),
+            row_id=jnp.arange(b, dtype=jnp.int32),
             key=key,
             step=jnp.zeros((), jnp.int32),
             pad_id=jnp.asarray(pad_id, jnp.int32),
@@ -229,6 +236,8 @@ def _continue_jit(
     obs_lengths: jax.Array,  # int32 [B]
     resume: jax.Array,  # bool [B]
     max_new: jax.Array,  # int32 [B]
+    min_new: jax.Array,  # int32 [B]
+    stop_at: jax.Array,  # int32 [B]
     *,
     params: SamplingParams,
     caps: tuple[int, ...],
@@ -254,6 +263,8 @@ def _continue_jit(
             length=s.length + obs_lengths,
             num_new=jnp.where(resume, 0, s.num_new),
             max_new=jnp.where(resume, max_new, s.max_new),
+            min_new=jnp.where(resume, min_new, s.min_new),
+            stop_at=jnp.where(resume, stop_at, s.stop_at),
             done=s.done & ~resume,
             finish_reason=jnp.where(resume, RUNNING, s.finish_reason),
         )
@@ -264,7 +275,7 @@ def generate_from_arrays(*args, mesh=None, **kwargs) -> SamplingState:
     """The compiled core of ``generate``: validated, bucketed arrays in, the final state out.
 
     Args: as ``_generate_jit`` (``model, prompt_tokens [P, Tb], prompt_lengths [P], stop_ids [B, J],
-    max_new [B], key, pad_id`` and the static keywords). Under ``mesh`` the call runs inside
+    max_new [B], key, pad_id, min_new [B], stop_at [B]`` and the static keywords). Under ``mesh`` the call runs inside
     ``jax.set_mesh`` so the logical sharding constraints of the model and the cache apply.
     """
     with _mesh_context(mesh):

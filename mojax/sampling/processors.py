@@ -213,20 +213,52 @@ def inverse_cdf_draw(z: jax.Array, u: jax.Array, block: int = INVERSE_CDF_BLOCK)
     return bi * block + ii
 
 
+def row_keys(key: jax.Array, rows: jax.Array, positions: jax.Array) -> jax.Array:
+    """Per-row keys [B]: ``fold_in(fold_in(key, rows[b]), positions[b])``.
+
+    A row's draw at a response position depends only on the call key, the row's id (``p * G + g``)
+    and that position, not on the slot it decodes in or on the other rows of the batch.
+    """
+    fold = jax.random.fold_in
+    return jax.vmap(lambda r, i: fold(fold(key, r), i))(rows, positions)
+
+
+def stop_bias(stop_ids, num_new, min_new, stop_at, vocab: int) -> jax.Array:
+    """fp32 [B, V] of 0 / ``-inf``: the row's stop ids (``stop_ids`` [B, J], -1 unused) are removed
+    while ``num_new < min_new`` (transformers' ``MinNewTokensLengthLogitsProcessor``), and only its
+    first stop id is left when the next token is its ``stop_at``-th new one (``stop_at > 0``)."""
+    ids = jnp.arange(vocab, dtype=jnp.int32)[None, None, :]
+    is_stop = jnp.any((ids == stop_ids[:, :, None]) & (stop_ids[:, :, None] >= 0), axis=1)
+    first = ids[:, 0] == stop_ids[:, :1]  # [B, V]
+    force = (stop_at > 0) & (num_new + 1 >= stop_at) & (stop_ids[:, 0] >= 0)
+    banned = jnp.where(force[:, None], ~first, is_stop & (num_new < min_new)[:, None])
+    return jnp.where(banned, -jnp.inf, 0.0).astype(jnp.float32)
+
+
 def sample_step(
-    logits: jax.Array, key: jax.Array, params: SamplingParams
+    logits: jax.Array, key: jax.Array, params: SamplingParams, *, bias=None, per_row: bool = False
 ) -> tuple[jax.Array, jax.Array]:
     """Draws one token per row and returns ``(tokens int32 [B], logprobs fp32 [B])``.
 
     ``logits`` are the raw fp32 next-token logits [B, V]; the log-prob is that of
-    ``params.logprobs`` (see the module docstring).
+    ``params.logprobs`` (see the module docstring). ``bias`` (fp32 [B, V] of 0 / ``-inf``, or None)
+    removes tokens before the processors (``min_new_tokens``, a forced stop); the policy log-prob
+    stays that of the raw logits. ``per_row``: ``key`` holds one key per row (``row_keys``) and
+    row ``b`` draws its noise from ``key[b]`` alone; otherwise one key draws the whole batch.
     """
     logits = logits.astype(jnp.float32)
-    z = process_logits(logits, params)
+    z = process_logits(logits if bias is None else logits + bias, params)
     if params.greedy:
         tokens = first_argmax(z)
     elif params.draw == "inverse_cdf":
-        tokens = inverse_cdf_draw(z, jax.random.uniform(key, z.shape[:1], jnp.float32))
+        if per_row:
+            u = jax.vmap(lambda k: jax.random.uniform(k, (), jnp.float32))(key)
+        else:
+            u = jax.random.uniform(key, z.shape[:1], jnp.float32)
+        tokens = inverse_cdf_draw(z, u)
+    elif per_row:
+        noise = jax.vmap(lambda k: jax.random.gumbel(k, z.shape[1:], z.dtype))(key)
+        tokens = first_argmax(z + noise)
     else:
         tokens = gumbel_max_draw(key, z)
     source = logits if params.logprobs == "policy" or params.greedy else z

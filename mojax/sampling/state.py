@@ -50,11 +50,17 @@ class SamplingState:
       length: int32 [B] used response slots.
       num_new: int32 [B] tokens sampled by the current call (reset on resume).
       max_new: int32 [B] per-row budget of the current call.
+      min_new: int32 [B] the row's stop ids cannot be drawn before this many new tokens of the
+        current call (transformers' ``min_new_tokens``; 0 = off).
+      stop_at: int32 [B] the row's ``stop_at``-th new token of the current call is forced to its
+        first stop id (0 = off).
       done: bool [B].
       finish_reason: int32 [B] (``RUNNING``, ``STOP``, ``LENGTH``).
       stop_ids: int32 [B, J] per-row stop token ids (-1 = unused).
       prompt_lengths: int32 [B] real prompt tokens per row.
-      key: the PRNG key; step ``i`` of the whole rollout draws with ``fold_in(key, i)``.
+      row_id: int32 [B] each row's id ``p * G + g`` (its random stream; see ``key``).
+      key: the PRNG key of the call; row ``b`` draws the token at response position ``i`` with
+        ``processors.row_keys``: ``fold_in(fold_in(key, row_id[b]), i)``, whatever its slot.
       step: int32 [] decode steps run so far (across calls).
       pad_id: int32 [] written after a row's end.
     """
@@ -67,10 +73,13 @@ class SamplingState:
     length: jax.Array
     num_new: jax.Array
     max_new: jax.Array
+    min_new: jax.Array
+    stop_at: jax.Array
     done: jax.Array
     finish_reason: jax.Array
     stop_ids: jax.Array
     prompt_lengths: jax.Array
+    row_id: jax.Array
     key: jax.Array
     step: jax.Array
     pad_id: jax.Array

@@ -1,0 +1,159 @@
+"""Continuous batching: the ``Sampler`` calls over a fixed number of decode slots.
+
+``ContinuousSampler`` takes the calls of ``mojax.sampling.sampler.Sampler`` (``generate``,
+``append_and_continue``) with the arguments of ``mojax.sampling.generate``, and returns the same
+``SamplingOutput`` (rows prompt-major, [B, R] buffers), but decodes the B rows in N slots
+(``slots``), each with its own cache write position (``mojax.sampling.slots``):
+
+* ``generate`` prefills the P prompts once (the prefill of the static sampler, the same program);
+  rows queue in row order; a free slot takes the next row with a copy of its prompt's cache rows
+  and logits (the G samples share one prefill);
+* the slots decode in segments (one compiled ``lax.while_loop``) that end when a slot frees while
+  rows wait, or when a running slot's write position reaches the segment's cache prefix; between
+  segments the host moves finished rows (stop id, budget, full buffers) out of their slots into
+  the host-side ``ContinuousState`` and places waiting rows in the freed slots;
+* ``append_and_continue`` queues the resumed rows (a tool row whose observation is ready): each
+  enters a free slot with the prefill of its whole context (prompt, response so far, observation),
+  and decodes on. A row waiting for its tool holds no slot.
+
+Each row draws with ``processors.row_keys`` (call key, row id, response position), so its draws do
+not depend on its slot or on the rows beside it, and its tokens are those of the static sampler
+(``tests/sampling/test_continuous.py``, ``tests/rollout/test_rollout_continuous.py``). The logits
+may differ from the static sampler's in the last fp32 bits: XLA CPU's matmuls round differently
+for different row counts (a one-row product takes another kernel than a two-row one), and a
+resumed row's context is one prefill here where the static sampler appends it chunk by chunk; a
+draw whose two best candidates tie within that rounding could then differ.
+
+Memory: the slot cache is N x C (``max_total_len``) slots, plus the P x Tb prompt prefill of a call
+and the prefill chunk of the rows placed at a segment boundary.
+
+One process, no mesh: ``row_sharding`` is None and a mesh raises (the host loop reads every row).
+
+Shape legend: P prompts, G samples per prompt, B = P*G rows, N slots, Tb prompt bucket, R response
+slots, C cache slots, J stop ids per row.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from mojax import distributed
+from mojax.models import layouts as layouts_lib
+from mojax.models.qwen import QwenModel, unstack_layers
+from mojax.sampling import continuous_rows, slots
+from mojax.sampling.continuous_rows import ContinuousState, Work
+from mojax.sampling.processors import SamplingParams
+
+_ROW_FIELDS = ("tokens", "logprobs", "sampled", "length", "finish_reason")
+
+
+class ContinuousSampler:
+    """The ``Sampler`` seam over ``slots`` decode slots (see the module docstring).
+
+    Args:
+      config: the policy's ``QwenConfig`` (layouts resolved here).
+      params: the initial weights (or None until ``update_weights``).
+      slots: N, decode slots (the cache holds N x ``max_total_len`` slots).
+      segment_tokens: most decode steps per segment (0: no limit; a segment still ends when a slot
+        frees while rows wait).
+      mesh: must be None (one process, one device group).
+    """
+
+    row_sharding = None
+
+    def __init__(self, config, params=None, *, slots: int, segment_tokens: int = 0, mesh=None):
+        if mesh is not None or distributed.process_count() > 1:
+            raise ValueError(
+                "ContinuousSampler runs on one process without a mesh "
+                "(config.rollout.engine='continuous' needs one process and mesh-less sampling)"
+            )
+        if int(slots) < 1 or int(segment_tokens) < 0:
+            raise ValueError(
+                f"slots must be >= 1, segment_tokens >= 0; got {slots}, {segment_tokens}"
+            )
+        self.config = layouts_lib.resolve(config)
+        self.num_slots, self.segment_tokens = int(slots), int(segment_tokens)
+        self.model = self.decode_model = None
+        if params is not None:
+            self.update_weights(params)
+
+    @classmethod
+    def of(cls, model: QwenModel, *, slots: int, segment_tokens: int = 0) -> ContinuousSampler:
+        """A sampler over an existing model (its class kept: a subclass's forward is used)."""
+        sampler = cls(model.config, slots=slots, segment_tokens=segment_tokens)
+        sampler._set_model(model.replace(config=sampler.config))
+        return sampler
+
+    def update_weights(self, params) -> None:
+        """Samples from ``params`` from the next call on (the decode layout's unstacked view is
+        made here, once per update)."""
+        if self.model is None:
+            self._set_model(QwenModel(config=self.config, params=params))
+        else:
+            self._set_model(self.model.replace(params=params))
+
+    def _set_model(self, model: QwenModel) -> None:
+        self.model = model
+        per_layer = layouts_lib.of(self.config).decode_per_layer
+        self.decode_model = unstack_layers(self.model) if per_layer else self.model
+
+    def _check_model(self):
+        if self.model is None:
+            raise ValueError("ContinuousSampler: call update_weights(params) before sampling")
+
+    def generate(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, **kwargs):
+        """``mojax.sampling.generate`` (same arguments and output) over the slots."""
+        self._check_model()
+        state, work, params, caps = continuous_rows.start(
+            self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs
+        )
+        self._run(state, work, params, caps)
+        return state.output()
+
+    def append_and_continue(self, state, obs_tokens, obs_lengths, resume, **kwargs):
+        """``mojax.sampling.append_and_continue`` (same arguments and output) over the slots; the
+        resumed rows enter slots with the prefill of their whole context."""
+        self._check_model()
+        state, work, params, caps = continuous_rows.resume(
+            self.model, state, obs_tokens, obs_lengths, resume, kwargs
+        )
+        self._run(state, work, params, caps)
+        return state.output()
+
+    def _run(self, state: ContinuousState, work: Work, params: SamplingParams, caps) -> None:
+        """Places, decodes and harvests until every queued row is done (module docstring)."""
+        r, c, j = state.tokens.shape[1], state.max_total_len, state.stop_ids.shape[1]
+        s = slots.empty_slots(self.model, self.num_slots, r, c, j, state.cache_dtype)
+        held = np.full((self.num_slots,), -1, np.int64)  # the row each slot holds
+        ends = np.zeros((self.num_slots,), np.int64)
+        budget = jnp.asarray(self.segment_tokens or np.iinfo(np.int32).max, jnp.int32)
+        while work.queue or (held >= 0).any():
+            s = continuous_rows.admit(self.model, s, state, work, held, ends)
+            running = held >= 0
+            top = ends[running].max() if running.any() else 0
+            cap = next((x for x in caps if x > top), c)
+            s = slots.segment(
+                self.decode_model,
+                s,
+                state.key,
+                budget,
+                jnp.asarray(bool(work.queue)),
+                params=params,
+                cap=min(cap, c),
+            )
+            ends = np.asarray(s.cache.end).astype(np.int64)
+            self._harvest(s, state, held)
+
+    @staticmethod
+    def _harvest(s, state: ContinuousState, held: np.ndarray) -> None:
+        """Moves the finished rows out of their slots into ``state`` (one fetch of the buffers)."""
+        done = np.asarray(s.done) & (held >= 0)
+        if not done.any():
+            return
+        fields = {name: np.asarray(getattr(s, name)) for name in _ROW_FIELDS}
+        for slot in np.flatnonzero(done):
+            row = held[slot]
+            for name, value in fields.items():
+                getattr(state, name)[row] = value[slot]
+            held[slot] = -1

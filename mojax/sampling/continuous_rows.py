@@ -1,0 +1,285 @@
+"""Host side of the continuous-batching sampler: the rows of a call, their queue, and placing them
+in free slots (``mojax.sampling.continuous``).
+
+``start`` checks a ``generate`` call's arguments (the checks of ``mojax.sampling.api``), prefills
+its P prompts and queues its B rows; ``resume`` checks an ``append_and_continue`` call, writes the
+observations into the resumed rows' buffers and queues those rows; ``admit`` places queued rows in
+the free slots: a first-turn row from its prompt's prefill, a resumed row from one prefill of its
+context (its prompt bucket, then its response, observations included).
+
+Shape legend: P prompts, G samples per prompt, B = P*G rows, N slots, n placed rows, Tb prompt
+bucket, W chunk width, To observation bucket, R response slots, C cache slots, J stop ids per row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mojax.sampling import api, buckets, slots
+from mojax.sampling.processors import SamplingParams
+from mojax.sampling.state import RUNNING, SamplingOutput
+
+_SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "logprobs", "draw")
+_SAMPLING_DEFAULTS = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+_GENERATE_KEYS = _SAMPLING_KEYS + (
+    "stop_token_ids",
+    "min_new_tokens",
+    "force_stop_at",
+    "prompt_lengths",
+    "pad_id",
+    "max_response_len",
+    "max_total_len",
+    "cache_dtype",
+    "min_prompt_bucket",
+    "segmented",
+    "segment_growth",
+)
+_APPEND_KEYS = _SAMPLING_KEYS + (
+    "max_new_tokens",
+    "min_new_tokens",
+    "force_stop_at",
+    "min_obs_bucket",
+    "segmented",
+    "segment_growth",
+)
+
+
+@dataclasses.dataclass
+class CacheView:
+    """What a rollout reads of a state's cache: ``end`` [B], the cache slots the longest row's
+    context (prompt bucket + response) takes, the same in every row."""
+
+    end: np.ndarray
+
+
+@dataclasses.dataclass
+class ContinuousState:
+    """The rows of a continuous-batching call on the host, to resume with ``append_and_continue``.
+
+    Attributes:
+      tokens, logprobs, sampled: [B, R] response buffers (as ``SamplingState``).
+      length, finish_reason: int32 [B].
+      prompts: int32 [P, Tb] bucketed prompts; prompt_lengths: int32 [B] (per row).
+      stop_ids: int32 [B, J]. key: the call key. num_samples: G. pad_id: int.
+      max_total_len: C, the cache slots of one slot. cache_dtype: k/v dtype name or None.
+    """
+
+    tokens: np.ndarray
+    logprobs: np.ndarray
+    sampled: np.ndarray
+    length: np.ndarray
+    finish_reason: np.ndarray
+    prompts: np.ndarray
+    prompt_lengths: np.ndarray
+    stop_ids: np.ndarray
+    key: jax.Array
+    num_samples: int
+    pad_id: int
+    max_total_len: int
+    cache_dtype: str | None
+
+    @property
+    def cache(self) -> CacheView:
+        need = self.prompts.shape[1] + int(self.length.max(initial=0))
+        return CacheView(end=np.full(self.length.shape, need, np.int32))
+
+    @property
+    def batch(self) -> int:
+        return self.tokens.shape[0]
+
+    def output(self) -> SamplingOutput:
+        """The call's ``SamplingOutput`` (device copies of the buffers; ``state`` is this)."""
+        return SamplingOutput(
+            tokens=jnp.asarray(self.tokens),
+            logprobs=jnp.asarray(self.logprobs),
+            loss_mask=jnp.asarray(self.sampled),
+            lengths=jnp.asarray(self.length),
+            finish_reason=jnp.asarray(self.finish_reason),
+            state=self,
+        )
+
+
+@dataclasses.dataclass
+class Work:
+    """Rows waiting for a slot (row order) and the per-row settings of the call ([B] each).
+
+    ``prompt_prefill``: the P prompts' ``(logits [P, V], cache [P, Tb])`` for first-turn rows;
+    None on resumption (each row is prefilled from its context when it is placed).
+    """
+
+    queue: list[int]
+    max_new: np.ndarray
+    min_new: np.ndarray
+    stop_at: np.ndarray
+    prompt_prefill: tuple | None
+
+
+def _options(kwargs: dict, allowed: tuple[str, ...], call: str) -> tuple[dict, SamplingParams]:
+    unknown = sorted(set(kwargs) - set(allowed))
+    if unknown:
+        raise TypeError(f"ContinuousSampler.{call}: unexpected arguments {unknown}")
+    params = {k: kwargs.get(k, _SAMPLING_DEFAULTS.get(k)) for k in _SAMPLING_KEYS}
+    params = {k: v for k, v in params.items() if v is not None}
+    return kwargs, SamplingParams(**params)
+
+
+def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs):
+    """``(state, work, params, caps)`` of a ``generate`` call (module docstring)."""
+    kw, params = _options(kwargs, _GENERATE_KEYS, "generate")
+    padded, lengths, max_new, g = api._prompt_arrays(
+        model,
+        prompt_tokens,
+        kw.get("prompt_lengths"),
+        num_samples,
+        max_new_tokens,
+        kw.get("min_prompt_bucket", 16),
+    )
+    p, tb = padded.shape
+    b = p * g
+    r = int(kw.get("max_response_len") or max_new.max())
+    c = int(kw.get("max_total_len") or tb + r)
+    if c < tb + 1:
+        raise ValueError(f"max_total_len={c} leaves no slot after the prompt bucket {tb}")
+    stop_ids = api.stop_id_array(kw.get("stop_token_ids", ()), p, g)
+    min_new, stop_at = api.stop_controls(
+        kw.get("min_new_tokens", 0), kw.get("force_stop_at", 0), stop_ids, max_new, p, g
+    )
+    dtype = kw.get("cache_dtype")
+    dtype = None if dtype is None else jnp.dtype(dtype).name
+    mask = jnp.arange(tb)[None, :] < jnp.asarray(lengths)[:, None]
+    prefill = slots.prefill(
+        model, jnp.asarray(padded), mask, jnp.asarray(lengths - 1), cache_dtype=dtype
+    )
+    pad_id = int(kw.get("pad_id", 0))
+    state = ContinuousState(
+        tokens=np.full((b, r), pad_id, np.int32),
+        logprobs=np.zeros((b, r), np.float32),
+        sampled=np.zeros((b, r), bool),
+        length=np.zeros((b,), np.int32),
+        finish_reason=np.full((b,), RUNNING, np.int32),
+        prompts=padded,
+        prompt_lengths=np.repeat(lengths, g).astype(np.int32),
+        stop_ids=stop_ids,
+        key=key,
+        num_samples=g,
+        pad_id=pad_id,
+        max_total_len=c,
+        cache_dtype=dtype,
+    )
+    work = Work(list(range(b)), max_new, min_new, stop_at, prefill)
+    return state, work, params, _caps(kw, tb, c)
+
+
+def _caps(kw: dict, start_slot: int, c: int) -> tuple[int, ...]:
+    if not kw.get("segmented", True):
+        return (c,)
+    return buckets.segment_caps(start_slot, c, growth=kw.get("segment_growth", 1.25))
+
+
+def resume(model, state: ContinuousState, obs_tokens, obs_lengths, resume_rows, kwargs):
+    """``(state, work, params, caps)`` of an ``append_and_continue`` call: a new state whose
+    resumed rows hold their observations (loss-masked) and wait for a slot."""
+    kw, params = _options(kwargs, _APPEND_KEYS, "append_and_continue")
+    if "max_new_tokens" not in kw:
+        raise TypeError("ContinuousSampler.append_and_continue: max_new_tokens is required")
+    b, r, c = state.batch, state.tokens.shape[1], state.max_total_len
+    obs, obs_len, res, max_new = api._append_arrays(
+        model, b, obs_tokens, obs_lengths, resume_rows, kw["max_new_tokens"], 1
+    )
+    tb = state.prompts.shape[1]
+    long = res & (state.length + obs_len + 1 > r)
+    if long.any():
+        raise ValueError(
+            f"max_response_len={r} too small for the observations of rows "
+            f"{np.flatnonzero(long).tolist()}"
+        )
+    full = res & (tb + state.length + obs_len + 1 > c)
+    if full.any():
+        raise ValueError(
+            f"max_total_len={c} too small: rows {np.flatnonzero(full).tolist()} cannot hold their "
+            "context and one more token; pass a larger max_total_len to generate"
+        )
+    min_new, stop_at = api.stop_controls(
+        kw.get("min_new_tokens", 0), kw.get("force_stop_at", 0), state.stop_ids, max_new, b, 1, res
+    )
+    new = dataclasses.replace(
+        state, **{k: getattr(state, k).copy() for k in ("tokens", "logprobs", "sampled")}
+    )
+    new.length, new.finish_reason = state.length.copy(), state.finish_reason.copy()
+    for i in np.flatnonzero(res):
+        n, m = int(state.length[i]), int(obs_len[i])
+        new.tokens[i, n : n + m] = obs[i, :m]
+        new.logprobs[i, n : n + m], new.sampled[i, n : n + m] = 0.0, False
+        new.length[i], new.finish_reason[i] = n + m, RUNNING
+    work = Work(np.flatnonzero(res).tolist(), max_new, min_new, stop_at, None)
+    return new, work, params, _caps(kw, 0, c)
+
+
+def _context_prefill(model, state: ContinuousState, rows: np.ndarray):
+    """``(logits [n, V], cache [n, W], W)``: one prefill of each row's prompt bucket followed by
+    its response (observations included); W the chunk width (< C)."""
+    tb, g, c = state.prompts.shape[1], state.num_samples, state.max_total_len
+    length = state.length[rows]
+    w = min(tb + buckets.bucket_length(int(length.max(initial=1)), 8), c - 1)
+    tokens = np.zeros((len(rows), w), np.int32)
+    mask = np.zeros((len(rows), w), bool)
+    tokens[:, :tb] = state.prompts[rows // g]
+    mask[:, :tb] = np.arange(tb)[None] < state.prompt_lengths[rows][:, None]
+    for k, i in enumerate(rows):
+        tokens[k, tb : tb + length[k]] = state.tokens[i, : length[k]]
+        mask[k, tb : tb + length[k]] = True
+    last = np.where(length > 0, tb + length - 1, state.prompt_lengths[rows] - 1)
+    logits, cache = slots.prefill(
+        model,
+        jnp.asarray(tokens),
+        jnp.asarray(mask),
+        jnp.asarray(last, jnp.int32),
+        cache_dtype=state.cache_dtype,
+    )
+    return logits, cache, w
+
+
+def admit(model, s, state: ContinuousState, work: Work, held: np.ndarray, ends: np.ndarray):
+    """Places queued rows in the free slots of ``s`` (updates ``held``, ``ends``, ``work.queue``)."""
+    free = np.flatnonzero(held < 0)
+    take = np.asarray(work.queue[: len(free)], np.int64)
+    if not take.size:
+        return s
+    del work.queue[: take.size]
+    n = buckets.next_power_of_two(take.size)  # placements of up to n rows share one program
+    dest = np.full((n,), held.shape[0], np.int32)  # slot N: dropped
+    dest[: take.size] = free[: take.size]
+    rows = np.concatenate([take, np.full((n - take.size,), take[0], np.int64)])
+    if work.prompt_prefill is not None:
+        logits, cache = work.prompt_prefill
+        src, width = rows // state.num_samples, state.prompts.shape[1]
+    else:
+        logits, cache, width = _context_prefill(model, state, rows)
+        src = np.arange(n)
+    fields = dict(
+        tokens=state.tokens[rows],
+        logprobs=state.logprobs[rows],
+        sampled=state.sampled[rows],
+        length=state.length[rows],
+        max_new=work.max_new[rows],
+        min_new=work.min_new[rows],
+        stop_at=work.stop_at[rows],
+        stop_ids=state.stop_ids[rows],
+        prompt_lengths=state.prompt_lengths[rows],
+        row_id=rows.astype(np.int32),
+    )
+    s = slots.place(
+        s,
+        cache,
+        logits,
+        jnp.asarray(src, jnp.int32),
+        jnp.asarray(dest),
+        {k: jnp.asarray(v) for k, v in fields.items()},
+    )
+    held[free[: take.size]] = take
+    ends[free[: take.size]] = width
+    return s

@@ -1,0 +1,135 @@
+"""The compiled pieces of the continuous-batching sampler: prefill, placing rows in slots, and a
+decode segment over a fixed number of slots whose cache write positions differ per slot.
+
+The slot state is a ``SamplingState`` of N slots (``row_id`` -1 on an empty slot, which is
+``done``). Its cache stays in the decode layout (``LayerKVCache`` under
+``Layouts.decode_per_layer``, else the stacked ``KVCache``) between segments; each slot writes at
+its own ``cache.end`` (the model's cached call writes row ``b`` at ``end[b]``), so a slot holds one
+row from its prefill to its end, whatever the other slots do.
+
+* ``prefill``: a cached forward of right-padded chunks (the prompts, or a resumed row's whole
+  context) on a fresh cache of the chunk's width: the next-token logits and the chunk's cache.
+* ``place``: writes n prefilled rows into n slots: the chunk's slots, the whole slot mask row (the
+  slots past the chunk invalid) and ``end``; the slot's response buffers and per-row settings.
+* ``segment``: the decode loop of ``mojax.sampling.decode`` (``_decode_step``: per-row random
+  streams, stops, budgets) over the slots, on a cache prefix of ``cap`` slots, until every slot is
+  done, a running slot's write position reaches ``cap``, ``budget`` steps ran, or (``stop_on_free``)
+  a slot finished.
+
+Shape legend: N slots, n placed rows, W chunk width, R response slots, C cache slots, V vocab,
+J stop ids per row.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from mojax.models import layouts
+from mojax.models.cache import KVCache, init_cache
+from mojax.models.layer_cache import LayerKVCache, to_layer_major
+from mojax.sampling import state as state_lib
+from mojax.sampling.decode import _decode_step, _forward
+from mojax.sampling.processors import SamplingParams
+from mojax.sampling.state import RUNNING, SamplingState
+
+
+@functools.partial(jax.jit, static_argnames=("cache_dtype",))
+def prefill(model, tokens, mask, last_index, *, cache_dtype=None):
+    """``(logits fp32 [n, V], cache [n, W])`` of chunks ``tokens [n, W]`` (``mask`` True on real
+    tokens; ``last_index [n]`` the last real one). The cache is in the decode layout."""
+    n, w = tokens.shape
+    cache = init_cache(model.config, n, w, cache_dtype)
+    logits, cache = _forward(model, tokens, mask, cache, last_index)
+    if layouts.of(model.config).decode_per_layer:
+        cache = to_layer_major(cache)
+    return logits, cache
+
+
+def empty_slots(model, n: int, r: int, c: int, j: int, cache_dtype=None) -> SamplingState:
+    """N empty slots (all ``done``, ``row_id`` -1). Slot 0 of each cache row is marked valid (zero
+    keys and values) so an empty slot's attention is finite; ``place`` overwrites the row."""
+    cache = init_cache(model.config, n, c, cache_dtype)
+    cache = cache.replace(
+        slot_mask=cache.slot_mask.at[:, 0].set(True), end=jnp.ones((n,), jnp.int32)
+    )
+    if layouts.of(model.config).decode_per_layer:
+        cache = to_layer_major(cache)
+    i32 = lambda v: jnp.full((n,), v, jnp.int32)
+    return SamplingState(
+        cache=cache,
+        logits=jnp.zeros((n, model.config.vocab_size), jnp.float32),
+        tokens=jnp.zeros((n, r), jnp.int32),
+        logprobs=jnp.zeros((n, r), jnp.float32),
+        sampled=jnp.zeros((n, r), bool),
+        length=i32(0),
+        num_new=i32(0),
+        max_new=i32(1),
+        min_new=i32(0),
+        stop_at=i32(0),
+        done=jnp.ones((n,), bool),
+        finish_reason=i32(RUNNING),
+        stop_ids=jnp.full((n, j), -1, jnp.int32),
+        prompt_lengths=i32(1),
+        row_id=i32(-1),
+        key=jax.random.key(0),
+        step=jnp.zeros((), jnp.int32),
+        pad_id=jnp.zeros((), jnp.int32),
+    )
+
+
+def _place_cache(full, part, src, slots):
+    """``full`` with rows ``src [n]`` of ``part`` (W slots) written to ``slots [n]`` (index N:
+    dropped): the first W slots, the whole slot mask row, and ``end``."""
+    w, c = part.max_len, full.max_len
+    mask = jnp.zeros((src.shape[0], c), bool).at[:, :w].set(part.slot_mask[src])
+    slot_mask = full.slot_mask.at[slots].set(mask, mode="drop")
+    end = full.end.at[slots].set(part.end[src], mode="drop")
+    if isinstance(full, LayerKVCache):
+        k = tuple(f.at[slots, :, :, :w].set(p[src], mode="drop") for f, p in zip(full.k, part.k))
+        v = tuple(f.at[slots, :, :w].set(p[src], mode="drop") for f, p in zip(full.v, part.v))
+        return LayerKVCache(k=k, v=v, slot_mask=slot_mask, end=end)
+    k = full.k.at[:, slots, :w].set(part.k[:, src], mode="drop")
+    v = full.v.at[:, slots, :w].set(part.v[:, src], mode="drop")
+    return KVCache(k=k, v=v, slot_mask=slot_mask, end=end)
+
+
+@functools.partial(jax.jit, donate_argnames=("s",))
+def place(s: SamplingState, part, logits, src, slots, rows: dict) -> SamplingState:
+    """Rows ``src [n]`` of the prefilled ``part`` / ``logits`` into ``slots [n]`` (N = no-op).
+
+    ``rows`` holds the placed rows' buffers and settings, each [n, ...]: ``tokens``, ``logprobs``,
+    ``sampled`` ([n, R]), ``length``, ``max_new``, ``min_new``, ``stop_at``, ``stop_ids`` [n, J],
+    ``prompt_lengths``, ``row_id``. The rows start running (``num_new`` 0, not done).
+    """
+    put = lambda a, x: a.at[slots].set(x.astype(a.dtype), mode="drop")
+    n = slots.shape[0]
+    return s.replace(
+        cache=_place_cache(s.cache, part, src, slots),
+        logits=put(s.logits, logits[src]),
+        num_new=put(s.num_new, jnp.zeros((n,), jnp.int32)),
+        done=put(s.done, jnp.zeros((n,), bool)),
+        finish_reason=put(s.finish_reason, jnp.full((n,), RUNNING, jnp.int32)),
+        **{name: put(getattr(s, name), x) for name, x in rows.items()},
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("params", "cap"), donate_argnames=("s",))
+def segment(model, s: SamplingState, key, budget, stop_on_free, *, params: SamplingParams, cap):
+    """Decodes the slots (see the module docstring); ``model`` already unstacked for the decode
+    layout. ``key`` is the call's key (every row's stream derives from it and its ``row_id``)."""
+    max_len = s.cache.max_len
+    step = functools.partial(_decode_step, model, params, max_len)
+    part = s.replace(cache=state_lib.truncate_cache(s.cache, cap), key=key)
+    done0, step0 = part.done, part.step
+
+    def cond(x):
+        running = ~x.done
+        room = jnp.max(jnp.where(running, x.cache.end, 0)) < cap
+        freed = jnp.any(x.done & ~done0)
+        return jnp.any(running) & room & (x.step - step0 < budget) & ~(stop_on_free & freed)
+
+    part = jax.lax.while_loop(cond, step, part)
+    return part.replace(cache=state_lib.write_back_cache(s.cache, part.cache))

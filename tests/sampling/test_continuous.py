@@ -1,0 +1,178 @@
+"""Continuous batching (``mojax.sampling.continuous``), per-row random streams, ``min_new_tokens``
+and ``force_stop_at``.
+
+References: the static in-graph sampler (``mojax.sampling.generate`` / ``append_and_continue``) on
+the same key, and a greedy loop over the uncached full forward with the stop ids masked in numpy
+(``min_new_tokens`` as transformers' ``MinNewTokensLengthLogitsProcessor`` defines it). Tokens,
+lengths, finish reasons and loss masks must be equal; log-probs agree to 1e-5 (XLA CPU's matmuls
+round differently for different row counts: a 1-row product takes another kernel than a 2-row one,
+and a resumed row is prefilled from its whole context instead of appended chunk by chunk).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mojax.models as mm
+import mojax.sampling as ms
+from mojax.sampling.continuous import ContinuousSampler
+
+SHAPES = dict(max_response_len=64, max_total_len=128, num_samples=2)
+STOPS = (5, 17, 33)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return mm.from_pretrained("tiny-qwen3", dtype="float32", seed=1)
+
+
+def prompts(seed=0):
+    rng = np.random.RandomState(seed)
+    return rng.randint(0, 256, (4, 10)).astype(np.int32), np.asarray([10, 4, 7, 9], np.int32)
+
+
+def assert_same(got, ref):
+    for field in ("tokens", "lengths", "finish_reason", "loss_mask"):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(got, field)), np.asarray(getattr(ref, field))
+        )
+    np.testing.assert_allclose(
+        np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-5, rtol=0
+    )
+
+
+@pytest.mark.parametrize("num_slots", [1, 3, 8])
+def test_continuous_equals_static_over_turns(model, num_slots):
+    """Fewer (or as many) slots than rows, per-row budgets, stop ids, a forced stop, two appended
+    turns at temperature 1: the same tokens as the static sampler."""
+    toks, lens = prompts()
+    rng = np.random.RandomState(1)
+    max_new = rng.randint(2, 40, (8,))
+    forced = np.where(rng.rand(8) < 0.3, np.minimum(max_new, 3), 0)
+    kw = dict(key=jax.random.key(3), temperature=1.0, stop_token_ids=STOPS, prompt_lengths=lens)
+    kw.update(SHAPES, max_new_tokens=max_new, force_stop_at=forced)
+    ref = ms.generate(model, toks, **kw)
+    sampler = ContinuousSampler.of(model, slots=num_slots)
+    got = sampler.generate(toks, **kw)
+    assert_same(got, ref)
+    assert len(set(np.asarray(ref.lengths).tolist())) > 3  # rows of many lengths
+    for turn in range(2):
+        resume = rng.rand(8) < 0.7
+        obs = rng.randint(0, 256, (8, 6)).astype(np.int32)
+        obs_len = rng.randint(0, 7, (8,))
+        more = dict(max_new_tokens=rng.randint(1, 12, (8,)), min_new_tokens=turn, top_p=0.9)
+        ref = ms.append_and_continue(model, ref.state, obs, obs_len, resume, **more)
+        got = sampler.append_and_continue(got.state, obs, obs_len, resume, **more)
+        assert_same(got, ref)
+
+
+def test_a_rows_tokens_do_not_depend_on_the_batch(model):
+    """Per-row random streams: the rows of a sub-batch (same row ids) draw the same tokens."""
+    toks, lens = prompts()
+    kw = dict(key=jax.random.key(5), temperature=1.0, max_new_tokens=30, **SHAPES)
+    full = ms.generate(model, toks, prompt_lengths=lens, **kw)
+    part = ms.generate(model, toks[:2], prompt_lengths=lens[:2], **kw)
+    np.testing.assert_array_equal(np.asarray(part.tokens), np.asarray(full.tokens)[:4])
+    np.testing.assert_allclose(
+        np.asarray(part.logprobs), np.asarray(full.logprobs)[:4], atol=1e-5, rtol=0
+    )
+    other = ms.generate(model, toks, prompt_lengths=lens, **{**kw, "key": jax.random.key(6)})
+    assert (np.asarray(other.tokens) != np.asarray(full.tokens)).any()
+
+
+def full_logits(model, seq):
+    x = jnp.asarray(np.asarray(seq, np.int32)[None])
+    return np.asarray(model(x))[0, -1].astype(np.float64)
+
+
+def test_min_new_tokens_equals_a_masked_greedy_loop(model):
+    """Greedy with ``min_new_tokens``: the stop ids are masked until the row has that many new
+    tokens (reference: numpy argmax over the uncached forward, stop logits set to -inf)."""
+    toks, lens = prompts(2)
+    first = [int(np.argmax(full_logits(model, toks[p, : lens[p]]))) for p in range(4)]
+    stops = sorted(set(first))  # every row would stop on its first token
+    min_new = np.asarray([0, 3, 6, 9])
+    out = ms.generate(
+        model,
+        toks,
+        key=jax.random.key(0),
+        temperature=0.0,
+        prompt_lengths=lens,
+        num_samples=1,
+        max_new_tokens=12,
+        stop_token_ids=stops,
+        min_new_tokens=min_new,
+        max_response_len=64,
+        max_total_len=128,
+    )
+    for p in range(4):
+        seq, want = list(toks[p, : lens[p]]), []
+        for n in range(12):
+            z = full_logits(model, seq)
+            if n < min_new[p]:
+                z[stops] = -np.inf
+            t = int(np.argmax(z))
+            seq.append(t)
+            want.append(t)
+            if t in stops:
+                break
+        n = int(np.asarray(out.lengths)[p])
+        assert np.asarray(out.tokens)[p, :n].tolist() == want, p
+        assert n >= min(min_new[p] + 1, 12)
+
+
+def test_force_stop_at_ends_rows_at_the_drawn_length(model):
+    toks, lens = prompts(3)
+    at = np.asarray([1, 7, 20, 33, 2, 9, 15, 40])
+    out = ms.generate(
+        model,
+        toks,
+        key=jax.random.key(1),
+        temperature=1.0,
+        prompt_lengths=lens,
+        max_new_tokens=40,
+        stop_token_ids=[[9, 4], [11, -1], [9, 4], [12, 13]],
+        min_new_tokens=at - 1,
+        force_stop_at=at,
+        **SHAPES,
+    )
+    lengths, tokens = np.asarray(out.lengths), np.asarray(out.tokens)
+    np.testing.assert_array_equal(lengths, at)
+    np.testing.assert_array_equal(np.asarray(out.finish_reason), np.full(8, ms.STOP))
+    first_stop = np.repeat([9, 11, 9, 12], 2)
+    np.testing.assert_array_equal(tokens[np.arange(8), at - 1], first_stop)
+    row_stops = np.repeat([[9, 4], [11, -1], [9, 4], [12, 13]], 2, axis=0)
+    for b in range(8):  # none of the row's stop ids before the forced one
+        assert not np.isin(tokens[b, : at[b] - 1], row_stops[b]).any()
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(min_new_tokens=-1), "must be >= 0"),
+        (dict(force_stop_at=11), "force_stop_at needs"),  # past max_new_tokens
+        (dict(force_stop_at=3, min_new_tokens=3), "force_stop_at needs"),
+        (dict(force_stop_at=3, stop_token_ids=()), "force_stop_at needs"),
+        (dict(min_new_tokens=[1, 2, 3]), "min_new_tokens must be"),
+    ],
+)
+def test_bad_stop_controls_raise(model, kw, match):
+    toks, lens = prompts()
+    args = dict(key=jax.random.key(0), max_new_tokens=10, stop_token_ids=STOPS, prompt_lengths=lens)
+    with pytest.raises(ValueError, match=match):
+        ms.generate(model, toks, **{**args, **kw})
+    with pytest.raises(ValueError, match=match):
+        ContinuousSampler.of(model, slots=2).generate(toks, **{**args, **kw})
+
+
+def test_continuous_sampler_refuses_a_mesh_and_unknown_arguments(model):
+    with pytest.raises(ValueError, match="one process without a mesh"):
+        ContinuousSampler(model.config, slots=2, mesh=object())
+    with pytest.raises(ValueError, match="slots must be >= 1"):
+        ContinuousSampler(model.config, slots=0)
+    toks, _ = prompts()
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        ContinuousSampler.of(model, slots=2).generate(
+            toks, key=jax.random.key(0), max_new_tokens=4, bogus=1
+        )
