@@ -1,0 +1,269 @@
+"""One GRPO step, three frameworks: mojax vs TRL's ``GRPOTrainer`` vs Tunix's ``GRPOLearner``.
+
+Every side runs in its own virtualenv and process (``--mojax_python``, ``--trl_python``,
+``--tunix_python``; ``benchmarks/peer_envs.sh`` builds the peers' envs), sides alternating (A B C,
+C B A, ...) for ``--rounds`` rounds (>= 3, ``benchmarks/_harness.py``); the script refuses to start
+when the 1-minute load average exceeds the core count (``--force`` overrides, loudly).
+
+The driver first writes ONE checkpoint with transformers ``save_pretrained`` (a randomly initialised
+Qwen3, default ~34M parameters: vocab 16384, E 512, F 1536, 8 layers, 8 heads, 4 kv heads, head
+dim 64, tied embeddings, seed 0, fp32), a word-level tokenizer (token ``i`` is the word ``w<i>``,
+``<pad>`` 0, ``<eos>`` 1) and ``inputs.json`` (the P prompts as token ids, lengths uniform in
+``--min_prompt..--max_prompt``), so every side starts from the same weights and prompts
+(``benchmarks/_peer_common.py``). Each worker loads them, runs ``--warmup`` untimed steps
+(compilation), then ``--steps`` timed steps of: generate P x G samples (temperature 1, no top-k /
+top-p), score them with the same Python reward, GRPO advantages, one AdamW update (lr ``--lr``, no
+weight decay, max grad norm 1), no reference model (KL 0), one PPO epoch, the whole batch in one
+optimizer update. Reported per side: generation, update and whole step seconds (min over the timed
+steps of each), and the mean response length.
+
+Two length distributions (``--dists``):
+
+* ``fixed``: exactly ``--new_tokens`` new tokens per sample (mojax: no stop token, every row runs
+  its budget; TRL: ``min_new_tokens = max_new_tokens``; Tunix: ``eos_tokens`` set to the pad id,
+  which the sampler never draws... see "forced differences").
+* ``tail``: the stop token ``<eos>`` is allowed. The checkpoint makes it likely: every embedding
+  row gets a constant first coordinate and the ``<eos>`` row a larger one, calibrated by bisection
+  so the mean probability of ``<eos>`` per position is ``1 / --tail_mean``; responses stop at
+  a geometric-like, long-tailed length (capped at ``--new_tokens``). The lengths are drawn by
+  each side's own sampler from the same distribution (the same model), not copied, so they
+  differ by sampling noise; each side reports its mean length.
+
+Forced differences (what the APIs impose; the rest is matched):
+
+* Prompts: TRL and Tunix take text, so prompts are written as words and tokenized by the word-level
+  tokenizer (exactly the same ids); the reward of TRL and mojax reads completion ids, Tunix's reads
+  completion text parsed back to ids (the same values).
+* Generation: TRL generates with transformers ``generate`` (left-padded prompts, each prompt
+  repeated G times, eager PyTorch); Tunix with its vanilla sampler (``RLCluster`` rollout
+  ``"vanilla"``: prompts left-padded to ``max_prompt_length``, KV cache of ``kv_cache_size``);
+  mojax with ``mojax.sampling.generate`` (one shared prefill per prompt, ``G`` samples).
+* Fixed length: TRL masks ``<eos>`` until ``min_new_tokens`` (the distribution differs at one
+  token, the cost does not); Tunix has no minimum length: its ``eos_tokens`` is set to the pad id 0,
+  which the reward's model never emits in practice but could (not observed); mojax passes no stop
+  id.
+* GRPO advantages: TRL and Tunix normalise by the group std (TRL unbiased, ``std_ddof=1``; Tunix
+  ``jnp.std``, population); mojax ``grpo`` with ``std_ddof=1`` to match TRL.
+* Loss aggregation: TRL's default ``loss_type`` ("dapo" in TRL 1.x: token-mean over the batch),
+  Tunix ``loss_agg_mode="token-mean"``, mojax ``agg="token-mean"``.
+* Old log-probs: with one PPO epoch, TRL and Tunix take the ratio against the detached current
+  log-probs (no separate forward); mojax uses the sampler's log-probs (``ppo.old_logprobs =
+  "sampler"``, no extra forward either).
+* Update batch layout: TRL and Tunix pad every row to prompt width + the longest (TRL) or the
+  maximum (Tunix: always ``max_tokens_to_generate``) completion; mojax pads to a fixed ``T``
+  (``fixed``) or packs sequences into rows of ``T`` (``tail``, ``mojax.learner.packing``).
+* Compilation: mojax and Tunix jit the update (compiled in the warm-up steps; mojax's packed row
+  count may change between steps and compile anew: the min over steps drops such a step); TRL
+  runs eager PyTorch.
+* Threads: each framework's default (torch intra-op threads = cores; XLA's CPU thread pool).
+
+Usage (a quiet machine; about 25 minutes at the default shape, 3 rounds x 2 distributions x 3
+sides of ~1-2 minutes each)::
+
+    bash benchmarks/peer_envs.sh                       # once: /work/venvs/trl, /work/venvs/tunix
+    python benchmarks/rl_step_peers.py                 # both distributions, all three sides
+    python benchmarks/rl_step_peers.py --vocab 512 --hidden 64 --ffn 128 --layers 2 --heads 4 \\
+        --kv_heads 2 --head_dim 16 --prompts 2 --samples 2 --new_tokens 8 --steps 1 --warmup 1 \\
+        --rounds 1 --force                             # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _harness  # noqa: E402
+
+SIDES = ("mojax", "trl", "tunix")
+#: the issue's targets: TRL / mojax and Tunix / mojax per step (median over rounds)
+TARGETS = {"trl": 2.0, "tunix": 1.5}
+
+
+def _shape_args(ap) -> None:
+    ap.add_argument("--vocab", type=int, default=16384)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--ffn", type=int, default=1536)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kv_heads", type=int, default=4)
+    ap.add_argument("--head_dim", type=int, default=64)
+
+
+def parse(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    _harness.add_args(ap)
+    _shape_args(ap)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--samples", type=int, default=8)
+    ap.add_argument("--new_tokens", type=int, default=64)
+    ap.add_argument("--min_prompt", type=int, default=16)
+    ap.add_argument("--max_prompt", type=int, default=48)
+    ap.add_argument("--tail_mean", type=float, default=16.0, help="tail: 1 / P(<eos>) per token")
+    ap.add_argument("--lr", type=float, default=1e-6)
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per worker (min is kept)")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation)")
+    ap.add_argument("--dists", default="fixed,tail")
+    ap.add_argument("--sides", default=",".join(SIDES))
+    ap.add_argument("--mojax_python", default=sys.executable)
+    ap.add_argument("--trl_python", default="/work/venvs/trl/bin/python")
+    ap.add_argument("--tunix_python", default="/work/venvs/tunix/bin/python")
+    ap.add_argument("--ckpt", default=None, help="internal (workers): the shared checkpoint")
+    ap.add_argument("--dist", default="fixed", help="internal (workers)")
+    return ap.parse_args(argv)
+
+
+# --------------------------------------------------------------------------------------------------
+# the shared checkpoint (run once, in the mojax venv: it has torch and transformers)
+
+
+def _calibrate_eos(model, vocab: int, target: float, seed: int = 0) -> tuple[float, float]:
+    """Sets embedding column 0 (a constant ``c`` on every row, ``a`` on ``<eos>``'s) so the mean
+    P(<eos>) over the positions of random sequences is ``target``; returns ``(a, measured)``."""
+    import torch
+
+    from _peer_common import EOS_ID
+
+    emb = model.get_input_embeddings().weight
+    g = torch.Generator().manual_seed(seed)
+    probe = torch.randint(2, vocab, (8, 96), generator=g)
+    c = 0.5
+
+    def p_eos(a: float) -> float:
+        with torch.no_grad():
+            emb[:, 0] = c
+            emb[EOS_ID, 0] = a
+            logits = model(input_ids=probe).logits.float()
+            return float(torch.softmax(logits, -1)[..., EOS_ID].mean())
+
+    lo, hi = c, c + 64.0
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if p_eos(mid) < target else (lo, mid)
+    a = 0.5 * (lo + hi)
+    return a, p_eos(a)
+
+
+def prepare_worker(args) -> None:
+    """Writes the checkpoint, the tokenizer and ``inputs.json`` into ``args.ckpt``."""
+    import json
+
+    import numpy as np
+    import tokenizers
+    import torch
+    import transformers
+
+    from _peer_common import EOS_ID, PAD_ID, word
+
+    torch.manual_seed(0)
+    cfg = transformers.Qwen3Config(
+        vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
+        num_hidden_layers=args.layers, num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads, head_dim=args.head_dim, tie_word_embeddings=True,
+        max_position_embeddings=4096, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+        bos_token_id=None, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+    )  # fmt: skip
+    model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    a, p = _calibrate_eos(model, args.vocab, 1.0 / args.tail_mean)
+    model.generation_config.eos_token_id = EOS_ID
+    model.generation_config.pad_token_id = PAD_ID
+    model.generation_config.bos_token_id = None
+    model.save_pretrained(args.ckpt)
+    vocab = {word(i): i for i in range(args.vocab)}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tok.decoder = tokenizers.decoders.WordPiece(prefix="##")  # joins words with spaces
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<pad>"
+    )
+    fast.padding_side = "left"
+    fast.save_pretrained(args.ckpt)
+    rng = np.random.RandomState(0)
+    lens = rng.randint(args.min_prompt, args.max_prompt + 1, args.prompts)
+    prompts = [rng.randint(2, args.vocab, n).tolist() for n in lens]
+    inputs = dict(
+        prompts=prompts, num_samples=args.samples, max_new_tokens=args.new_tokens,
+        pad_id=PAD_ID, eos_id=EOS_ID, lr=args.lr, seed=0, eos_embedding=a, p_eos=p,
+        max_prompt=args.max_prompt,
+    )  # fmt: skip
+    with open(os.path.join(args.ckpt, "inputs.json"), "w") as f:
+        json.dump(inputs, f)
+    n = sum(x.numel() for x in model.parameters())
+    _harness.emit({"params": n, "eos_embedding": a, "p_eos": p})
+
+
+# --------------------------------------------------------------------------------------------------
+# the driver
+
+
+def _worker(args) -> None:
+    if args.worker == "prepare":
+        return prepare_worker(args)
+    module = {"mojax": "_peer_mojax", "trl": "_peer_trl", "tunix": "_peer_tunix"}[args.worker]
+    __import__(module).main(args)
+
+
+def _report(dist: str, runs: dict, sides: list[str]) -> None:
+    anchor = "mojax"
+    others = [s for s in sides if s != anchor]
+    print(f"\n== {dist}: per-side seconds (min / median / max over rounds)")
+    print(f"  {'side':<8s}{'generation':>24s}{'update':>24s}{'step':>24s}{'resp len':>10s}")
+    for side in sides:
+        cells = []
+        for k in ("generation", "update", "step"):
+            lo, med, hi = _harness.spread([r[k] for r in runs[side]])
+            cells.append(f"{lo:6.2f} {med:6.2f} {hi:6.2f}")
+        mean_len = sum(r["response_len"] for r in runs[side]) / len(runs[side])
+        print(f"  {side:<8s}" + "".join(f"{c:>24s}" for c in cells) + f"{mean_len:10.1f}")
+    for side in others:
+        for k in ("generation", "update", "step"):
+            rat = [o[k] / m[k] for o, m in zip(runs[side], runs[anchor])]
+            lo, med, hi = _harness.spread(rat)
+            goal = TARGETS.get(side) if k == "step" else None
+            verdict = f"  target >= {goal:g}x: {'MET' if med >= goal else 'MISSED'}" if goal else ""
+            print(f"  {side}/mojax {k:<10s} min {lo:5.2f}x median {med:5.2f}x max {hi:5.2f}x"
+                  f"{verdict}")  # fmt: skip
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
+    if args.worker:
+        _worker(args)
+        return 0
+    print(_harness.machine_info(), flush=True)
+    _harness.check_load(args.force, args.rounds)
+    sides = [s for s in args.sides.split(",") if s]
+    pythons = {"mojax": args.mojax_python, "trl": args.trl_python, "tunix": args.tunix_python}
+    env = _harness.worker_env({"JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"})
+    with tempfile.TemporaryDirectory() as ckpt:
+        shape = ["--vocab", str(args.vocab), "--hidden", str(args.hidden), "--ffn", str(args.ffn),
+                 "--layers", str(args.layers), "--heads", str(args.heads), "--kv_heads",
+                 str(args.kv_heads), "--head_dim", str(args.head_dim)]  # fmt: skip
+        data = ["--prompts", str(args.prompts), "--samples", str(args.samples), "--new_tokens",
+                str(args.new_tokens), "--min_prompt", str(args.min_prompt), "--max_prompt",
+                str(args.max_prompt), "--tail_mean", str(args.tail_mean), "--lr", str(args.lr)]  # fmt: skip
+        prep = _harness.run_worker(
+            __file__, ["--worker", "prepare", "--ckpt", ckpt, *shape, *data], env,
+            python=args.mojax_python,
+        )  # fmt: skip
+        print(f"checkpoint: Qwen3 {prep['params'] / 1e6:.1f}M params, vocab {args.vocab}, "
+              f"P={args.prompts} x G={args.samples}, {args.new_tokens} new tokens, prompts "
+              f"{args.min_prompt}..{args.max_prompt}, tail: mean P(<eos>) {prep['p_eos']:.4f}",
+              flush=True)  # fmt: skip
+        for dist in args.dists.split(","):
+            argv_w = ["--ckpt", ckpt, "--dist", dist, "--steps", str(args.steps), "--warmup",
+                      str(args.warmup)]  # fmt: skip
+            print(f"\n-- distribution {dist}", flush=True)
+            runs = _harness.alternate(
+                __file__, {s: argv_w for s in sides}, args.rounds, env=env,
+                pythons={s: pythons[s] for s in sides},
+            )  # fmt: skip
+            _report(dist, runs, sides)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
