@@ -11,9 +11,8 @@ epoch, one mini-batch, one micro-batch, KL 0, the sampler's log-probs as π_old)
 
 from __future__ import annotations
 
-import numpy as np
-
 import _harness
+import numpy as np
 from _peer_common import StepTimer, load_inputs, now, reward_of_ids
 
 

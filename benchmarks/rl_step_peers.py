@@ -124,7 +124,6 @@ def _calibrate_eos(model, vocab: int, target: float, seed: int = 0) -> tuple[flo
     """Sets embedding column 0 (a constant ``c`` on every row, ``a`` on ``<eos>``'s) so the mean
     P(<eos>) over the positions of random sequences is ``target``; returns ``(a, measured)``."""
     import torch
-
     from _peer_common import EOS_ID
 
     emb = model.get_input_embeddings().weight
@@ -155,7 +154,6 @@ def prepare_worker(args) -> None:
     import tokenizers
     import torch
     import transformers
-
     from _peer_common import EOS_ID, PAD_ID, word
 
     torch.manual_seed(0)
