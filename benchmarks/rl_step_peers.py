@@ -146,10 +146,18 @@ def _calibrate_eos(model, vocab: int, target: float, seed: int = 0) -> tuple[flo
     return a, p_eos(a)
 
 
-def prepare_worker(args) -> None:
-    """Writes the checkpoint, the tokenizer and ``inputs.json`` into ``args.ckpt``."""
+def _save(model, tok, inputs: dict, out: str) -> None:
     import json
 
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    with open(os.path.join(out, "inputs.json"), "w") as f:
+        json.dump(inputs, f)
+
+
+def prepare_worker(args) -> None:
+    """Writes ``<ckpt>/fixed`` (the random init) and ``<ckpt>/tail`` (the same weights, ``<eos>``
+    made likely), each with the tokenizer and ``inputs.json``."""
     import numpy as np
     import tokenizers
     import torch
@@ -165,11 +173,9 @@ def prepare_worker(args) -> None:
         bos_token_id=None, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
     )  # fmt: skip
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
-    a, p = _calibrate_eos(model, args.vocab, 1.0 / args.tail_mean)
     model.generation_config.eos_token_id = EOS_ID
     model.generation_config.pad_token_id = PAD_ID
     model.generation_config.bos_token_id = None
-    model.save_pretrained(args.ckpt)
     vocab = {word(i): i for i in range(args.vocab)}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<pad>"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
@@ -178,17 +184,16 @@ def prepare_worker(args) -> None:
         tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<pad>"
     )
     fast.padding_side = "left"
-    fast.save_pretrained(args.ckpt)
     rng = np.random.RandomState(0)
     lens = rng.randint(args.min_prompt, args.max_prompt + 1, args.prompts)
     prompts = [rng.randint(2, args.vocab, n).tolist() for n in lens]
     inputs = dict(
         prompts=prompts, num_samples=args.samples, max_new_tokens=args.new_tokens,
-        pad_id=PAD_ID, eos_id=EOS_ID, lr=args.lr, seed=0, eos_embedding=a, p_eos=p,
-        max_prompt=args.max_prompt,
+        pad_id=PAD_ID, eos_id=EOS_ID, lr=args.lr, seed=0, max_prompt=args.max_prompt,
     )  # fmt: skip
-    with open(os.path.join(args.ckpt, "inputs.json"), "w") as f:
-        json.dump(inputs, f)
+    _save(model, fast, inputs, os.path.join(args.ckpt, "fixed"))
+    a, p = _calibrate_eos(model, args.vocab, 1.0 / args.tail_mean)
+    _save(model, fast, {**inputs, "eos_embedding": a, "p_eos": p}, os.path.join(args.ckpt, "tail"))
     n = sum(x.numel() for x in model.parameters())
     _harness.emit({"params": n, "eos_embedding": a, "p_eos": p})
 
@@ -206,7 +211,7 @@ def _worker(args) -> None:
 
 def _report(dist: str, runs: dict, sides: list[str]) -> None:
     anchor = "mojax"
-    others = [s for s in sides if s != anchor]
+    others = [s for s in sides if s != anchor] if anchor in sides else []
     print(f"\n== {dist}: per-side seconds (min / median / max over rounds)")
     print(f"  {'side':<8s}{'generation':>24s}{'update':>24s}{'step':>24s}{'resp len':>10s}")
     for side in sides:
@@ -252,7 +257,7 @@ def main(argv=None) -> int:
               f"{args.min_prompt}..{args.max_prompt}, tail: mean P(<eos>) {prep['p_eos']:.4f}",
               flush=True)  # fmt: skip
         for dist in args.dists.split(","):
-            argv_w = ["--ckpt", ckpt, "--dist", dist, "--steps", str(args.steps), "--warmup",
+            argv_w = ["--ckpt", os.path.join(ckpt, dist), "--dist", dist, "--steps", str(args.steps), "--warmup",
                       str(args.warmup)]  # fmt: skip
             print(f"\n-- distribution {dist}", flush=True)
             runs = _harness.alternate(
