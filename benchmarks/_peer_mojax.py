@@ -11,9 +11,15 @@ epoch, one mini-batch, one micro-batch, KL 0, the sampler's log-probs as π_old)
 
 from __future__ import annotations
 
+import math
+
 import _harness
 import numpy as np
 from _peer_common import StepTimer, load_inputs, now, reward_of_ids
+
+#: packed batches get a multiple of this many rows, so a few shapes compile (each new row count
+#: compiles the update anew; ``compiles`` in the result counts the timed steps' compilations)
+ROW_BUCKET = 16
 
 
 def main(args) -> None:
@@ -63,12 +69,14 @@ def main(args) -> None:
         batch = assemble_batch(prompts, g, out_tokens, np.asarray(out.logprobs),
                                np.asarray(out.loss_mask), out_lens, total_len)  # fmt: skip
         batch["advantages"] = np.asarray(adv, np.float32).reshape(-1)
-        if args.dist == "tail":
-            batch = packing.pack_batch(batch, None, train_step.row_divisor)
+        if args.dist == "tail":  # packed rows rounded up to a multiple of ROW_BUCKET: few shapes
+            batch = packing.pack_batch(batch, None, math.lcm(train_step.row_divisor, ROW_BUCKET))
         t2 = now()
+        traces = train_step.trace_count
         state, metrics = train_step(state, batch)
         loss = float(jax.block_until_ready(metrics)["loss"])
         t3 = now()
         timer.add(t1 - t0, t3 - t2, t3 - t0, response_len=float(out_lens.mean()),
-                  rows=float(batch["tokens"].shape[0]), loss=loss)  # fmt: skip
+                  rows=float(batch["tokens"].shape[0]), loss=loss,
+                  compiles=float(train_step.trace_count - traces))  # fmt: skip
     _harness.emit(timer.result(args.warmup, side="mojax", devices=str(jax.devices()[0])))
