@@ -48,6 +48,9 @@ class PPOConfig:
         memory stays bounded whatever B and T are (None = off). Exact, like all micro-batching.
       shuffle: permute the rows before each pass (key from ``state.rng``).
       logprob_chunk: positions per vocab-projection chunk (None = whole sequence at once).
+      logprob_compact: gather each row's loss positions to its front before the chunked
+        projection, so prompt, padding and packed-neighbour positions are not projected onto the
+        vocabulary (needs ``logprob_chunk``; ``mojax.learner.logprobs``).
       log_entropy: compute the per-token entropy for metrics even without a bonus.
       ratio_level: ``"token"`` (PPO) or ``"sequence"`` (AWPO Eq. 30: one importance ratio per
         response; with ``agg="seq-mean-token-mean"`` the loss is the paper's 1/(GK) mean).
@@ -82,6 +85,11 @@ class PPOConfig:
     logprob_chunk: int | None = option(
         None, help="positions per vocabulary-projection chunk (None = the whole sequence)"
     )
+    logprob_compact: bool = option(
+        False,
+        help="project only the loss positions onto the vocabulary, gathered per row in chunks of "
+        "logprob_chunk (skips prompt and padding positions)",
+    )
     log_entropy: bool = option(True, help="compute the per-token entropy for metrics")
     ratio_level: str = option("token", help='"token" (PPO) | "sequence" (AWPO Eq. 30)')
     num_seqs: int | None = option(
@@ -111,6 +119,10 @@ class PPOConfig:
             c.fail("ppo.microbatch_tokens", f"must be >= 1 or None, got {self.microbatch_tokens}")
         if self.logprob_chunk is not None and self.logprob_chunk < 1:
             c.fail("ppo.logprob_chunk", f"must be >= 1 or None, got {self.logprob_chunk}")
+        if self.logprob_compact and self.logprob_chunk is None:
+            c.fail(
+                "ppo.logprob_compact", "needs ppo.logprob_chunk (the chunk of gathered positions)"
+            )
         c.raise_if_any()
 
     @classmethod
@@ -266,6 +278,7 @@ def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = 
             with_entropy=with_entropy,
             vocab_sharded=vocab_sharded,
             need=x["loss_mask"] > 0,
+            compact=cfg.logprob_compact,
             **{k: x[k] for k in _MODEL_EXTRAS if k in x},
         )
         adv = x["advantages"]
