@@ -7,6 +7,10 @@ prefill per prompt), the shared Python reward, ``mojax.advantages.grpo`` (``std_
 distribution, as ``ppo``'s trainer does with ``packing.enabled``) and the jitted sharded PPO step
 (``mojax.learner.make_train_step``: token-mean PPO-clip, ε 0.2, AdamW, global-norm clip 1, one
 epoch, one mini-batch, one micro-batch, KL 0, the sampler's log-probs as π_old).
+
+Sides ``mojax-rows`` / ``mojax-batch``: the same with ``ppo.logprob_compact = "rows"`` (chunks of
+16 positions per row) / ``"batch"`` (chunks of 1024 positions over the batch; ``--compact_chunk``
+overrides either): only the loss positions are projected onto the vocabulary.
 """
 
 from __future__ import annotations
@@ -49,8 +53,11 @@ def main(args) -> None:
     mesh = shl.make_mesh(1, 1, 1)
     opt = learner.OptimizerConfig(learning_rate=inp["lr"], max_grad_norm=1.0, weight_decay=0.0)
     tx = learner.make_optimizer(opt)
+    compact = args.worker.split("-", 1)[1] if "-" in args.worker else "off"
+    chunk = args.compact_chunk or {"off": None, "rows": 16, "batch": 1024}[compact]
     ppo = learner.PPOConfig(clip_low=0.2, clip_high=0.2, agg="token-mean", microbatch_tokens=None,
-                            shuffle=False, log_entropy=False)  # fmt: skip
+                            shuffle=False, log_entropy=False, logprob_chunk=chunk,
+                            logprob_compact=compact)  # fmt: skip
     train_step = learner.make_train_step(config, tx, ppo, mesh)
     state = learner.create_train_state(config, tx, seed=0, mesh=mesh, params=model.params)
     timer = StepTimer()
@@ -79,4 +86,5 @@ def main(args) -> None:
         timer.add(t1 - t0, t3 - t2, t3 - t0, response_len=float(out_lens.mean()),
                   rows=float(batch["tokens"].shape[0]), loss=loss,
                   compiles=float(train_step.trace_count - traces))  # fmt: skip
-    _harness.emit(timer.result(args.warmup, side="mojax", devices=str(jax.devices()[0])))
+    _harness.emit(timer.result(args.warmup, side=args.worker, devices=str(jax.devices()[0]),
+                               logprob_chunk=chunk or 0))  # fmt: skip

@@ -116,7 +116,12 @@ def parse(argv=None):
     ap.add_argument("--steps", type=int, default=3, help="timed steps per worker (min is kept)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation)")
     ap.add_argument("--dists", default="fixed,tail")
-    ap.add_argument("--sides", default=",".join(SIDES))
+    ap.add_argument(
+        "--sides",
+        default=",".join(SIDES),
+        help="of mojax, trl, tunix and mojax-rows / mojax-batch (mojax with ppo.logprob_compact)",
+    )
+    ap.add_argument("--compact_chunk", type=int, default=0, help="mojax-rows/-batch: logprob_chunk")
     ap.add_argument("--mojax_python", default=sys.executable)
     ap.add_argument("--trl_python", default="/work/venvs/trl/bin/python")
     ap.add_argument("--tunix_python", default="/work/venvs/tunix/bin/python")
@@ -214,29 +219,32 @@ def prepare_worker(args) -> None:
 def _worker(args) -> None:
     if args.worker == "prepare":
         return prepare_worker(args)
-    module = {"mojax": "_peer_mojax", "trl": "_peer_trl", "tunix": "_peer_tunix"}[args.worker]
+    module = {"trl": "_peer_trl", "tunix": "_peer_tunix"}.get(args.worker, "_peer_mojax")
     __import__(module).main(args)
 
 
 def _report(dist: str, runs: dict, sides: list[str]) -> None:
-    anchor = "mojax"
-    others = [s for s in sides if s != anchor] if anchor in sides else []
+    """Per side: min / median / max of generation, update and step; then per (peer, mojax side)
+    and per mojax variant vs plain mojax, the per-round ratios (> 1: the second is faster)."""
     print(f"\n== {dist}: per-side seconds (min / median / max over rounds)")
-    print(f"  {'side':<8s}{'generation':>24s}{'update':>24s}{'step':>24s}{'resp len':>10s}")
+    print(f"  {'side':<12s}{'generation':>24s}{'update':>24s}{'step':>24s}{'resp len':>10s}")
     for side in sides:
         cells = []
         for k in ("generation", "update", "step"):
             lo, med, hi = _harness.spread([r[k] for r in runs[side]])
             cells.append(f"{lo:6.2f} {med:6.2f} {hi:6.2f}")
         mean_len = sum(r["response_len"] for r in runs[side]) / len(runs[side])
-        print(f"  {side:<8s}" + "".join(f"{c:>24s}" for c in cells) + f"{mean_len:10.1f}")
-    for side in others:
+        print(f"  {side:<12s}" + "".join(f"{c:>24s}" for c in cells) + f"{mean_len:10.1f}")
+    ours = [s for s in sides if s.startswith("mojax")]
+    pairs = [(o, m) for o in sides if o not in ours for m in ours]
+    pairs += [("mojax", m) for m in ours if m != "mojax" and "mojax" in ours]
+    for other, mine in pairs:
         for k in ("generation", "update", "step"):
-            rat = [o[k] / m[k] for o, m in zip(runs[side], runs[anchor])]
+            rat = [o[k] / m[k] for o, m in zip(runs[other], runs[mine])]
             lo, med, hi = _harness.spread(rat)
-            goal = TARGETS.get(side) if k == "step" else None
+            goal = TARGETS.get(other) if k == "step" else None
             verdict = f"  target >= {goal:g}x: {'MET' if med >= goal else 'MISSED'}" if goal else ""
-            print(f"  {side}/mojax {k:<10s} min {lo:5.2f}x median {med:5.2f}x max {hi:5.2f}x"
+            print(f"  {other}/{mine} {k:<10s} min {lo:5.2f}x median {med:5.2f}x max {hi:5.2f}x"
                   f"{verdict}")  # fmt: skip
 
 
@@ -248,7 +256,8 @@ def main(argv=None) -> int:
     print(_harness.machine_info(), flush=True)
     _harness.check_load(args.force, args.rounds)
     sides = [s for s in args.sides.split(",") if s]
-    pythons = {"mojax": args.mojax_python, "trl": args.trl_python, "tunix": args.tunix_python}
+    pythons = {s: args.mojax_python for s in sides if s.startswith("mojax")}
+    pythons.update(trl=args.trl_python, tunix=args.tunix_python)
     env = _harness.worker_env({"JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"})
     with tempfile.TemporaryDirectory() as ckpt:
         shape = ["--vocab", str(args.vocab), "--hidden", str(args.hidden), "--ffn", str(args.ffn),
@@ -266,8 +275,9 @@ def main(argv=None) -> int:
               f"{args.min_prompt}..{args.max_prompt}, tail: mean P(<eos>) {prep['p_eos']:.4f}",
               flush=True)  # fmt: skip
         for dist in args.dists.split(","):
-            argv_w = ["--ckpt", os.path.join(ckpt, dist), "--dist", dist, "--steps", str(args.steps), "--warmup",
-                      str(args.warmup)]  # fmt: skip
+            argv_w = ["--ckpt", os.path.join(ckpt, dist), "--dist", dist, "--steps",
+                      str(args.steps), "--warmup", str(args.warmup), "--compact_chunk",
+                      str(args.compact_chunk)]  # fmt: skip
             print(f"\n-- distribution {dist}", flush=True)
             runs = _harness.alternate(
                 __file__, {s: argv_w for s in sides}, args.rounds, env=env,

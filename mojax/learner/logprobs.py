@@ -115,6 +115,10 @@ def _chunked_bwd(config, entropy, vocab_sharded, res, cts):
 _chunked_terms.defvjp(_chunked_fwd, _chunked_bwd)
 
 
+#: ``compact`` modes of ``logprobs_from_hidden`` (``ppo.logprob_compact``)
+COMPACT_MODES = ("off", "rows", "batch")
+
+
 def _chunked(config, params, hidden, targets, chunk_size, live_of, entropy, vocab_sharded):
     """``_chunked_terms`` over ``hidden [B, T, E]`` cut into chunks of ``chunk_size`` positions;
     ``live_of(n, pad)`` gives the [n] chunks to project. Returns [B, T] log-probs and entropies."""
@@ -162,7 +166,7 @@ def logprobs_from_hidden(
     with_entropy: bool = False,
     vocab_sharded: bool = False,
     need: jax.Array | None = None,
-    compact: bool = False,
+    compact: str = "off",
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned token log-probs [B, T] (and entropies [B, T]) from final hidden states [B, T, E].
 
@@ -170,16 +174,21 @@ def logprobs_from_hidden(
     vocab axis is split over devices (tensor parallelism); pick the target logit with a masked sum
     instead of a gather. ``need``: optional [B, T] bool of the positions whose values are used;
     with ``chunk_size``, chunks with none are not projected (their positions get 0). ``compact``
-    (with ``need`` and ``chunk_size``): each row's needed positions are first gathered to the
-    front of the row, so only ``ceil(max_b need_b / chunk_size)`` chunks are projected whatever
-    the positions (prompts, padding and packed neighbours skipped); the positions outside ``need``
-    get 0.
+    (with ``need`` and ``chunk_size``; ``COMPACT_MODES``): ``"rows"`` gathers each row's needed
+    positions to the front of the row, so only ``ceil(max_b need_b / chunk_size)`` chunks are
+    projected whatever the positions (prompts, padding and packed neighbours skipped); ``"batch"``
+    gathers the needed positions of all rows together (``ceil(Σ need / chunk_size)`` chunks; on a
+    batch-sharded mesh the gather crosses devices); ``"off"``: neither. With compaction the
+    positions outside ``need`` get 0.
     """
     module = Qwen(config)
     b, t = tokens.shape
     # next-token targets: hidden[:, s] predicts tokens[:, s + 1]; the last position is discarded.
     targets = jnp.concatenate([tokens[:, 1:], jnp.zeros((b, 1), tokens.dtype)], axis=1)
-    if chunk_size is None or (chunk_size >= t and not (compact and need is not None)):
+    if compact not in COMPACT_MODES:
+        raise ValueError(f"compact must be one of {COMPACT_MODES}, got {compact!r}")
+    compact = compact if need is not None else "off"
+    if chunk_size is None or (chunk_size >= t and compact == "off"):
         lp, ent = _chunk_terms(module, params, hidden, targets, with_entropy, vocab_sharded)
     elif need is None:
         live_of = lambda n, pad: jnp.ones((n,), bool)  # noqa: E731
@@ -188,9 +197,12 @@ def logprobs_from_hidden(
     else:
         # hidden position s yields the value of position s + 1: shift to the hidden layout
         need_h = jnp.pad(jnp.asarray(need, bool)[:, 1:], ((0, 0), (0, 1)))
-        if compact:
-            lp, ent = _compacted(config, params, hidden, targets, need_h, chunk_size,
+        if compact != "off":
+            shape = (1, b * t) if compact == "batch" else (b, t)  # "batch": one row of all
+            lp, ent = _compacted(config, params, hidden.reshape(*shape, -1),
+                                 targets.reshape(shape), need_h.reshape(shape), chunk_size,
                                  with_entropy, vocab_sharded)  # fmt: skip
+            lp, ent = lp.reshape(b, t), ent.reshape(b, t)
         else:
 
             def live_of(n, pad):
@@ -218,7 +230,7 @@ def token_logprobs(
     segment_ids: jax.Array | None = None,
     positions: jax.Array | None = None,
     lora_rng: jax.Array | None = None,
-    compact: bool = False,
+    compact: str = "off",
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned fp32 log π(tokens[:, t] | tokens[:, :t]) [B, T] (+ entropy [B, T]) of the policy.
 
@@ -237,7 +249,8 @@ def token_logprobs(
         segment's first position is predicted from the segment before it: it must be out of the
         loss (it is: every packed sequence starts with its prompt).
       lora_rng: a PRNG key for the LoRA adapters' dropout (``config.lora.dropout``; None = off).
-      compact: project only the ``need`` positions, gathered per row (``logprobs_from_hidden``).
+      compact: ``"off"`` | ``"rows"`` | ``"batch"``: project only the ``need`` positions, gathered
+        per row or over the batch (``logprobs_from_hidden``).
     """
     body = QwenModel(config, params)
     if layouts.of(config).learner_unrolled and config.remat == "none":  # no-op when unrolled

@@ -56,11 +56,11 @@ def test_backward_holds_one_head_gradient():
 
 
 @pytest.mark.parametrize("tie", [True, False])
-@pytest.mark.parametrize("chunk", [3, 4, 32])
-def test_compact_values_and_grads_equal_unchunked(tie, chunk):
-    """``compact``: each row's loss positions (different per row, in several runs as in packed
-    rows) gathered to the front and projected; the values and gradients of a loss on them equal
-    the unchunked projection's, and the positions outside ``need`` get 0."""
+@pytest.mark.parametrize("chunk,mode", [(3, "rows"), (4, "batch"), (32, "rows"), (64, "batch")])
+def test_compact_values_and_grads_equal_unchunked(tie, chunk, mode):
+    """``compact``: each row's (or the batch's) loss positions (different per row, in several
+    runs as in packed rows) gathered to the front and projected; the values and gradients of a
+    loss on them equal the unchunked projection's, and the positions outside ``need`` get 0."""
     cfg = models.get_variant("tiny-qwen3", vocab_size=97, tie_word_embeddings=tie)
     params = models.init_params(cfg, jax.random.key(0))
     tokens = jax.random.randint(jax.random.key(1), (B, T), 0, 97)
@@ -73,7 +73,7 @@ def test_compact_values_and_grads_equal_unchunked(tie, chunk):
     def loss(p, compact):
         lp, ent = learner.token_logprobs(
             cfg, p, tokens, chunk_size=chunk if compact else None, with_entropy=True,
-            need=jnp.asarray(need), compact=compact,
+            need=jnp.asarray(need), compact=mode if compact else "off",
         )  # fmt: skip
         m = jnp.asarray(need)
         return jnp.sum(jnp.where(m, w[0] * lp + w[1] * ent, 0.0)), (lp, ent)
@@ -92,8 +92,9 @@ def test_compact_values_and_grads_equal_unchunked(tie, chunk):
 
 def test_compact_projects_only_the_chunks_needed(monkeypatch):
     """Rows of 40 positions with 8 loss positions each, at different offsets: the plain skip
-    projects the 3 chunks of 8 touching a row's loss positions, compaction 1 (the chunk
-    projections that run are counted by a host callback in the projection)."""
+    projects the 3 chunks of 8 touching a row's loss positions, row compaction 1 chunk (of 2
+    rows), batch compaction 2 chunks (of 1 row of 80) (the chunk projections that run are counted
+    by a host callback in the projection)."""
     from mojax.learner import logprobs
 
     cfg = models.get_variant("tiny-qwen3", vocab_size=4096, num_layers=1)
@@ -110,7 +111,7 @@ def test_compact_projects_only_the_chunks_needed(monkeypatch):
 
     monkeypatch.setattr(logprobs, "_head_terms", counted)
     out = {}
-    for compact in (False, True):
+    for compact in ("off", "rows", "batch"):
         runs.clear()
         fn = lambda p, compact=compact: learner.token_logprobs(  # noqa: E731
             cfg, p, tokens, chunk_size=8, need=jnp.asarray(need), compact=compact
@@ -118,6 +119,7 @@ def test_compact_projects_only_the_chunks_needed(monkeypatch):
         out[compact] = jax.block_until_ready(jax.jit(fn)(params))
         jax.effects_barrier()
         out[compact, "runs"] = len(runs)
-    assert (out[False, "runs"], out[True, "runs"]) == (3, 1)
-    np.testing.assert_allclose(np.where(need, out[True], 0), np.where(need, out[False], 0),
-                               atol=1e-5)  # fmt: skip
+    assert [out[m, "runs"] for m in ("off", "rows", "batch")] == [3, 1, 2]
+    for m in ("rows", "batch"):
+        np.testing.assert_allclose(np.where(need, out[m], 0), np.where(need, out["off"], 0),
+                                   atol=1e-5)  # fmt: skip
