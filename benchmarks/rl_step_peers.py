@@ -55,7 +55,8 @@ Forced differences (what the APIs impose; the rest is matched):
   log-probs (no separate forward); mojax against the sampler's log-probs (``ppo.old_logprobs =
   "sampler"``, no extra forward either).
 * Vocabulary projection in the update: TRL projects only the completion positions
-  (``logits_to_keep``); Tunix and mojax project every position of the row.
+  (``logits_to_keep``); Tunix and plain mojax project every position of the row (the
+  ``mojax-rows`` / ``mojax-batch`` sides only the loss positions).
 * Update batch layout: TRL pads every row to the longest prompt + the longest completion of the
   batch; Tunix to ``max_prompt_length + max_tokens_to_generate`` always; mojax to a fixed ``T`` =
   ``--max_prompt + --new_tokens`` (``fixed``) or packs the sequences into rows of ``T`` tokens
@@ -66,14 +67,21 @@ Forced differences (what the APIs impose; the rest is matched):
   weights between steps (it reports ``synced``); mojax's sampler reads the learner's params.
 * Threads: each framework's default (torch intra-op threads = cores; XLA's CPU thread pool).
 
-Usage (a quiet machine; about 25 minutes at the default shape, 3 rounds x 2 distributions x 3
-sides of ~1-2 minutes each)::
+Sides ``mojax-rows`` / ``mojax-batch`` (not in the default ``--sides``): mojax with
+``ppo.logprob_compact = "rows"`` / ``"batch"`` (only the loss positions projected onto the
+vocabulary; ``benchmarks/_peer_mojax.py``). Ratios are printed peer / mojax side and mojax /
+mojax variant (> 1: the second is faster).
+
+Usage (a quiet machine; at the default shape a worker runs 5 steps of 35-45 s after loading and
+compiling, so 3 sides x 3 rounds x 2 distributions take about 1 hour; the compaction ablation
+about 40 minutes)::
 
     bash benchmarks/peer_envs.sh                       # once: /work/venvs/trl, /work/venvs/tunix
-    python benchmarks/rl_step_peers.py                 # both distributions, all three sides
+    python benchmarks/rl_step_peers.py                 # both distributions, mojax / TRL / Tunix
+    python benchmarks/rl_step_peers.py --sides mojax,mojax-rows,mojax-batch   # compaction
     python benchmarks/rl_step_peers.py --vocab 512 --hidden 64 --ffn 128 --layers 2 --heads 4 \\
-        --kv_heads 2 --head_dim 16 --prompts 2 --samples 2 --new_tokens 8 --steps 1 --warmup 1 \\
-        --rounds 1 --force                             # smoke test
+        --kv_heads 2 --head_dim 16 --prompts 2 --samples 2 --new_tokens 8 --min_prompt 4 \\
+        --max_prompt 8 --steps 1 --warmup 1 --rounds 1 --force   # smoke test (~3 minutes)
 """
 
 from __future__ import annotations
