@@ -141,9 +141,17 @@ def worker_env(extra: Mapping[str, str] | None = None) -> dict:
     return env
 
 
-def run_worker(script: str, argv: Sequence[str], env: Mapping[str, str] | None = None) -> dict:
-    """Runs ``python script *argv`` in a fresh process and returns its ``RESULT_JSON`` dict."""
-    cmd = [sys.executable, script, *argv]
+def run_worker(
+    script: str,
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    python: str | None = None,
+) -> dict:
+    """Runs ``python script *argv`` in a fresh process and returns its ``RESULT_JSON`` dict.
+
+    ``python``: the interpreter (default this one's), e.g. another virtualenv's for a peer framework.
+    """
+    cmd = [python or sys.executable, script, *argv]
     proc = subprocess.run(cmd, env=env or worker_env(), capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_TAG)]
     if proc.returncode != 0 or not lines:
@@ -158,6 +166,7 @@ def alternate(
     rounds: int,
     env: Mapping[str, str] | None = None,
     envs: Mapping[str, Mapping[str, str]] | None = None,
+    pythons: Mapping[str, str] | None = None,
 ) -> dict[str, list[dict]]:
     """Runs every side once per round, each in a fresh process, alternating the order.
 
@@ -166,6 +175,7 @@ def alternate(
       sides: side name -> worker argv (``--worker <name>`` is added in front).
       rounds: number of rounds; round r runs the sides forwards if r is even, backwards if odd.
       env: environment for every worker (default ``worker_env()``); ``envs``: per-side extras.
+      pythons: per-side interpreters (default this one's), e.g. each framework's virtualenv.
 
     Returns:
       side -> list of per-round result dicts.
@@ -177,7 +187,8 @@ def alternate(
             side_env = dict(env or worker_env())
             side_env.update((envs or {}).get(name, {}))
             t0 = time.perf_counter()
-            res = run_worker(script, ["--worker", name, *sides[name]], side_env)
+            python = (pythons or {}).get(name)
+            res = run_worker(script, ["--worker", name, *sides[name]], side_env, python)
             out[name].append(res)
             print(f"  round {r + 1}/{rounds} {name:<28s} done in {time.perf_counter() - t0:6.1f}s "
                   f"{json.dumps(res)[:160]}", flush=True)  # fmt: skip

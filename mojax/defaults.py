@@ -184,6 +184,7 @@ def _ppo() -> ml_collections.ConfigDict:
         microbatch_tokens=_optional(8192, int),
         shuffle=True,
         logprob_chunk=_optional(None, int),
+        logprob_compact="off",
         log_entropy=True,
         ratio_level="token",
         num_seqs=_optional(None, int),

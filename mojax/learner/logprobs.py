@@ -115,6 +115,47 @@ def _chunked_bwd(config, entropy, vocab_sharded, res, cts):
 _chunked_terms.defvjp(_chunked_fwd, _chunked_bwd)
 
 
+#: ``compact`` modes of ``logprobs_from_hidden`` (``ppo.logprob_compact``)
+COMPACT_MODES = ("off", "rows", "batch")
+
+
+def _chunked(config, params, hidden, targets, chunk_size, live_of, entropy, vocab_sharded):
+    """``_chunked_terms`` over ``hidden [B, T, E]`` cut into chunks of ``chunk_size`` positions;
+    ``live_of(n, pad)`` gives the [n] chunks to project. Returns [B, T] log-probs and entropies."""
+    b, t = targets.shape
+    n = -(-t // chunk_size)
+    pad = n * chunk_size - t
+    h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
+    y = jnp.pad(targets, ((0, 0), (0, pad)))
+    h = jnp.moveaxis(h.reshape(b, n, chunk_size, -1), 1, 0)  # [n, B, Tc, E]
+    y = jnp.moveaxis(y.reshape(b, n, chunk_size), 1, 0)  # [n, B, Tc]
+    head = output_head(config, params)
+    lp, ent = _chunked_terms(config, entropy, vocab_sharded, head, h, y, live_of(n, pad))
+    lp = jnp.moveaxis(lp, 0, 1).reshape(b, n * chunk_size)[:, :t]
+    ent = jnp.moveaxis(ent, 0, 1).reshape(b, n * chunk_size)[:, :t]
+    return lp, ent
+
+
+def _compacted(config, params, hidden, targets, need_h, chunk_size, entropy, vocab_sharded):
+    """Log-probs and entropies [B, T] of the positions ``need_h`` (hidden-aligned) only: each row's
+    needed positions are moved to its front (stable order), projected in chunks while any row has
+    one left, and moved back; every other position gets 0. Rows are not mixed (a batch-sharded
+    mesh keeps its rows on their devices)."""
+    order = jnp.argsort(~need_h, axis=1, stable=True)  # [B, T]: needed positions first
+    h = jnp.take_along_axis(hidden, order[..., None], axis=1)
+    y = jnp.take_along_axis(targets, order, axis=1)
+    count = jnp.max(jnp.sum(need_h, axis=1))  # positions to project in the fullest row
+
+    def live_of(n, pad):
+        return jnp.arange(n) * chunk_size < count
+
+    lp, ent = _chunked(config, params, h, y, chunk_size, live_of, entropy, vocab_sharded)
+    back = jnp.argsort(order, axis=1)  # the inverse permutation
+    lp = jnp.where(need_h, jnp.take_along_axis(lp, back, axis=1), 0.0)
+    ent = jnp.where(need_h, jnp.take_along_axis(ent, back, axis=1), 0.0)
+    return lp, ent
+
+
 def logprobs_from_hidden(
     config: QwenConfig,
     params: Any,
@@ -125,38 +166,51 @@ def logprobs_from_hidden(
     with_entropy: bool = False,
     vocab_sharded: bool = False,
     need: jax.Array | None = None,
+    compact: str = "off",
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned token log-probs [B, T] (and entropies [B, T]) from final hidden states [B, T, E].
 
     Position t uses the hidden state at t − 1; position 0 gets 0. ``vocab_sharded``: the logits'
     vocab axis is split over devices (tensor parallelism); pick the target logit with a masked sum
     instead of a gather. ``need``: optional [B, T] bool of the positions whose values are used;
-    with ``chunk_size``, chunks with none are not projected (their positions get 0).
+    with ``chunk_size``, chunks with none are not projected (their positions get 0). ``compact``
+    (with ``need`` and ``chunk_size``; ``COMPACT_MODES``): ``"rows"`` gathers each row's needed
+    positions to the front of the row, so only ``ceil(max_b need_b / chunk_size)`` chunks are
+    projected whatever the positions (prompts, padding and packed neighbours skipped); ``"batch"``
+    gathers the needed positions of all rows together (``ceil(Σ need / chunk_size)`` chunks; on a
+    batch-sharded mesh the gather crosses devices); ``"off"``: neither. With compaction the
+    positions outside ``need`` get 0.
     """
     module = Qwen(config)
     b, t = tokens.shape
     # next-token targets: hidden[:, s] predicts tokens[:, s + 1]; the last position is discarded.
     targets = jnp.concatenate([tokens[:, 1:], jnp.zeros((b, 1), tokens.dtype)], axis=1)
-    if chunk_size is None or chunk_size >= t:
+    if compact not in COMPACT_MODES:
+        raise ValueError(f"compact must be one of {COMPACT_MODES}, got {compact!r}")
+    compact = compact if need is not None else "off"
+    if chunk_size is None or (chunk_size >= t and compact == "off"):
         lp, ent = _chunk_terms(module, params, hidden, targets, with_entropy, vocab_sharded)
+    elif need is None:
+        live_of = lambda n, pad: jnp.ones((n,), bool)  # noqa: E731
+        lp, ent = _chunked(config, params, hidden, targets, chunk_size, live_of, with_entropy,
+                           vocab_sharded)  # fmt: skip
     else:
-        n = -(-t // chunk_size)
-        pad = n * chunk_size - t
-        h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0)))
-        y = jnp.pad(targets, ((0, 0), (0, pad)))
-        h = jnp.moveaxis(h.reshape(b, n, chunk_size, -1), 1, 0)  # [n, B, Tc, E]
-        y = jnp.moveaxis(y.reshape(b, n, chunk_size), 1, 0)  # [n, B, Tc]
-
-        if need is None:
-            live = jnp.ones((n,), bool)
+        # hidden position s yields the value of position s + 1: shift to the hidden layout
+        need_h = jnp.pad(jnp.asarray(need, bool)[:, 1:], ((0, 0), (0, 1)))
+        if compact != "off":
+            shape = (1, b * t) if compact == "batch" else (b, t)  # "batch": one row of all
+            lp, ent = _compacted(config, params, hidden.reshape(*shape, -1),
+                                 targets.reshape(shape), need_h.reshape(shape), chunk_size,
+                                 with_entropy, vocab_sharded)  # fmt: skip
+            lp, ent = lp.reshape(b, t), ent.reshape(b, t)
         else:
-            # hidden position s yields the value of position s + 1: shift to the chunk layout
-            shifted = jnp.pad(jnp.asarray(need, bool)[:, 1:], ((0, 0), (0, pad + 1)))
-            live = jnp.any(shifted.reshape(b, n, chunk_size), axis=(0, 2))  # [n]
-        head = output_head(config, params)
-        lp, ent = _chunked_terms(config, with_entropy, vocab_sharded, head, h, y, live)
-        lp = jnp.moveaxis(lp, 0, 1).reshape(b, n * chunk_size)[:, :t]
-        ent = jnp.moveaxis(ent, 0, 1).reshape(b, n * chunk_size)[:, :t]
+
+            def live_of(n, pad):
+                shifted = jnp.pad(need_h, ((0, 0), (0, pad)))
+                return jnp.any(shifted.reshape(b, n, chunk_size), axis=(0, 2))  # [n]
+
+            lp, ent = _chunked(config, params, hidden, targets, chunk_size, live_of,
+                               with_entropy, vocab_sharded)  # fmt: skip
     zero = jnp.zeros((b, 1), jnp.float32)
     lp = jnp.concatenate([zero, lp[:, :-1]], axis=1)
     ent = jnp.concatenate([zero, ent[:, :-1]], axis=1) if with_entropy else None
@@ -176,6 +230,7 @@ def token_logprobs(
     segment_ids: jax.Array | None = None,
     positions: jax.Array | None = None,
     lora_rng: jax.Array | None = None,
+    compact: str = "off",
 ) -> tuple[jax.Array, jax.Array | None]:
     """Aligned fp32 log π(tokens[:, t] | tokens[:, :t]) [B, T] (+ entropy [B, T]) of the policy.
 
@@ -194,6 +249,8 @@ def token_logprobs(
         segment's first position is predicted from the segment before it: it must be out of the
         loss (it is: every packed sequence starts with its prompt).
       lora_rng: a PRNG key for the LoRA adapters' dropout (``config.lora.dropout``; None = off).
+      compact: ``"off"`` | ``"rows"`` | ``"batch"``: project only the ``need`` positions, gathered
+        per row or over the batch (``logprobs_from_hidden``).
     """
     body = QwenModel(config, params)
     if layouts.of(config).learner_unrolled and config.remat == "none":  # no-op when unrolled
@@ -219,4 +276,5 @@ def token_logprobs(
         with_entropy=with_entropy,
         vocab_sharded=vocab_sharded,
         need=need,
+        compact=compact,
     )

@@ -22,7 +22,7 @@ from jax.sharding import Mesh
 from mojax import sharding as sharding_lib
 from mojax.config import Checker, dataclass_from_config, option
 from mojax.learner import losses
-from mojax.learner.logprobs import token_logprobs
+from mojax.learner.logprobs import COMPACT_MODES, token_logprobs
 from mojax.learner.state import TrainState
 from mojax.models import QwenConfig
 
@@ -48,6 +48,11 @@ class PPOConfig:
         memory stays bounded whatever B and T are (None = off). Exact, like all micro-batching.
       shuffle: permute the rows before each pass (key from ``state.rng``).
       logprob_chunk: positions per vocab-projection chunk (None = whole sequence at once).
+      logprob_compact: ``"rows"``: gather each row's loss positions to its front before the
+        chunked projection, so prompt, padding and packed-neighbour positions are not projected
+        onto the vocabulary; ``"batch"``: gather all rows' loss positions together (fewest chunks;
+        the gather crosses devices on a batch-sharded mesh); ``"off"`` (needs ``logprob_chunk``
+        otherwise; ``mojax.learner.logprobs``).
       log_entropy: compute the per-token entropy for metrics even without a bonus.
       ratio_level: ``"token"`` (PPO) or ``"sequence"`` (AWPO Eq. 30: one importance ratio per
         response; with ``agg="seq-mean-token-mean"`` the loss is the paper's 1/(GK) mean).
@@ -82,6 +87,11 @@ class PPOConfig:
     logprob_chunk: int | None = option(
         None, help="positions per vocabulary-projection chunk (None = the whole sequence)"
     )
+    logprob_compact: str = option(
+        "off",
+        help='project only the loss positions onto the vocabulary, in chunks of logprob_chunk: "off" '
+        '| "rows" (gathered per row) | "batch" (gathered over the batch: fewest chunks)',
+    )
     log_entropy: bool = option(True, help="compute the per-token entropy for metrics")
     ratio_level: str = option("token", help='"token" (PPO) | "sequence" (AWPO Eq. 30)')
     num_seqs: int | None = option(
@@ -111,6 +121,11 @@ class PPOConfig:
             c.fail("ppo.microbatch_tokens", f"must be >= 1 or None, got {self.microbatch_tokens}")
         if self.logprob_chunk is not None and self.logprob_chunk < 1:
             c.fail("ppo.logprob_chunk", f"must be >= 1 or None, got {self.logprob_chunk}")
+        c.choice("ppo.logprob_compact", COMPACT_MODES)
+        if self.logprob_compact != "off" and self.logprob_chunk is None:
+            c.fail(
+                "ppo.logprob_compact", "needs ppo.logprob_chunk (the chunk of gathered positions)"
+            )
         c.raise_if_any()
 
     @classmethod
@@ -266,6 +281,7 @@ def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = 
             with_entropy=with_entropy,
             vocab_sharded=vocab_sharded,
             need=x["loss_mask"] > 0,
+            compact=cfg.logprob_compact,
             **{k: x[k] for k in _MODEL_EXTRAS if k in x},
         )
         adv = x["advantages"]
