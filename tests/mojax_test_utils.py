@@ -6,6 +6,7 @@
 * ``load_config`` / ``shrink``: a method config file by name, and the same run made tiny.
 """
 
+import contextlib
 import importlib.util
 import pathlib
 
@@ -138,3 +139,26 @@ def hf_logits(model, tokens, mask):
 
 def max_masked_diff(a, b, mask):
     return float(np.abs(np.where(mask[..., None].astype(bool), a - b, 0.0)).max())
+
+
+@contextlib.contextmanager
+def persistent_compilation_cache(path):
+    """jax's persistent compilation cache in ``path`` for the block. The setting is process-wide,
+    so it is put back and the cache closed afterwards: the tests that follow in the same process
+    compile without it."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    before = (
+        jax.config.jax_compilation_cache_dir,
+        jax.config.jax_persistent_cache_min_compile_time_secs,
+    )
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
+        compilation_cache.reset_cache()

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from mojax_test_utils import load_config, shrink
+from mojax_test_utils import load_config, persistent_compilation_cache, shrink
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py"))
@@ -21,11 +21,10 @@ PUBLIC_KEYS = ("step", "reward/scalar/mean", "loss", "time/step_s")
 
 @pytest.fixture(scope="module", autouse=True)
 def compilation_cache(tmp_path_factory):
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache")))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    yield
+    """A persistent compilation cache for this module's runs only (the setting is process-wide:
+    it is put back, and the cache closed, when the module ends)."""
+    with persistent_compilation_cache(tmp_path_factory.mktemp("jax_cache")):
+        yield
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ The reference is the uninterrupted run of the same config: ``metrics.jsonl`` (al
 ``time/``), ``sft_metrics.jsonl``, ``transcripts.jsonl``, the final params and host state.
 """
 
+import contextlib
 import json
 import pathlib
 import signal
@@ -22,7 +23,7 @@ import signal
 import jax
 import numpy as np
 import pytest
-from mojax_test_utils import load_config
+from mojax_test_utils import load_config, persistent_compilation_cache
 
 from mojax.preemption import Preempted
 
@@ -99,12 +100,13 @@ def _final(workdir):
 
 @pytest.mark.slow
 def test_signals_in_sft_rollout_and_evaluation_resume_to_the_uninterrupted_run(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, request
 ):
     from mojax import learner
 
-    jax.config.update("jax_compilation_cache_dir", str(tmp_path / "cache"))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    cache = contextlib.ExitStack()
+    cache.enter_context(persistent_compilation_cache(tmp_path / "cache"))
+    request.addfinalizer(cache.close)
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     _run(straight)
 
