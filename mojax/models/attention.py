@@ -16,8 +16,8 @@ backend:
 
 * ``"xla"``: ``jax.nn.dot_product_attention(implementation="xla")`` (scores materialised; the
   portable reference of the fused call, used on the CPU in tests);
-* ``"cudnn"``: the same call with cuDNN's fused flash-attention kernel (GPU): scores live in
-  on-chip tiles; the padding / segment rule is passed as a boolean ``[B, 1, T, T]`` mask (one byte
+* ``"cudnn"``: the same call with cuDNN's fused flash-attention kernel (GPU; bf16 / fp16 only, an
+  fp32 model takes the ``"xla"`` call): scores live in on-chip tiles; the padding / segment rule is passed as a boolean ``[B, 1, T, T]`` mask (one byte
   per query-key pair, no head axis; cuDNN turns it into an additive bias);
 * ``"splash"``: Pallas splash attention (TPU; ``interpret=True`` runs it on the CPU for tests):
   block-sparse causal mask and segment ids, nothing of size T×T at all.
@@ -96,6 +96,8 @@ def _splash(q, k, v, mask, interpret: bool):
 
 def self_attention(q, k, v, mask, impl: str, dtype) -> jax.Array:
     """Causal attention of a chunk over itself (see the module docstring): ``[B, T, H, D]``."""
+    if impl == "cudnn" and jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+        impl = "xla"  # cuDNN's fused kernel takes half precision only: fp32 runs XLA's attention
     if impl in ("xla", "cudnn"):
         out = _dpa(q.astype(dtype), k.astype(dtype), v.astype(dtype), mask, impl)
     elif impl in ("splash", "splash_interpret"):

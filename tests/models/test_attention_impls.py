@@ -94,3 +94,18 @@ def test_backends_choose_their_attention():
     assert layouts.for_backend("cpu").attention == "reference"
     assert layouts.for_backend("gpu").attention == "cudnn"
     assert layouts.for_backend("tpu").attention == "splash"
+
+
+def test_an_fp32_model_under_cudnn_takes_the_xla_call():
+    """cuDNN's fused attention takes bf16 / fp16 only: under the GPU layouts an fp32 model (its
+    default dtype) runs XLA's call, the same numbers (on this CPU the cuDNN call itself cannot run,
+    so without that fallback the forward raises)."""
+    from mojax.models.attention import self_attention
+
+    rng = np.random.RandomState(0)
+    q = jnp.asarray(rng.randn(2, 6, 4, 8), jnp.float32)
+    k, v = (jnp.asarray(rng.randn(2, 6, 2, 8), jnp.float32) for _ in range(2))
+    mask = jnp.asarray([[1] * 6, [1] * 4 + [0] * 2], bool)
+    got = self_attention(q, k, v, mask, "cudnn", jnp.float32)
+    want = self_attention(q, k, v, mask, "xla", jnp.float32)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
