@@ -52,7 +52,7 @@ step mismatch "${MISMATCH_S:-120}" $PY benchmarks/mismatch.py --variant qwen2.5-
 step async_overlap "${ASYNC_S:-300}" $PY benchmarks/async_overlap.py --mode gpu --steps 6 \
   --warmup 2 --sft_steps 20 --rounds 3
 fi
-[ "${PARTS#decode}" != "$PARTS" ] || for f in $([ "$PARTS" = all ] && echo ceilings sampler train_step breakdown mismatch async_overlap) \
+[ "${PARTS#decode}" != "$PARTS" ] || [ "$PARTS" = rollout ] || for f in $([ "$PARTS" = all ] && echo ceilings sampler train_step breakdown mismatch async_overlap) \
   mfu_15b_t2048 mfu_15b_t4096 mfu_7b_lora_t2048 mfu_7b_lora_t4096; do
   echo "----- $f"; grep -vE "^  round |^\s*$" "$OUT/$f.log" | tail -n 40
 done
@@ -64,7 +64,7 @@ step gpu_decode "${DECODE_S:-540}" $PY benchmarks/gpu_decode.py --batches 1,64,2
 cat "$OUT/gpu_decode.log"
 fi
 # PARTS=decode_rollout: also continuous vs static batching on a long-tailed length distribution
-if [ "$PARTS" = decode_rollout ]; then
+if [ "$PARTS" = decode_rollout ] || [ "$PARTS" = rollout ]; then
 step rollout_tail "${ROLLOUT_S:-240}" $PY benchmarks/rollout_tail.py --variant qwen2.5-0.5b \
   --prompts 16 --samples 4 --slots 16 --mean_len 32 --max_len 256
 cat "$OUT/rollout_tail.log"
