@@ -1,11 +1,44 @@
 """Shared pytest fixtures: the location of ``../shared`` (real data, the real Qwen2 tokenizer)."""
 
+import gc
 import os
 import pathlib
 
 import pytest
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+_MAPS = {"most": 0}
+
+
+def _memory_maps() -> int:
+    """Memory mappings of this process (0 where /proc is absent)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _release_compiled_programs():
+    """Frees a test module's compiled programs when it ends. XLA CPU maps memory for every program
+    it compiles; one process running the whole suite otherwise piles up mappings until a compile
+    crashes (SIGSEGV) at the kernel's ``vm.max_map_count`` (65530 by default)."""
+    yield
+    _MAPS["most"] = max(_MAPS["most"], _memory_maps())
+    import jax
+
+    jax.clear_caches()
+    gc.collect()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _MAPS["most"]:
+        terminalreporter.write_line(
+            f"most memory mappings at the end of a test module: {_MAPS['most']}"
+        )
 
 
 def shared_dir() -> pathlib.Path:
