@@ -38,7 +38,7 @@ from mojax import distributed
 from mojax.models import layouts
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import buckets, decode
-from mojax.sampling.processors import SamplingParams
+from mojax.sampling.processors import SamplingParams, uses_stop_controls
 from mojax.sampling.state import SamplingOutput, SamplingState
 
 
@@ -163,7 +163,8 @@ def generate(
     Returns ``SamplingOutput`` (tokens / logprobs / loss_mask [B, R], lengths [B], finish_reason
     [B], state for ``append_and_continue``).
     """
-    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
+    controls = uses_stop_controls(min_new_tokens, force_stop_at)
+    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw, controls)
     model = _resolved(model)
     padded, lengths, max_new, g = _prompt_arrays(
         model, prompt_tokens, prompt_lengths, num_samples, max_new_tokens, min_prompt_bucket
@@ -329,7 +330,8 @@ def append_and_continue(
       ValueError: bad shapes / ids, or when the cache (``max_total_len``) or the response buffer
         (``max_response_len``) cannot hold the observations plus one more token.
     """
-    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
+    controls = uses_stop_controls(min_new_tokens, force_stop_at)
+    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw, controls)
     model = _resolved(model)
     b, r, s = state.batch, state.max_response_len, state.max_total_len
     padded, obs_len, res, max_new = _append_arrays(
