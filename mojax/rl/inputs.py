@@ -3,7 +3,8 @@
 * **Missing files.** :func:`check_files` raises a ``ConfigError`` naming ``config.task.train_path``,
   ``config.task.eval_path``, ``config.task.val_path`` or ``config.sft.data_path`` when the file is not there (and how
   ``$MOJAX_SHARED_DIR`` locates it when it lies in the shared folder), before the run builds
-  anything: ``mojax.main`` exits 2. Every process checks on its own, so each stops at once.
+  anything, and ``config.model.checkpoint`` when it names no directory with a ``config.json``:
+  ``mojax.main`` exits 2. Every process checks on its own, so each stops at once.
 * **Fingerprints.** :func:`fingerprints` hashes the contents of the data files and of the tokenizer
   (``tokenizer.path`` when it names a file or directory) and of ``model.checkpoint``;
   ``mojax.workdir.prepare`` keeps them in ``<workdir>/inputs.json``. A resumed run whose data file
@@ -25,6 +26,7 @@ from typing import Any
 
 from mojax import distributed
 from mojax.config import ConfigError
+from mojax.rl.model_config import checkpoint_problem
 
 #: Config keys naming data files (read whole by the task).
 DATA_KEYS = ("task.train_path", "task.eval_path", "task.val_path", "sft.data_path")
@@ -48,7 +50,8 @@ def _paths(spec: Any) -> dict[str, str]:
 
 
 def check_files(spec: Any) -> None:
-    """Raises ``ConfigError`` naming each data key whose file does not exist."""
+    """Raises ``ConfigError`` naming each data key whose file does not exist, and
+    ``model.checkpoint`` when it names no directory with a ``config.json``."""
     from mojax.tasks.data import missing_file_message
 
     lines = []
@@ -60,6 +63,8 @@ def check_files(spec: Any) -> None:
                 f"config.{key}={_value(spec, key)!r}: {what}. "
                 + missing_file_message(path, "data file").replace("\n", " ")
             )
+    if spec.model.checkpoint and checkpoint_problem(spec.model.checkpoint):
+        lines.append(checkpoint_problem(spec.model.checkpoint))
     if lines:
         raise ConfigError.of(lines)
 
