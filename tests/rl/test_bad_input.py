@@ -1,6 +1,7 @@
 """Bad input is one clear error naming the key or the file, before anything is compiled: optimizer
-values that cannot train, a negative seed, a missing or non-UTF-8 data file, and a model checkpoint
-fed a vocabulary built for another run. Through ``python -m mojax.main`` where the behaviour is the
+values that cannot train, a negative seed, a missing or non-UTF-8 data file, a model checkpoint
+without its config.json (training and dry run), and a model checkpoint fed a vocabulary built for
+another run. Through ``python -m mojax.main`` where the behaviour is the
 command line's (exit code 2, no traceback)."""
 
 import json
@@ -135,6 +136,20 @@ def test_cli_checkpoint_with_the_self_built_tokenizer_exits_2_naming_both_keys(t
     assert p.returncode == 2, p.stdout + p.stderr
     assert "config.tokenizer.path: 'build'" in p.stderr and "config.model.checkpoint=" in p.stderr
     assert "--config.tokenizer.path=''" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize(
+    "what, flags",
+    [("no such directory", ()), ("no config.json in it", ("--config.dry_run=true",))],
+)
+def test_cli_checkpoint_without_config_json_exits_2_naming_the_key(tmp_path, what, flags):
+    ckpt = tmp_path / "ckpt"
+    if what != "no such directory":
+        ckpt.mkdir()  # e.g. a parent folder of the HF directory
+    p = _cli(tmp_path / "w", f"--config=configs/grpo.py:model=qwen2.5-0.5b,checkpoint={ckpt}", *flags)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"config.model.checkpoint={str(ckpt)!r}: {what}" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()
 
 
 def test_cli_non_utf8_data_file_names_the_file_and_the_byte_offset(tmp_path):
