@@ -146,7 +146,9 @@ def test_cli_checkpoint_without_config_json_exits_2_naming_the_key(tmp_path, wha
     ckpt = tmp_path / "ckpt"
     if what != "no such directory":
         ckpt.mkdir()  # e.g. a parent folder of the HF directory
-    p = _cli(tmp_path / "w", f"--config=configs/grpo.py:model=qwen2.5-0.5b,checkpoint={ckpt}", *flags)
+    p = _cli(
+        tmp_path / "w", f"--config=configs/grpo.py:model=qwen2.5-0.5b,checkpoint={ckpt}", *flags
+    )
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"config.model.checkpoint={str(ckpt)!r}: {what}" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()
