@@ -1,8 +1,8 @@
 """Bad input is one clear error naming the key or the file, before anything is compiled: optimizer
-values that cannot train, a negative seed, a missing or non-UTF-8 data file, a model checkpoint
-without its config.json (training and dry run), and a model checkpoint fed a vocabulary built for
-another run. Through ``python -m mojax.main`` where the behaviour is the
-command line's (exit code 2, no traceback)."""
+values that cannot train, a negative seed, a missing or non-UTF-8 data file (or none for a task
+that reads files), a model checkpoint without its config.json (training and dry run), and a model
+checkpoint fed a vocabulary built for another run. Through ``python -m mojax.main`` where the
+behaviour is the command line's (exit code 2, no traceback)."""
 
 import json
 import os
@@ -84,6 +84,13 @@ def test_cli_missing_train_path_exits_2_naming_the_key(tmp_path):
     p = _cli(tmp_path / "w", f"--config=configs/grpo.py:task=qa,train_path={missing}")
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"config.task.train_path={str(missing)!r}: no such file" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()
+
+
+def test_cli_file_backed_task_without_train_path_exits_2_naming_the_key(tmp_path):
+    p = _cli(tmp_path / "w", "--config=configs/saw.py:task=toolrl")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "config.task.train_path: none given; task 'toolrl'" in p.stderr, p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()
 
 
