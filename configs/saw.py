@@ -9,7 +9,7 @@ Paper scale, from the Hugging Face directory of Qwen2.5-1.5B-Instruct (or Qwen2.
 ``model=qwen2.5-3b``) and ToolRL's rlla_4k parquet files::
 
     python -m mojax.main --workdir=/runs/saw_toolrl --config=configs/saw.py:paper=true,mode=gdpo,model=qwen2.5-1.5b,task=toolrl,checkpoint=/ckpt/Qwen2.5-1.5B-Instruct,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet
-    python -m mojax.main --config=configs/saw.py:paper=true,mode=gdpo,model=qwen2.5-1.5b,task=toolrl,data=2,fsdp=4 \
+    python -m mojax.main --config=configs/saw.py:paper=true,mode=gdpo,model=qwen2.5-1.5b,task=toolrl,train_path=/data/rlla_4k/train.parquet,data=2,fsdp=4 \
       --config.dry_run=true   # shapes, shardings and memory per device on 8 devices
 
 ``paper=true`` is SAW's ToolRL recipe (App. D, Table 4: "identical to ToolRL"), on ToolRL's
