@@ -42,9 +42,12 @@ from mojax import distributed
 from mojax.models import layouts as layouts_lib
 from mojax.models.qwen import QwenModel, unstack_layers
 from mojax.sampling import continuous_rows, slots
+from mojax.sampling import pages as pages_lib
 from mojax.sampling.continuous_rows import ContinuousState, Work
 from mojax.sampling.processors import SamplingParams
 
+#: ``kv_cache`` values: N x C dense slots, or a page pool (``mojax.models.paged_cache``).
+KV_CACHES = ("dense", "paged")
 _ROW_FIELDS = ("tokens", "logprobs", "sampled", "length", "finish_reason")
 
 
@@ -62,7 +65,18 @@ class ContinuousSampler:
 
     row_sharding = None
 
-    def __init__(self, config, params=None, *, slots: int, segment_tokens: int = 0, mesh=None):
+    def __init__(
+        self,
+        config,
+        params=None,
+        *,
+        slots: int,
+        segment_tokens: int = 0,
+        mesh=None,
+        kv_cache: str = "dense",
+        page_size: int = 16,
+        num_pages: int = 0,
+    ):
         if mesh is not None or distributed.process_count() > 1:
             raise ValueError(
                 "ContinuousSampler runs on one process without a mesh "
@@ -72,16 +86,24 @@ class ContinuousSampler:
             raise ValueError(
                 f"slots must be >= 1, segment_tokens >= 0; got {slots}, {segment_tokens}"
             )
+        if kv_cache not in KV_CACHES or int(page_size) < 1 or int(num_pages) < 0:
+            raise ValueError(
+                f"kv_cache must be one of {KV_CACHES}, page_size >= 1, num_pages >= 0; got "
+                f"{kv_cache!r}, {page_size}, {num_pages}"
+            )
         self.config = layouts_lib.resolve(config)
         self.num_slots, self.segment_tokens = int(slots), int(segment_tokens)
+        self.kv_cache, self.page_size, self.num_pages = kv_cache, int(page_size), int(num_pages)
+        self.pages: pages_lib.PagedSlots | None = None  # the last call's pages (its log)
         self.model = self.decode_model = None
         if params is not None:
             self.update_weights(params)
 
     @classmethod
-    def of(cls, model: QwenModel, *, slots: int, segment_tokens: int = 0) -> ContinuousSampler:
-        """A sampler over an existing model (its class kept: a subclass's forward is used)."""
-        sampler = cls(model.config, slots=slots, segment_tokens=segment_tokens)
+    def of(cls, model: QwenModel, *, slots: int, **kwargs) -> ContinuousSampler:
+        """A sampler over an existing model (its class kept: a subclass's forward is used);
+        ``kwargs``: the constructor's keywords."""
+        sampler = cls(model.config, slots=slots, **kwargs)
         sampler._set_model(model.replace(config=sampler.config))
         return sampler
 
@@ -124,12 +146,16 @@ class ContinuousSampler:
     def _run(self, state: ContinuousState, work: Work, params: SamplingParams, caps) -> None:
         """Places, decodes and harvests until every queued row is done (module docstring)."""
         r, c, j = state.tokens.shape[1], state.max_total_len, state.stop_ids.shape[1]
-        s = slots.empty_slots(self.model, self.num_slots, r, c, j, state.cache_dtype)
+        pages, steps = self._pages(state, work), self.segment_tokens or np.iinfo(np.int32).max
+        layout = None if pages is None else (pages.pool.num_pages, self.page_size)
+        s = slots.empty_slots(self.model, self.num_slots, r, c, j, state.cache_dtype, layout)
         held = np.full((self.num_slots,), -1, np.int64)  # the row each slot holds
         ends = np.zeros((self.num_slots,), np.int64)
-        budget = jnp.asarray(self.segment_tokens or np.iinfo(np.int32).max, jnp.int32)
+        budget = jnp.asarray(steps if pages is None else pages.budget, jnp.int32)
         while work.queue or (held >= 0).any():
-            s = continuous_rows.admit(self.model, s, state, work, held, ends)
+            s = continuous_rows.admit(self.model, s, state, work, held, ends, pages)
+            if pages is not None:
+                s = pages.before_segment(s, held)
             running = held >= 0
             top = ends[running].max() if running.any() else 0
             cap = next((x for x in caps if x > top), c)
@@ -143,17 +169,36 @@ class ContinuousSampler:
                 cap=min(cap, c),
             )
             ends = np.asarray(s.cache.end).astype(np.int64)
-            self._harvest(s, state, held)
+            freed = self._harvest(s, state, held)
+            if pages is not None:
+                pages.release(freed)
+
+    def _pages(self, state: ContinuousState, work: Work) -> pages_lib.PagedSlots | None:
+        """The call's page pool (a paged cache), checked against the queued rows; None (dense).
+
+        ``num_pages`` 0 sizes the pool as the dense cache (slots x ceil(C / page size)); a segment
+        runs at most ``segment_tokens`` steps (0: one page's worth)."""
+        if self.kv_cache != "paged":
+            return None
+        c = state.max_total_len
+        per_slot = -(-c // self.page_size)
+        num_pages = self.num_pages or self.num_slots * per_slot
+        pool = pages_lib.PagePool(num_pages, self.page_size, self.num_slots, c)
+        self.pages = pages_lib.PagedSlots(pool, self.segment_tokens or self.page_size, c)
+        self.pages.check(state, work)
+        return self.pages
 
     @staticmethod
-    def _harvest(s, state: ContinuousState, held: np.ndarray) -> None:
-        """Moves the finished rows out of their slots into ``state`` (one fetch of the buffers)."""
+    def _harvest(s, state: ContinuousState, held: np.ndarray) -> np.ndarray:
+        """Moves the finished rows out of their slots into ``state`` (one fetch of the buffers);
+        returns the slots it freed."""
         done = np.asarray(s.done) & (held >= 0)
         if not done.any():
-            return
+            return np.zeros((0,), np.int64)
         fields = {name: np.asarray(getattr(s, name)) for name in _ROW_FIELDS}
         for slot in np.flatnonzero(done):
             row = held[slot]
             for name, value in fields.items():
                 getattr(state, name)[row] = value[slot]
             held[slot] = -1
+        return np.flatnonzero(done)

@@ -243,10 +243,18 @@ def _context_prefill(model, state: ContinuousState, rows: np.ndarray):
     return logits, cache, w
 
 
-def admit(model, s, state: ContinuousState, work: Work, held: np.ndarray, ends: np.ndarray):
-    """Places queued rows in the free slots of ``s`` (updates ``held``, ``ends``, ``work.queue``)."""
+def admit(
+    model, s, state: ContinuousState, work: Work, held: np.ndarray, ends: np.ndarray, pages=None
+):
+    """Places queued rows in the free slots of ``s`` (updates ``held``, ``ends``, ``work.queue``).
+
+    ``pages`` (a paged cache, ``mojax.sampling.pages.PagedSlots``): only the leading queued
+    rows whose pages the pool can reserve enter; the rest wait, in order."""
     free = np.flatnonzero(held < 0)
     take = np.asarray(work.queue[: len(free)], np.int64)
+    if pages is not None:
+        take = take[: pages.admit(take, free, state, work)]
+        s = pages.upload(s)
     if not take.size:
         return s
     del work.queue[: take.size]

@@ -1,0 +1,117 @@
+"""Attention of a cached chunk over a ``PagedKVCache`` (``mojax.models.paged_cache``).
+
+``paged_layer`` writes the chunk's real keys and values into the row's pages, then attends the
+chunk's queries over the row's keys ``[0, lengths)`` (causally: a query at position ``p`` sees the
+keys ``<= p``). ``impl`` is ``Layouts.paged_attention`` (``mojax.models.layouts``):
+
+* ``"gather"`` (every backend; any chunk length): the row's pages are gathered by its page table
+  into ``[N, K, Pr*Ps, D]`` and the cache attention of ``mojax.models.layers`` runs on them (the
+  ``attend_fn`` the caller passes: ``attend`` or ``attend_layer_major``, as for a ``KVCache``), so
+  it computes what the dense cache's attention computes on the same keys;
+* ``"pallas_gpu"``: a one-token query (a decode step) runs JAX's Pallas GPU paged-attention kernel
+  (``jax.experimental.pallas.ops.gpu.paged_attention``: online softmax over blocks of pages, the
+  keys masked by ``lengths``; grouped-query heads); longer chunks take the gather path.
+  ``"pallas_gpu_interpret"`` runs the same kernel in Pallas' interpreter (the CPU tests).
+
+Shape legend: N rows, T tokens, H query heads, K kv heads, G = H / K, D head dim, Np pool pages,
+Ps page size, Pr pages per row.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from mojax.models.paged_cache import PagedKVCache, gather_layer, write_layer
+
+PAGED_IMPLS = ("gather", "pallas_gpu", "pallas_gpu_interpret")
+
+#: Pages the GPU kernel reads per block, and the most partitions it splits a row's pages into.
+_GPU_PAGES_PER_BLOCK = 8
+_GPU_MAX_SPLITS = 16
+
+
+def gpu_kernel_blocks(pages: int) -> tuple[int, int, int]:
+    """``(pages_per_compute_block, k_splits, padded pages)`` for a page table of ``pages`` columns:
+    the kernel needs the pages to split into ``k_splits`` partitions of whole blocks."""
+    per_block = min(_GPU_PAGES_PER_BLOCK, pages)
+    splits = max(1, min(_GPU_MAX_SPLITS, pages // per_block))
+    unit = per_block * splits
+    return per_block, splits, -(-pages // unit) * unit
+
+
+def pallas_gpu(q, k_pages, v_pages, page_table, lengths, *, interpret: bool = False):
+    """JAX's Pallas GPU paged attention of one query token per row.
+
+    Args:
+      q: ``[N, H, D]`` (unscaled: the kernel does not scale, so ``q * D**-0.5`` goes in).
+      k_pages, v_pages: one layer's pool ``[K, Np, Ps, D]``.
+      page_table: int32 ``[N, Pr]`` (Np where the row owns no page: read as page 0, masked).
+      lengths: int32 ``[N]``, the keys each row attends over (``[0, lengths)``).
+    Returns ``[N, H, D]`` in ``q``'s dtype.
+    """
+    from jax.experimental.pallas.ops.gpu import paged_attention as kernel
+
+    per_block, splits, padded = gpu_kernel_blocks(page_table.shape[1])
+    table = jnp.where(page_table < k_pages.shape[1], page_table, 0)
+    table = jnp.pad(table, ((0, 0), (0, padded - table.shape[1])))
+    scaled = (q.astype(jnp.float32) * q.shape[-1] ** -0.5).astype(q.dtype)
+    return kernel.paged_attention(
+        scaled,
+        k_pages.astype(q.dtype),
+        v_pages.astype(q.dtype),
+        table,
+        lengths.astype(jnp.int32),
+        pages_per_compute_block=per_block,
+        k_splits=splits,
+        interpret=interpret,
+    )
+
+
+def paged_layer(q, kk, vv, cache: PagedKVCache, layer, write, q_idx, lengths, *, impl, attend_fn,
+                layer_major: bool, dtype):  # fmt: skip
+    """Writes a chunk into ``cache`` at ``layer`` and attends over it (module docstring).
+
+    Args:
+      q: ``[N, T, H, D]`` queries; kk, vv: ``[N, T, K, D]`` the chunk's keys and values (after
+        RoPE / norms).
+      write: ``(page, offset)`` int32 ``[N, T]`` where each token goes (page Np: not written).
+      q_idx: int32 ``[N, T]`` each query's position; lengths: int32 ``[N]`` after the write.
+      attend_fn: ``attend`` (``layer_major`` False: keys ``[N, S, K, D]``) or
+        ``attend_layer_major`` (keys ``[N, K, D, S]``) of ``mojax.models.layers``.
+    Returns ``(out [N, T, H, D], cache)``.
+    """
+    n, t, h, d = q.shape
+    k = kk.shape[2]
+    page, offset = write
+    cache = cache.replace(
+        k=write_layer(cache.k, layer, kk, page, offset),
+        v=write_layer(cache.v, layer, vv, page, offset),
+    )
+    if t == 1 and impl in ("pallas_gpu", "pallas_gpu_interpret"):
+        layer_i = jnp.asarray(layer, jnp.int32)
+        out = pallas_gpu(
+            q[:, 0].astype(dtype),
+            cache.k[layer_i],
+            cache.v[layer_i],
+            cache.page_table,
+            lengths,
+            interpret=impl == "pallas_gpu_interpret",
+        )
+        visible = (lengths > 0)[:, None, None, None]  # a row with no key: zeros, as ``attend``
+        return jnp.where(visible, out[:, None], jnp.zeros((), dtype)).astype(dtype), cache
+    keys = gather_layer(cache.k, layer, cache.page_table).astype(dtype)  # [N, K, S, D]
+    values = gather_layer(cache.v, layer, cache.page_table).astype(dtype)
+    s = keys.shape[2]
+    slots = jnp.arange(s)[None, None, :]
+    visible = (slots <= q_idx[:, :, None]) & (slots < lengths[:, None, None])  # [N, T, S]
+    if layer_major:
+        keys = jnp.swapaxes(keys, 2, 3)  # [N, K, D, S]
+    else:
+        keys, values = jnp.swapaxes(keys, 1, 2), jnp.swapaxes(values, 1, 2)  # [N, S, K, D]
+    out = attend_fn(q.reshape(n, t, k, h // k, d), keys, values, visible, dtype)
+    return out.reshape(n, t, h, d), cache
+
+
+def check_impl(impl: str) -> None:
+    if impl not in PAGED_IMPLS:
+        raise ValueError(f"Layouts.paged_attention={impl!r} is not one of {PAGED_IMPLS}")
