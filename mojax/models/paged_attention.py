@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from mojax.models.paged_cache import PagedKVCache, gather_layer, write_layer
+from mojax.models.paged_cache import PagedKVCache, gather_layer, layer_pool, write_layer
 
 PAGED_IMPLS = ("gather", "pallas_gpu", "pallas_gpu_interpret")
 
@@ -88,11 +88,10 @@ def paged_layer(q, kk, vv, cache: PagedKVCache, layer, write, q_idx, lengths, *,
         v=write_layer(cache.v, layer, vv, page, offset),
     )
     if t == 1 and impl in ("pallas_gpu", "pallas_gpu_interpret"):
-        layer_i = jnp.asarray(layer, jnp.int32)
         out = pallas_gpu(
             q[:, 0].astype(dtype),
-            cache.k[layer_i],
-            cache.v[layer_i],
+            layer_pool(cache.k, layer),
+            layer_pool(cache.v, layer),
             cache.page_table,
             lengths,
             interpret=impl == "pallas_gpu_interpret",

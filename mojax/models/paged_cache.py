@@ -5,7 +5,10 @@ Layout (shape legend: L layers, N rows, Np pages in the pool, Ps page size, Pr p
 cache slots of a row, K kv heads, D head dim)::
 
     k, v        [L, K, Np, Ps, D]  the page pool (the layout of JAX's Pallas paged-attention
-                                   kernels, ``mojax.models.paged_attention``); any dtype
+                                   kernels, ``mojax.models.paged_attention``); any dtype. Under
+                                   unrolled layers (``Layouts.decode_per_layer``) a tuple of L
+                                   ``[K, Np, Ps, D]`` arrays, so a kernel reads one layer's pool
+                                   without a slice copy
     page_table  int32 [N, Pr]      the pool page holding a row's tokens ``[j*Ps, (j+1)*Ps)``;
                                    ``Np`` (out of range) where the row has no page
     lengths     int32 [N]          real tokens a row holds (its next token goes to position
@@ -37,8 +40,8 @@ from mojax.models.cache import KVCache
 class PagedKVCache:
     """A page pool, per-row page tables and lengths (see the module docstring)."""
 
-    k: jax.Array  # [L, K, Np, Ps, D]
-    v: jax.Array  # [L, K, Np, Ps, D]
+    k: jax.Array | tuple[jax.Array, ...]  # [L, K, Np, Ps, D] or L x [K, Np, Ps, D]
+    v: jax.Array | tuple[jax.Array, ...]
     page_table: jax.Array  # int32 [N, Pr]
     lengths: jax.Array  # int32 [N]
     end: jax.Array  # int32 [N]
@@ -46,11 +49,11 @@ class PagedKVCache:
 
     @property
     def num_pages(self) -> int:
-        return self.k.shape[2]
+        return layer_pool(self.k, 0).shape[1]
 
     @property
     def page_size(self) -> int:
-        return self.k.shape[3]
+        return layer_pool(self.k, 0).shape[2]
 
     @property
     def num_valid(self) -> jax.Array:
@@ -74,16 +77,22 @@ class PagedKVCache:
 
 
 def init_paged_cache(
-    config, rows: int, max_len: int, num_pages: int, page_size: int, dtype=None
+    config, rows: int, max_len: int, num_pages: int, page_size: int, dtype=None, per_layer=False
 ) -> PagedKVCache:
     """An empty paged cache: ``num_pages`` pages of ``page_size`` slots, ``rows`` rows of up to
-    ``max_len`` slots, no page owned by any row."""
+    ``max_len`` slots, no page owned by any row (``per_layer``: one pool array per layer)."""
     dtype = jnp.dtype(dtype or config.dtype)
-    shape = (config.num_layers, config.num_kv_heads, num_pages, page_size, config.head_dim)
+    shape = (config.num_kv_heads, num_pages, page_size, config.head_dim)
     per_row = -(-max_len // page_size)
+
+    def pool():
+        if per_layer:
+            return tuple(jnp.zeros(shape, dtype) for _ in range(config.num_layers))
+        return jnp.zeros((config.num_layers, *shape), dtype)
+
     return PagedKVCache(
-        k=jnp.zeros(shape, dtype),
-        v=jnp.zeros(shape, dtype),
+        k=pool(),
+        v=pool(),
         page_table=jnp.full((rows, per_row), num_pages, jnp.int32),
         lengths=jnp.zeros((rows,), jnp.int32),
         end=jnp.zeros((rows,), jnp.int32),
@@ -109,26 +118,48 @@ def physical_pages(cache: PagedKVCache, positions: jax.Array, write: jax.Array):
     return jnp.where(inside, page, cache.num_pages), positions % ps
 
 
-def write_layer(pool: jax.Array, layer, new: jax.Array, page: jax.Array, offset: jax.Array):
-    """Scatters ``new [N, T, K, D]`` into ``pool [L, K, Np, Ps, D]`` at ``layer`` and
-    ``(page, offset) [N, T]`` (page Np: dropped). Only N*T*K slots are written."""
-    k = pool.shape[1]
-    heads = jnp.arange(k)[None, None, :]
+def layer_pool(pool, layer) -> jax.Array:
+    """One layer's pool ``[K, Np, Ps, D]`` (a slice of a stacked pool, a tuple entry otherwise)."""
+    if isinstance(pool, tuple):
+        return pool[_int_layer(layer)]
+    return pool[jnp.asarray(layer, jnp.int32)]
+
+
+def _int_layer(layer) -> int:
+    if not isinstance(layer, int):
+        raise TypeError(
+            "a per-layer page pool needs unrolled layers (a Python int layer index); "
+            f"got layer={layer!r}. Use mojax.models.unstack_layers, or a stacked pool"
+        )
+    return layer
+
+
+def write_layer(pool, layer, new: jax.Array, page: jax.Array, offset: jax.Array):
+    """Scatters ``new [N, T, K, D]`` into the pool (``[L, K, Np, Ps, D]`` or L x ``[K, Np, Ps,
+    D]``) at ``layer`` and ``(page, offset) [N, T]`` (page Np: dropped). Only N*T*K slots are
+    written; returns the pool."""
+    k = new.shape[2]
+    at = (jnp.arange(k)[None, None, :], page[..., None], offset[..., None])
+    if isinstance(pool, tuple):
+        i = _int_layer(layer)
+        one = pool[i].at[at].set(new.astype(pool[i].dtype), mode="drop")
+        return pool[:i] + (one,) + pool[i + 1 :]
     layer = jnp.asarray(layer, jnp.int32)
-    return pool.at[layer, heads, page[..., None], offset[..., None]].set(
-        new.astype(pool.dtype), mode="drop"
-    )
+    return pool.at[(layer, *at)].set(new.astype(pool.dtype), mode="drop")
 
 
-def gather_layer(pool: jax.Array, layer, page_table: jax.Array) -> jax.Array:
+def gather_layer(pool, layer, page_table: jax.Array) -> jax.Array:
     """One layer's pages of every row, in row order: ``[N, K, Pr*Ps, D]`` (a missing page reads
     pool page Np - 1: its slots are past the row's length, masked by the caller)."""
     n, pr = page_table.shape
-    k, ps, d = pool.shape[1], pool.shape[3], pool.shape[4]
-    pages = jnp.minimum(page_table, pool.shape[2] - 1)[:, None, :]  # [N, 1, Pr]
-    heads = jnp.arange(k)[None, :, None]
-    layer = jnp.asarray(layer, jnp.int32)
-    return pool[layer, heads, pages].reshape(n, k, pr * ps, d)  # [N, K, Pr, Ps, D] -> rows
+    heads_, num_pages, ps, d = layer_pool(pool, 0).shape
+    pages = jnp.minimum(page_table, num_pages - 1)[:, None, :]  # [N, 1, Pr]
+    heads = jnp.arange(heads_)[None, :, None]
+    if isinstance(pool, tuple):
+        got = pool[_int_layer(layer)][heads, pages]
+    else:
+        got = pool[jnp.asarray(layer, jnp.int32), heads, pages]
+    return got.reshape(n, heads_, pr * ps, d)  # [N, K, Pr, Ps, D] -> rows
 
 
 def place_rows(full: PagedKVCache, part: KVCache, src: jax.Array, rows: jax.Array) -> PagedKVCache:
@@ -142,7 +173,7 @@ def place_rows(full: PagedKVCache, part: KVCache, src: jax.Array, rows: jax.Arra
     target = full.replace(page_table=table, lengths=jnp.zeros_like(rows))
     page, offset = physical_pages(target, token_positions(target, mask), mask & keep[:, None])
     k, v = full.k, full.v
-    for layer in range(part.k.shape[0]):
+    for layer in range(part.k.shape[0]):  # L
         k = write_layer(k, layer, part.k[layer, src], page, offset)
         v = write_layer(v, layer, part.v[layer, src], page, offset)
     return full.replace(

@@ -24,8 +24,13 @@ for different row counts (a one-row product takes another kernel than a two-row 
 resumed row's context is one prefill here where the static sampler appends it chunk by chunk; a
 draw whose two best candidates tie within that rounding could then differ.
 
-Memory: the slot cache is N x C (``max_total_len``) slots, plus the P x Tb prompt prefill of a call
-and the prefill chunk of the rows placed at a segment boundary.
+Memory: the slot cache is N x C (``max_total_len``) slots (``kv_cache="dense"``), plus the P x Tb
+prompt prefill of a call and the prefill chunk of the rows placed at a segment boundary. With
+``kv_cache="paged"`` the slots share a pool of ``num_pages`` pages of ``page_size`` tokens
+(``mojax.models.paged_cache``): a row enters a slot when the pool can reserve the pages of its
+context plus its ``max_new_tokens`` (else it waits), owns the pages of its live tokens plus one
+segment (at most ``segment_tokens`` steps, default one page) and returns them when it ends
+(``mojax.sampling.pages``), so the pool can be smaller than N x C.
 
 One process, no mesh: ``row_sharding`` is None and a mesh raises (the host loop reads every row).
 
@@ -57,10 +62,13 @@ class ContinuousSampler:
     Args:
       config: the policy's ``QwenConfig`` (layouts resolved here).
       params: the initial weights (or None until ``update_weights``).
-      slots: N, decode slots (the cache holds N x ``max_total_len`` slots).
-      segment_tokens: most decode steps per segment (0: no limit; a segment still ends when a slot
-        frees while rows wait).
+      slots: N, decode slots (the dense cache holds N x ``max_total_len`` slots).
+      segment_tokens: most decode steps per segment (0: no limit, one page's worth with a paged
+        cache; a segment still ends when a slot frees while rows wait).
       mesh: must be None (one process, one device group).
+      kv_cache: ``"dense"`` or ``"paged"`` (module docstring).
+      page_size: tokens per page of a paged cache.
+      num_pages: pages in a paged cache's pool (0: N x ceil(C / page_size), the dense capacity).
     """
 
     row_sharding = None

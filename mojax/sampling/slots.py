@@ -60,7 +60,8 @@ def empty_slots(
     ``pages``: ``(num_pages, page_size)`` for a ``PagedKVCache`` (no slot owns a page; an empty
     slot holds no key, and its attention is zeros)."""
     if pages is not None:
-        cache = init_paged_cache(model.config, n, c, *pages, cache_dtype)
+        per_layer = layouts.of(model.config).decode_per_layer
+        cache = init_paged_cache(model.config, n, c, *pages, cache_dtype, per_layer)
         cache = cache.replace(end=jnp.ones((n,), jnp.int32))
     else:
         cache = init_cache(model.config, n, c, cache_dtype)

@@ -202,22 +202,27 @@ def test_place_rows_packs_the_real_slots_into_the_rows_pages(model):
 
 
 def test_scanned_and_unrolled_layers_write_and_read_the_same_pages(model):
-    """A scanned model (the layer index traced, under jit) and its unrolled copy (a Python int
-    index) on the same paged cache: the same logits and the same pool."""
+    """A scanned model (the layer index traced) on a stacked pool and its unrolled copy on a
+    per-layer pool (``Layouts.decode_per_layer``), under jit: the same logits and pages."""
     assert model.config.scan_layers
     unrolled = mm.unstack_layers(model)
     toks, mask = jnp.asarray([[3, 4, 5, 6, 7]]), jnp.asarray([[1, 1, 0, 1, 1]], bool)
     cfg = model.config.replace(layouts=layouts.PORTABLE)
-    paged = init_paged_cache(cfg, 1, 8, 3, 4).replace(page_table=jnp.asarray([[2, 0]], jnp.int32))
+    table = jnp.asarray([[2, 0]], jnp.int32)
 
-    def run(m):
+    def run(m, per_layer):
+        paged = init_paged_cache(cfg, 1, 8, 3, 4, per_layer=per_layer).replace(page_table=table)
         fn = lambda c: Qwen(m.config.replace(layouts=layouts.PORTABLE)).apply(
             {"params": m.params}, toks, attention_mask=mask, cache=c
         )
         return jax.jit(fn)(paged)
 
-    (ls, cs), (lu, cu) = run(model), run(unrolled)
+    (ls, cs), (lu, cu) = run(model, False), run(unrolled, True)
+    assert isinstance(cu.k, tuple) and len(cu.k) == cfg.num_layers
     np.testing.assert_allclose(np.asarray(ls), np.asarray(lu), atol=1e-5, rtol=0)
-    np.testing.assert_allclose(np.asarray(cs.k), np.asarray(cu.k), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(cs.k), np.stack(cu.k), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(np.asarray(cs.v), np.stack(cu.v), atol=1e-5, rtol=0)
     assert not np.asarray(cs.k)[:, :, 1].any()  # page 1 is no row's
     np.testing.assert_array_equal(np.asarray(cs.lengths), [4])
+    with pytest.raises(TypeError, match="per-layer page pool needs unrolled layers"):
+        run(model, True)
