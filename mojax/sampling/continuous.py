@@ -27,10 +27,11 @@ draw whose two best candidates tie within that rounding could then differ.
 Memory: the slot cache is N x C (``max_total_len``) slots (``kv_cache="dense"``), plus the P x Tb
 prompt prefill of a call and the prefill chunk of the rows placed at a segment boundary. With
 ``kv_cache="paged"`` the slots share a pool of ``num_pages`` pages of ``page_size`` tokens
-(``mojax.models.paged_cache``): a row enters a slot when the pool can reserve the pages of its
-context plus its ``max_new_tokens`` (else it waits), owns the pages of its live tokens plus one
-segment (at most ``segment_tokens`` steps, default one page) and returns them when it ends
-(``mojax.sampling.pages``), so the pool can be smaller than N x C.
+(``mojax.models.paged_cache``): a running row owns the pages of its live tokens plus one segment
+(at most ``segment_tokens`` steps, default one page's worth) and returns them when it ends; a
+queued row enters when the free pages hold its context plus one segment, and when the running
+rows outgrow the pool the newest ones are preempted and requeued (``mojax.sampling.pages``), so
+the pool can be smaller than N x C.
 
 One process, no mesh: ``row_sharding`` is None and a mesh raises (the host loop reads every row).
 
@@ -54,6 +55,7 @@ from mojax.sampling.processors import SamplingParams
 #: ``kv_cache`` values: N x C dense slots, or a page pool (``mojax.models.paged_cache``).
 KV_CACHES = ("dense", "paged")
 _ROW_FIELDS = ("tokens", "logprobs", "sampled", "length", "finish_reason")
+_PREEMPT_FIELDS = ("tokens", "logprobs", "sampled", "length", "num_new")
 
 
 class ContinuousSampler:
@@ -163,7 +165,7 @@ class ContinuousSampler:
         while work.queue or (held >= 0).any():
             s = continuous_rows.admit(self.model, s, state, work, held, ends, pages)
             if pages is not None:
-                s = pages.before_segment(s, held)
+                s = pages.upload(self._preempt(s, state, work, held, pages.before_segment(s, held)))
             running = held >= 0
             top = ends[running].max() if running.any() else 0
             cap = next((x for x in caps if x > top), c)
@@ -195,6 +197,23 @@ class ContinuousSampler:
         self.pages = pages_lib.PagedSlots(pool, self.segment_tokens or self.page_size, c)
         self.pages.check(state, work)
         return self.pages
+
+    @staticmethod
+    def _preempt(s, state: ContinuousState, work: Work, held: np.ndarray, out: np.ndarray):
+        """Moves the rows of the preempted slots ``out`` (their pages already released) back to
+        the front of the queue with their buffers so far; the slots are marked done."""
+        if not out.size:
+            return s
+        fields = {name: np.asarray(getattr(s, name)) for name in _PREEMPT_FIELDS}
+        rows = sorted(int(held[slot]) for slot in out)
+        for slot in out:
+            row = held[slot]
+            for name in _ROW_FIELDS[:4]:
+                getattr(state, name)[row] = fields[name][slot]
+            work.preempted[int(row)] = int(fields["num_new"][slot])
+            held[slot] = -1
+        work.queue[:0] = rows
+        return s.replace(done=s.done.at[jnp.asarray(out)].set(True))
 
     @staticmethod
     def _harvest(s, state: ContinuousState, held: np.ndarray) -> np.ndarray:

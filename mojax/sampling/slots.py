@@ -118,14 +118,17 @@ def place(s: SamplingState, part, logits, src, slots, rows: dict) -> SamplingSta
 
     ``rows`` holds the placed rows' buffers and settings, each [n, ...]: ``tokens``, ``logprobs``,
     ``sampled`` ([n, R]), ``length``, ``max_new``, ``min_new``, ``stop_at``, ``stop_ids`` [n, J],
-    ``prompt_lengths``, ``row_id``. The rows start running (``num_new`` 0, not done).
+    ``prompt_lengths``, ``row_id``, and optionally ``num_new`` (a preempted row's sampled count).
+    The rows start running (``num_new`` 0 unless given, not done).
     """
     put = lambda a, x: a.at[slots].set(x.astype(a.dtype), mode="drop")
     n = slots.shape[0]
+    rows = dict(rows)
+    num_new = rows.pop("num_new", jnp.zeros((n,), jnp.int32))
     return s.replace(
         cache=_place_cache(s.cache, part, src, slots),
         logits=put(s.logits, logits[src]),
-        num_new=put(s.num_new, jnp.zeros((n,), jnp.int32)),
+        num_new=put(s.num_new, num_new),
         done=put(s.done, jnp.zeros((n,), bool)),
         finish_reason=put(s.finish_reason, jnp.full((n,), RUNNING, jnp.int32)),
         **{name: put(getattr(s, name), x) for name, x in rows.items()},

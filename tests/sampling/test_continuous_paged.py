@@ -148,23 +148,40 @@ def test_bad_paged_settings_fail_at_construction(model):
             ContinuousSampler.of(model, slots=2, **bad)
 
 
-def test_page_pool_reserves_grows_and_releases():
+def test_preempted_rows_go_on_with_the_same_tokens(model):
+    """20 pages for 4 slots of rows that grow to 13 pages each: the newest rows are preempted
+    (recompute) and placed again from their context; every row samples the static tokens."""
+    toks, lens = prompts(3)
+    kw = dict(key=jax.random.key(9), temperature=1.0, prompt_lengths=lens, max_new_tokens=40)
+    kw.update(SHAPES)
+    ref = ms.generate(model, toks, **kw)
+    paged = ContinuousSampler.of(model, slots=4, kv_cache="paged", page_size=PAGE, num_pages=20)
+    assert_same(paged.generate(toks, **kw), ref)
+    assert paged.pages.preemptions > 0
+    assert_pages_follow_live_tokens(paged, 4)
+    assert paged.pages.pool.peak <= 20
+
+
+def test_page_pool_opens_grows_and_releases():
     pool = PagePool(num_pages=6, page_size=4, slots=3, max_len=20)  # 5 pages per slot at most
-    assert pool.reserve(0, 9) and pool.reserved[0] == 3  # 9 tokens: 3 pages
+    pool.open(0, 9)  # 9 tokens: 3 pages at most
     pool.grow(0, 5)
     np.testing.assert_array_equal(pool.table[0], [0, 1, 6, 6, 6])
-    pool.grow(0, 100)  # capped by the reservation
-    assert pool.owned[0] == 3 and pool.in_use == 3
-    assert not pool.reserve(1, 17)  # 5 pages > 3 unreserved: waits, nothing taken
-    assert pool.reserved[1] == 0 and pool.reserve(1, 12)
+    pool.grow(0, 100)  # capped by the row's bound
+    assert pool.owned[0] == 3 and pool.in_use == 3 and pool.need(0, 100) == 0
+    pool.open(1, 40)  # capped at the 5 pages of a slot's table
+    assert pool.need(1, 20) == 5
+    with pytest.raises(ValueError, match="slot 1 needs 5 pages, 3 are free"):
+        pool.grow(1, 20)
+    assert pool.owned[1] == 0  # nothing taken
     pool.grow(1, 12)
     np.testing.assert_array_equal(pool.table[1], [3, 4, 5, 6, 6])
     pool.release(0)
-    assert pool.in_use == 3 and pool.unreserved() == 3
-    assert pool.reserve(2, 8)
+    assert pool.in_use == 3 and pool.free_pages == 3
+    pool.open(2, 8)
     pool.grow(2, 8)
     assert sorted(pool.table[2, :2].tolist()) == [0, 1]  # the released pages, reused
     with pytest.raises(ValueError, match="release it first"):
-        pool.reserve(2, 4)
+        pool.open(2, 4)
     pool.release(1), pool.release(2)
     assert pool.all_free() and pool.peak == 6
