@@ -10,7 +10,8 @@ keys ``<= p``). ``impl`` is ``Layouts.paged_attention`` (``mojax.models.layouts`
   it computes what the dense cache's attention computes on the same keys;
 * ``"pallas_gpu"``: a one-token query (a decode step) runs JAX's Pallas GPU paged-attention kernel
   (``jax.experimental.pallas.ops.gpu.paged_attention``: online softmax over blocks of pages, the
-  keys masked by ``lengths``; grouped-query heads); longer chunks take the gather path.
+  keys masked by ``lengths``; grouped-query heads); longer chunks, and shapes the kernel does not
+  take (``gpu_kernel_fits``: power-of-two page size and head dim >= 16), take the gather path.
   ``"pallas_gpu_interpret"`` runs the same kernel in Pallas' interpreter (the CPU tests).
 
 Shape legend: N rows, T tokens, H query heads, K kv heads, G = H / K, D head dim, Np pool pages,
@@ -30,13 +31,24 @@ _GPU_PAGES_PER_BLOCK = 8
 _GPU_MAX_SPLITS = 16
 
 
-def gpu_kernel_blocks(pages: int) -> tuple[int, int, int]:
-    """``(pages_per_compute_block, k_splits, padded pages)`` for a page table of ``pages`` columns:
-    the kernel needs the pages to split into ``k_splits`` partitions of whole blocks."""
-    per_block = min(_GPU_PAGES_PER_BLOCK, pages)
+def gpu_kernel_blocks(pages: int, page_size: int) -> tuple[int, int, int]:
+    """``(pages_per_compute_block, k_splits, padded pages)`` for a page table of ``pages``
+    columns: a block of a power-of-two number of pages and at least 16 keys (Triton's dot and
+    ``arange`` take power-of-two extents of at least 16), whole blocks per partition."""
+    per_block = 1
+    while per_block * 2 <= min(pages, _GPU_PAGES_PER_BLOCK):
+        per_block *= 2
+    while per_block * page_size < 16:
+        per_block *= 2
     splits = max(1, min(_GPU_MAX_SPLITS, pages // per_block))
     unit = per_block * splits
     return per_block, splits, -(-pages // unit) * unit
+
+
+def gpu_kernel_fits(page_size: int, head_dim: int) -> bool:
+    """Whether the GPU kernel takes these shapes: power-of-two page size and head dim >= 16."""
+    pow2 = lambda x: x > 0 and x & (x - 1) == 0
+    return pow2(page_size) and pow2(head_dim) and head_dim >= 16
 
 
 def pallas_gpu(q, k_pages, v_pages, page_table, lengths, *, interpret: bool = False):
@@ -51,7 +63,7 @@ def pallas_gpu(q, k_pages, v_pages, page_table, lengths, *, interpret: bool = Fa
     """
     from jax.experimental.pallas.ops.gpu import paged_attention as kernel
 
-    per_block, splits, padded = gpu_kernel_blocks(page_table.shape[1])
+    per_block, splits, padded = gpu_kernel_blocks(page_table.shape[1], k_pages.shape[2])
     table = jnp.where(page_table < k_pages.shape[1], page_table, 0)
     table = jnp.pad(table, ((0, 0), (0, padded - table.shape[1])))
     scaled = (q.astype(jnp.float32) * q.shape[-1] ** -0.5).astype(q.dtype)
@@ -87,7 +99,8 @@ def paged_layer(q, kk, vv, cache: PagedKVCache, layer, write, q_idx, lengths, *,
         k=write_layer(cache.k, layer, kk, page, offset),
         v=write_layer(cache.v, layer, vv, page, offset),
     )
-    if t == 1 and impl in ("pallas_gpu", "pallas_gpu_interpret"):
+    kernel = impl in ("pallas_gpu", "pallas_gpu_interpret") and gpu_kernel_fits(cache.page_size, d)
+    if t == 1 and kernel:
         out = pallas_gpu(
             q[:, 0].astype(dtype),
             layer_pool(cache.k, layer),

@@ -24,7 +24,7 @@ import mojax.models as mm
 from mojax.models import layouts
 from mojax.models.cache import KVCache, init_cache
 from mojax.models.layers import attend, attend_layer_major
-from mojax.models.paged_attention import gpu_kernel_blocks, paged_layer, pallas_gpu
+from mojax.models.paged_attention import gpu_kernel_blocks, gpu_kernel_fits, paged_layer, pallas_gpu
 from mojax.models.paged_cache import PagedKVCache, gather_layer, init_paged_cache, place_rows
 from mojax.models.qwen import Qwen
 
@@ -123,9 +123,13 @@ def test_pallas_gpu_kernel_in_the_interpreter_equals_the_gather_path():
 
 def test_gpu_kernel_blocks_split_the_pages_into_whole_blocks():
     for pages in (1, 3, 8, 9, 40, 200):
-        per_block, splits, padded = gpu_kernel_blocks(pages)
-        assert padded >= pages and padded % (per_block * splits) == 0
-        assert padded - pages < per_block * splits and per_block * splits <= padded
+        for page_size in (1, 4, 16, 64):
+            per_block, splits, padded = gpu_kernel_blocks(pages, page_size)
+            assert per_block & (per_block - 1) == 0 and per_block * page_size >= 16
+            assert per_block <= max(8, 16 // page_size)
+            assert padded >= pages and padded % (per_block * splits) == 0
+            assert padded - pages < per_block * splits
+    assert gpu_kernel_fits(16, 64) and not gpu_kernel_fits(12, 64) and not gpu_kernel_fits(16, 8)
 
 
 @pytest.fixture(scope="module")
