@@ -41,8 +41,9 @@ class Layouts:
         attention) or ``"xla"`` (the XLA implementation of that call); see
         ``mojax.models.attention``.
       paged_attention: how a cached chunk attends over a ``PagedKVCache``: ``"gather"`` (the
-        row's pages gathered, then the cache attention above) or ``"pallas_gpu"`` (JAX's Pallas
-        GPU paged-attention kernel for a decode step); see ``mojax.models.paged_attention``.
+        row's pages gathered, then the cache attention above), ``"pallas_gpu"`` or
+        ``"pallas_tpu"`` (JAX's Pallas paged-attention kernels for a decode step); see
+        ``mojax.models.paged_attention``.
     """
 
     one_query_reduce: bool = False
@@ -72,7 +73,7 @@ class Layouts:
 PORTABLE = Layouts()
 CPU = Layouts(one_query_reduce=True, causal_block=32, decode_per_layer=True, learner_unrolled=True)
 GPU = Layouts(attention="cudnn", decode_per_layer=True, paged_attention="pallas_gpu")
-TPU = Layouts(attention="splash")
+TPU = Layouts(attention="splash", paged_attention="pallas_tpu")
 
 
 def for_backend(backend: str | None = None) -> Layouts:

@@ -12,7 +12,11 @@ keys ``<= p``). ``impl`` is ``Layouts.paged_attention`` (``mojax.models.layouts`
   (``jax.experimental.pallas.ops.gpu.paged_attention``: online softmax over blocks of pages, the
   keys masked by ``lengths``; grouped-query heads); longer chunks, and shapes the kernel does not
   take (``gpu_kernel_fits``: power-of-two page size and head dim >= 16), take the gather path.
-  ``"pallas_gpu_interpret"`` runs the same kernel in Pallas' interpreter (the CPU tests).
+  ``"pallas_gpu_interpret"`` runs the same kernel in Pallas' interpreter (the CPU tests);
+* ``"pallas_tpu"``: a decode step runs JAX's Pallas TPU paged-attention kernel
+  (``jax.experimental.pallas.ops.tpu.paged_attention``), which loads keys and values as bf16: a
+  bf16 cache only (``tpu_kernel_fits``; other caches take the gather path);
+  ``"pallas_tpu_interpret"`` runs it in the TPU interpreter.
 
 Shape legend: N rows, T tokens, H query heads, K kv heads, G = H / K, D head dim, Np pool pages,
 Ps page size, Pr pages per row.
@@ -20,11 +24,19 @@ Ps page size, Pr pages per row.
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 
 from mojax.models.paged_cache import PagedKVCache, gather_layer, layer_pool, write_layer
 
-PAGED_IMPLS = ("gather", "pallas_gpu", "pallas_gpu_interpret")
+PAGED_IMPLS = (
+    "gather",
+    "pallas_gpu",
+    "pallas_gpu_interpret",
+    "pallas_tpu",
+    "pallas_tpu_interpret",
+)
 
 #: Pages the GPU kernel reads per block, and the most partitions it splits a row's pages into.
 _GPU_PAGES_PER_BLOCK = 8
@@ -79,6 +91,54 @@ def pallas_gpu(q, k_pages, v_pages, page_table, lengths, *, interpret: bool = Fa
     )
 
 
+def tpu_kernel_fits(page_size: int, head_dim: int, dtype, interpret: bool) -> bool:
+    """Whether the TPU kernel takes these shapes and keeps the values: it loads keys and values
+    as bf16, so only a bf16 cache; on a TPU, head dim a multiple of 128 and page size of 16
+    (its tiles); the interpreter takes any shape."""
+    if jnp.dtype(dtype) != jnp.bfloat16:
+        return False
+    return interpret or (head_dim % 128 == 0 and page_size % 16 == 0)
+
+
+def pallas_tpu(q, k_pages, v_pages, page_table, lengths, *, interpret: bool = False):
+    """JAX's Pallas TPU paged attention (``jax.experimental.pallas.ops.tpu.paged_attention``) of
+    one query token per row; arguments and result as ``pallas_gpu`` (the kernel loads keys and
+    values as bf16: ``tpu_kernel_fits``). ``interpret`` runs it in the TPU interpreter."""
+    import contextlib
+
+    from jax.experimental.pallas import tpu as pltpu
+    from jax.experimental.pallas.ops.tpu.paged_attention import paged_attention
+
+    per_block = 1
+    while per_block * 2 <= min(page_table.shape[1], _GPU_PAGES_PER_BLOCK):
+        per_block *= 2
+    padded = -(-page_table.shape[1] // per_block) * per_block
+    table = jnp.where(page_table < k_pages.shape[1], page_table, 0)
+    table = jnp.pad(table, ((0, 0), (0, padded - table.shape[1])))
+    scaled = (q.astype(jnp.float32) * q.shape[-1] ** -0.5).astype(q.dtype)
+    mode = pltpu.force_tpu_interpret_mode() if interpret else contextlib.nullcontext()
+    with mode:
+        return paged_attention(
+            scaled, k_pages, v_pages, lengths.astype(jnp.int32), table,
+            pages_per_compute_block=per_block,
+        )  # fmt: skip
+
+
+def _kernel(impl: str, cache: PagedKVCache, head_dim: int):
+    """The kernel function of ``impl`` for this cache, or None (the gather path)."""
+    if impl in ("pallas_gpu", "pallas_gpu_interpret") and gpu_kernel_fits(
+        cache.page_size, head_dim
+    ):
+        return functools.partial(pallas_gpu, interpret=impl == "pallas_gpu_interpret")
+    dtype = layer_pool(cache.k, 0).dtype
+    interpret = impl == "pallas_tpu_interpret"
+    if impl in ("pallas_tpu", "pallas_tpu_interpret") and tpu_kernel_fits(
+        cache.page_size, head_dim, dtype, interpret
+    ):
+        return functools.partial(pallas_tpu, interpret=interpret)
+    return None
+
+
 def paged_layer(q, kk, vv, cache: PagedKVCache, layer, write, q_idx, lengths, *, impl, attend_fn,
                 layer_major: bool, dtype):  # fmt: skip
     """Writes a chunk into ``cache`` at ``layer`` and attends over it (module docstring).
@@ -99,15 +159,14 @@ def paged_layer(q, kk, vv, cache: PagedKVCache, layer, write, q_idx, lengths, *,
         k=write_layer(cache.k, layer, kk, page, offset),
         v=write_layer(cache.v, layer, vv, page, offset),
     )
-    kernel = impl in ("pallas_gpu", "pallas_gpu_interpret") and gpu_kernel_fits(cache.page_size, d)
-    if t == 1 and kernel:
-        out = pallas_gpu(
+    kernel = _kernel(impl, cache, d) if t == 1 else None
+    if kernel is not None:
+        out = kernel(
             q[:, 0].astype(dtype),
             layer_pool(cache.k, layer),
             layer_pool(cache.v, layer),
             cache.page_table,
             lengths,
-            interpret=impl == "pallas_gpu_interpret",
         )
         visible = (lengths > 0)[:, None, None, None]  # a row with no key: zeros, as ``attend``
         return jnp.where(visible, out[:, None], jnp.zeros((), dtype)).astype(dtype), cache

@@ -24,7 +24,14 @@ import mojax.models as mm
 from mojax.models import layouts
 from mojax.models.cache import KVCache, init_cache
 from mojax.models.layers import attend, attend_layer_major
-from mojax.models.paged_attention import gpu_kernel_blocks, gpu_kernel_fits, paged_layer, pallas_gpu
+from mojax.models.paged_attention import (
+    gpu_kernel_blocks,
+    gpu_kernel_fits,
+    paged_layer,
+    pallas_gpu,
+    pallas_tpu,
+    tpu_kernel_fits,
+)
 from mojax.models.paged_cache import PagedKVCache, gather_layer, init_paged_cache, place_rows
 from mojax.models.qwen import Qwen
 
@@ -121,6 +128,27 @@ def test_pallas_gpu_kernel_in_the_interpreter_equals_the_gather_path():
     np.testing.assert_array_equal(got[1], 0.0)  # no key: the kernel's sum is 0, its output 0
 
 
+def test_pallas_tpu_kernel_in_the_interpreter_equals_the_gather_path():
+    """JAX's Pallas TPU paged attention (TPU interpreter) on a bf16 pool against the gather path
+    on the same bf16 keys and values (fp32 queries and maths): fp32, 1e-6 (measured ~1e-6: an
+    online softmax over blocks of pages, one division at the end). Rows as the GPU test."""
+    k, v, table = pool_and_table(3)
+    k, v = (np.asarray(jnp.asarray(x, jnp.bfloat16)) for x in (k, v))
+    lengths = np.asarray([7, 0, 12], np.int32)
+    q = jnp.asarray(np.random.RandomState(4).randn(N, 1, H, D), jnp.float32)
+    cache = cache_of(k, v, table, lengths)
+    assert tpu_kernel_fits(PS, D, jnp.bfloat16, interpret=True)
+    assert not tpu_kernel_fits(PS, D, jnp.float32, interpret=True)  # it would round to bf16
+    got = np.asarray(
+        pallas_tpu(q[:, 0], cache.k[0], cache.v[0], cache.page_table, cache.lengths, interpret=True)
+    )
+    qg = q.reshape(N, 1, K, H // K, D)
+    keys, values = (dense_keys(x.astype(np.float32), 0, table) for x in (k, v))
+    visible = jnp.asarray(np.arange(PR * PS)[None, None, :] < lengths[:, None, None])
+    ref = np.asarray(attend(qg, jnp.asarray(keys), jnp.asarray(values), visible, jnp.float32))
+    np.testing.assert_allclose(got[[0, 2]], ref[[0, 2], 0].reshape(2, H, D), atol=1e-6, rtol=0)
+
+
 def test_gpu_kernel_blocks_split_the_pages_into_whole_blocks():
     for pages in (1, 3, 8, 9, 40, 200):
         for page_size in (1, 4, 16, 64):
@@ -137,10 +165,15 @@ def model():
     return mm.from_pretrained("tiny-qwen3", dtype="float32", seed=1)
 
 
-@pytest.mark.parametrize("impl", ["cpu", "portable", "pallas_gpu_interpret"])
-def test_model_on_a_paged_cache_equals_the_dense_cache(model, impl):
+@pytest.mark.parametrize(
+    "impl, cache_dtype",
+    [("cpu", None), ("portable", None), ("pallas_gpu_interpret", None),
+     ("pallas_tpu_interpret", "bfloat16")],
+)  # fmt: skip
+def test_model_on_a_paged_cache_equals_the_dense_cache(model, impl, cache_dtype):
     """A right/inner-padded prefill, then decode steps with idle rows: the logits of the real
-    tokens agree, each row holds its real tokens, and the pages no row owns stay untouched."""
+    tokens agree, each row holds its real tokens, and the pages no row owns stay untouched (the
+    TPU kernel with a bf16 cache on both sides: it loads keys and values as bf16)."""
     lay = {"cpu": layouts.CPU, "portable": layouts.PORTABLE}.get(impl)
     lay = lay or layouts.Layouts(paged_attention=impl)
     cfg = model.config.replace(layouts=lay)
@@ -154,8 +187,8 @@ def test_model_on_a_paged_cache_equals_the_dense_cache(model, impl):
     rng = np.random.RandomState(0)
     toks = jnp.asarray(rng.randint(0, 200, (3, 9)))
     mask = rng.rand(3, 9) < 0.7
-    dense = init_cache(cfg, 3, 40)
-    paged = init_paged_cache(cfg, 3, 40, 20, 4)
+    dense = init_cache(cfg, 3, 40, cache_dtype)
+    paged = init_paged_cache(cfg, 3, 40, 20, 4, cache_dtype)
     owned = rng.permutation(20)[:15].reshape(3, 5)  # pages 5 of 20 owned by no row
     table = np.pad(owned, ((0, 0), (0, 5)), constant_values=20).astype(np.int32)
     paged = paged.replace(page_table=jnp.asarray(table))
