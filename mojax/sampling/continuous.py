@@ -138,7 +138,7 @@ class ContinuousSampler:
         """``mojax.sampling.generate`` (same arguments and output) over the slots."""
         self._check_model()
         state, work, params, caps = continuous_rows.start(
-            self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs
+            self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, self._check
         )
         self._run(state, work, params, caps)
         return state.output()
@@ -182,6 +182,11 @@ class ContinuousSampler:
             freed = self._harvest(s, state, held)
             if pages is not None:
                 pages.release(freed)
+
+    def _check(self, state: ContinuousState, work: Work) -> None:
+        """A paged cache: one clear error when a queued row cannot fit the pool."""
+        if self.kv_cache == "paged":
+            self._pages(state, work)
 
     def _pages(self, state: ContinuousState, work: Work) -> pages_lib.PagedSlots | None:
         """The call's page pool (a paged cache), checked against the queued rows; None (dense).

@@ -130,8 +130,9 @@ def _options(kwargs: dict, allowed: tuple[str, ...], call: str) -> tuple[dict, S
     return kwargs, SamplingParams(**params)
 
 
-def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs):
-    """``(state, work, params, caps)`` of a ``generate`` call (module docstring)."""
+def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, check=None):
+    """``(state, work, params, caps)`` of a ``generate`` call (module docstring); ``check(state,
+    work)`` runs on the queued rows before the prompts are prefilled."""
     kw, params = _options(kwargs, _GENERATE_KEYS, "generate")
     padded, lengths, max_new, g = api._prompt_arrays(
         model,
@@ -153,10 +154,6 @@ def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs):
     )
     dtype = kw.get("cache_dtype")
     dtype = None if dtype is None else jnp.dtype(dtype).name
-    mask = jnp.arange(tb)[None, :] < jnp.asarray(lengths)[:, None]
-    prefill = slots.prefill(
-        model, jnp.asarray(padded), mask, jnp.asarray(lengths - 1), cache_dtype=dtype
-    )
     pad_id = int(kw.get("pad_id", 0))
     state = ContinuousState(
         tokens=np.full((b, r), pad_id, np.int32),
@@ -173,7 +170,13 @@ def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs):
         max_total_len=c,
         cache_dtype=dtype,
     )
-    work = Work(list(range(b)), max_new, min_new, stop_at, prefill)
+    work = Work(list(range(b)), max_new, min_new, stop_at, None)
+    if check is not None:
+        check(state, work)  # before anything compiles
+    mask = jnp.arange(tb)[None, :] < jnp.asarray(lengths)[:, None]
+    work.prompt_prefill = slots.prefill(
+        model, jnp.asarray(padded), mask, jnp.asarray(lengths - 1), cache_dtype=dtype
+    )
     return state, work, params, _caps(kw, tb, c)
 
 

@@ -133,9 +133,15 @@ def test_a_long_tailed_batch_uses_pages_for_its_live_tokens(model):
     assert tail and max(tail) <= int(pages_for(10 + 60, PAGE))  # the long row alone
 
 
-def test_a_row_that_cannot_fit_the_pool_is_one_clear_error(model):
+def test_a_row_that_cannot_fit_the_pool_is_one_clear_error(model, monkeypatch):
+    """Before anything compiles (the prompt prefill is not reached)."""
     toks, lens = prompts()
     paged = ContinuousSampler.of(model, slots=2, kv_cache="paged", page_size=PAGE, num_pages=5)
+
+    def no_prefill(*args, **kwargs):
+        raise AssertionError("the prompts were prefilled before the pool was checked")
+
+    monkeypatch.setattr("mojax.sampling.slots.prefill", no_prefill)
     with pytest.raises(ValueError, match=r"config.rollout.num_pages=5 .* cannot hold row 0"):
         paged.generate(toks, key=jax.random.key(0), max_new_tokens=20, prompt_lengths=lens,
                        **SHAPES)  # fmt: skip
