@@ -10,8 +10,29 @@ offline judge scores the plan against the decision the problem's fixed ``N_opt``
     python -m mojax.main --config=configs/awpo.py
     python -m mojax.main --config=configs/awpo.py:task=calculator
     python -m mojax.main --config=configs/awpo.py:task=calculator,estimator=grpo  # outcome only
-    python -m mojax.main --config=configs/awpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet \
-      --config.judge.kind=http --config.judge.url=http://judge:8000 --config.judge.model=Qwen3-235B-A22B
+
+Paper scale, from the Hugging Face directory of Qwen3-4B-Instruct-2507 (the paper's Qwen3-1.7B and
+Qwen3-8B: ``model=qwen3-1.7b`` / ``qwen3-8b`` and their directories), ToolRL's rlla_4k parquet files
+and the paper's judge, Qwen3-235B-A22B, served behind an OpenAI-compatible endpoint::
+
+    python -m mojax.main --workdir=/runs/awpo_toolrl --config=configs/awpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B-Instruct-2507,train_path=/data/rlla_4k/train.parquet,eval_path=/data/rlla_4k/test.parquet --config.judge.kind=http --config.judge.url=http://judge:8000 --config.judge.model=Qwen3-235B-A22B
+    python -m mojax.main --config=configs/awpo.py:paper=true,model=qwen3-4b,data=2,fsdp=4 \
+      --config.dry_run=true   # shapes, shardings and memory per device on 8 devices
+
+``paper=true`` sets what the paper gives: Eq. 30's sequence-level importance ratio with Algorithm
+1's ``1/(GK)`` mean over responses (``ppo.ratio_level="sequence"``,
+``ppo.agg="seq-mean-token-mean"``; π_old recomputed by the learner, as verl does: a sampler-vs-learner
+log-prob gap summed over a whole response would push the ratio out of the clip), and the SWiRL
+single-step decomposition of multi-turn dialogues (Sec. 4.1; ``task.kwargs.swirl``). The paper gives
+no training numbers; AWPO trains with verl against ToolRL's GRPO as its baseline, so the recipe takes
+ToolRL's (``mojax.defaults.toolrl_recipe``: 512 prompts x 4 samples, mini-batches of 128 prompts,
+lr 1e-6, no KL, responses up to 1024 tokens, 105 steps, fp32 parameters under bf16 compute), and
+AWPO's own hyper-parameters are mojax's choices (docs/methods.md): ``R_max`` = 2 (the theoretical
+maximum of ``R_out``; the paper's "peak group-mean" read as a running peak is
+``--config.advantage.r_max_mode=running_peak``), ``eps_mix`` 0.5, ``tau`` (0.2, 0.8) on the mean
+normalised by ``R_max``, ``alpha`` (1.0, 1.5), clip radius in [0.1, 0.2]. Not reproduced: the paper's
+corpus (ToolACE, Hammer, xLAM: about 44k samples, SWiRL-decomposed), its GPT-4o / GLM-4.6 reference
+rationales (the judge compares with the gold answer) and its BFCL / API-Bank evaluation.
 
 Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
 ``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
@@ -32,6 +53,8 @@ def get_config(arg=None):
             "configs/awpo.py: AWPO's (R_out, R_reason) rewards come from task=toolrl or "
             "task=calculator (mode awpo)"
         )
+    if a.paper and a.task != "toolrl":
+        raise ValueError("configs/awpo.py: paper=true is AWPO's ToolRL recipe; use task=toolrl")
     if a.task == "toolrl" and not a.train_path:
         a.train_path = defaults.shared_data("toolrl", "test.parquet")
     c = defaults.base_config()
@@ -50,11 +73,11 @@ def get_config(arg=None):
     c.estimator = "awpo"
     c.judge.kind = "overlap"
     _awpo_advantage(c)
-    if a.paper:  # the paper gives no batch numbers: the shared paper-scale shapes, lr 1e-6
-        defaults.paper_lengths(c)
-        c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
-        c.rollout.prompts_per_step, c.rollout.num_samples = 128, 8
-        c.steps = a.steps or 300
+    if a.paper:  # the paper's Eq. 30 and SWiRL data; ToolRL's recipe for every number
+        c.task.kwargs.swirl = True
+        c.ppo.ratio_level, c.ppo.agg = "sequence", "seq-mean-token-mean"
+        c.ppo.old_logprobs = "recompute"
+        defaults.toolrl_recipe(c, a.steps)
     else:
         c.task.num_eval = 8
         c.rollout.prompts_per_step = 4

@@ -4,13 +4,26 @@ maze (App. A.1); best@k and reward-space diversity in evaluation::
     python -m mojax.main --config=configs/vpo.py                      # tiny maze run, S = 2 routes
     python -m mojax.main --config=configs/vpo.py:estimator=multi_rlvr # Multi-RLVR baseline (fixed w*)
     python -m mojax.main --config=configs/vpo.py:estimator=max_at_k   # Max@k baseline (single answers)
-    python -m mojax.main --config=configs/vpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B
     python -m mojax.main --config=configs/vpo.py:task=bandit                # the route bandit, S = 3
     python -m mojax.main --config=configs/vpo.py:task=bandit,estimator=grpo # its GRPO baseline (w*)
 
-``paper=true`` is the paper's recipe: m = 3 answers per completion, clip 0.2 with dual clip c = 3, a k3
-KL term of 1e-3, lr 1e-6 (App. B: 128 prompts x 8 rollouts, mini-batches of 64); evaluation samples 10 chains x m answers at temperature 0.7 and reports
-best@k for k in {1, 3, 5, 10, pool} (k counts answers).
+Paper scale: the maze of Table 2 from the Hugging Face directory of Qwen3-4B (the mazes are
+generated, no data file; ``estimator=multi_rlvr|max_at_k|grpo`` for the baselines)::
+
+    python -m mojax.main --workdir=/runs/vpo_maze --config=configs/vpo.py:paper=true,model=qwen3-4b,checkpoint=/ckpt/Qwen3-4B
+    python -m mojax.main --config=configs/vpo.py:paper=true,model=qwen3-4b,data=2,fsdp=4 \
+      --config.dry_run=true   # shapes, shardings and memory per device on 8 devices
+
+``paper=true`` is the paper's recipe (App. B): m = 3 answers per completion, K = 100 Dirichlet(1)
+weights per group (the authors' code; the paper does not give K), 128 prompts x 8 rollouts per step,
+mini-batches of 64 prompts, one PPO epoch, clip 0.2 with dual clip c = 3, token-mean loss, a k3 KL
+loss of 1e-3 to the initial policy, AdamW lr 1e-6 constant (no warmup), weight decay 0.01, gradient
+norm 1.0, fp32 parameters under bf16 compute, rollouts at temperature 1; 1000 training mazes (seeds
+from 42) and the 100 held-out mazes (from 4242) of Table 2, evaluated with 10 chains x m answers at
+temperature 0.7 and best@k for k in {1, 3, 5, 10, pool} (k counts answers). The paper does not give
+the maze run's response length or run length: one turn of up to 1024 tokens and 300 steps here
+(``steps=N``). It validates greedily during training; mojax's periodic evaluation uses the
+final-evaluation sampler above.
 
 Every config also takes ``lora=R`` (LoRA adapters of rank R, alpha 2R, on a frozen base;
 ``lora_quant=nf4`` or ``int8`` for QLoRA) and ``pack=true`` (sequence packing of the PPO and SFT
@@ -29,6 +42,11 @@ def get_config(arg=None):
             f"configs/vpo.py: estimator={a.estimator!r} is not 'vpo', 'multi_rlvr', 'max_at_k' "
             "or 'grpo'"
         )
+    if a.paper and a.task != "maze":
+        raise ValueError(
+            f"configs/vpo.py: paper=true is VPO's maze recipe (Table 2); task={a.task!r} is not "
+            "task=maze"
+        )
     c = defaults.base_config()
     defaults.apply_common_args(c, a)
     # Max@k (arXiv:2510.23393) and GRPO (the task's w*): single-answer rollouts
@@ -40,6 +58,9 @@ def get_config(arg=None):
     )
     if a.paper:
         defaults.paper_lengths(c)
+        c.rollout.max_new_tokens = c.rollout.max_response_len = 1024  # no tool: one turn
+        c.rollout.max_turns, c.rollout.max_tool_calls = 1, 0
+        c.task.num_train, c.task.num_eval = 1000, 100  # A.1's train and Table 2's test mazes
         c.ppo.clip_low = c.ppo.clip_high = 0.2
         c.ppo.dual_clip, c.ppo.kl_coef, c.ppo.kl_type = 3.0, 1e-3, "k3"
         c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01

@@ -327,6 +327,25 @@ def paper_lengths(c: ml_collections.ConfigDict) -> None:
     c.eval_every = c.checkpoint_every = 20
 
 
+def toolrl_recipe(c: ml_collections.ConfigDict, steps_arg: int) -> None:
+    """ToolRL's GRPO recipe (Qian et al., arXiv:2504.13958), as SAW (arXiv:2606.07705, App. D,
+    Table 4) lists it, on verl: 512 prompts x 4 samples per step, mini-batches of 128 prompts (4
+    updates per step), lr 1e-6, no KL loss, single-turn responses of up to 1024 tokens, 15 epochs of
+    the 3,920-prompt rlla_4k train split: 15 x 7 = 105 steps (verl drops an epoch's last partial
+    batch). Where the table is silent, verl's defaults: clip 0.2 both sides, AdamW weight decay
+    0.01, gradient norm 1.0, constant lr, temperature 1, token-mean loss, and an fp32 actor under
+    bf16 compute (``model.param_dtype``: a bf16 parameter does not move under a 1e-6 AdamW step)."""
+    paper_lengths(c)
+    c.rollout.max_new_tokens = c.rollout.max_response_len = 1024
+    c.rollout.max_turns, c.rollout.max_tool_calls = 1, 0
+    c.rollout.prompts_per_step, c.rollout.num_samples = 512, 4
+    c.ppo.num_minibatches, c.ppo.kl_coef = 4, 0.0
+    c.ppo.clip_low = c.ppo.clip_high = 0.2
+    c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
+    c.model.param_dtype = "float32"
+    c.steps = steps_arg or 15 * (3920 // 512)
+
+
 def _shared_tokenizer() -> str:
     """The real Qwen2 tokenizer of the shared assets: ``$MOJAX_SHARED_DIR/assets/qwen2-tokenizer``.
 

@@ -93,7 +93,6 @@ def test_a_grid_resumes_without_rerunning_done_cells(quick):
     assert os.path.getmtime(log) == before
 
 
-@pytest.mark.slow
 def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
     """A cell's command (``cmd.txt``), run in a fresh workdir (which then trains its own SFT warm
     start instead of restoring the shared copy), gives bit-identical eval numbers."""
@@ -121,5 +120,6 @@ def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
     ],
 )
 def test_other_claims_run_in_quick_mode(name, flags, tmp_path):
-    page = _run_script(name, tmp_path, "--seeds=0,1", *flags)
+    # one seed: the paired comparisons over seeds are shown by the ParetoPO page above
+    page = _run_script(name, tmp_path, "--seeds=0", *flags)
     assert "## Verdict" in page and "## Per seed" in page and "## Pre-registration" in page

@@ -66,6 +66,9 @@ CASES = {
     ],
 }
 
+# ParetoPO's short run, with 3 held-out problems: rows that do not divide into the 2 shards
+PARETOPO = CASES["paretopo"] + _SHORT + ["--config.task.num_eval=3"]
+
 
 def toolrl_subset(tmp_path, n=12) -> str:
     """The ``n`` ToolRL test records of the shortest prompts (real data, a small model
@@ -228,8 +231,9 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, reques
     """ParetoPO (its Stage 2 is the GRPO loop with another advantage, so GRPO adds no case of its
     own), VPO's set rewards and AWPO's judge on 2 processes equal 1 process with 2 devices."""
     flags = CASES[name] + _SHORT
-    if name == "paretopo":  # 3 held-out problems: rows that do not divide into the 2 shards
-        flags += ["--config.task.num_eval=3"]
+    two = tmp_path / "two"
+    if name == "paretopo":  # the uninterrupted run the resume tests also compare with
+        flags, two = PARETOPO, request.getfixturevalue("straight_paretopo")
     if name == "awpo":
         request.getfixturevalue("shared")  # skips with a reason when ../shared is absent
         data = toolrl_subset(tmp_path)
@@ -240,9 +244,10 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, reques
             f"--config.task.val_path={data}",
             "--config.task.num_eval=2",
         ]
-    two_processes(tmp_path, tmp_path / "two", flags)
+    if name != "paretopo":
+        two_processes(tmp_path, two, flags)
     one_process(tmp_path, tmp_path / "one", flags)
-    a, b = metrics(tmp_path / "one"), metrics(tmp_path / "two")
+    a, b = metrics(tmp_path / "one"), metrics(two)
     assert_same_metrics(a, b)
     steps = int(CASES[name][1].split("=")[1])
     assert [r["step"] for r in b] == list(range(steps + 1))  # one writer: no line twice
@@ -257,23 +262,23 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, reques
         # not a comparison of zeros: the judge rewarded some reasoning, the update moved
         assert max(r["reward/r_reason/mean"] for r in b[1:]) > 0
         assert max(r["advantage/abs_mean"] for r in b[1:]) > 0
-    lines = (tmp_path / "two" / "transcripts.jsonl").read_text().splitlines()
+    lines = (two / "transcripts.jsonl").read_text().splitlines()
     assert len(lines) == len((tmp_path / "one" / "transcripts.jsonl").read_text().splitlines())
-    assert (tmp_path / "two" / "done").exists()
-    assert (tmp_path / "two" / "checkpoints" / str(steps)).is_dir()
+    assert (two / "done").exists()
+    assert (two / "checkpoints" / str(steps)).is_dir()
 
 
 @pytest.fixture(scope="module")
 def straight_paretopo(tmp_path_factory):
     """The uninterrupted 2-process ParetoPO run the interrupted ones are compared with."""
     root = tmp_path_factory.mktemp("straight")
-    two_processes(root, root / "run", CASES["paretopo"] + _SHORT)
+    two_processes(root, root / "run", PARETOPO)
     return root / "run"
 
 
 @pytest.mark.slow
 def test_two_processes_kill_9_then_resume_ends_as_uninterrupted(tmp_path, straight_paretopo):
-    flags = CASES["paretopo"] + _SHORT
+    flags = PARETOPO
     killed = tmp_path / "killed"
     p = two_processes(tmp_path, killed, flags, wait=False)
     deadline = time.time() + 1200
@@ -301,7 +306,7 @@ def test_sigterm_to_one_process_stops_both_at_the_same_point_and_resumes(
     and exit 143; the rerun ends as the uninterrupted run."""
     import re
 
-    flags = CASES["paretopo"] + _SHORT
+    flags = PARETOPO
     stopped = tmp_path / "stopped"
     p = two_processes(tmp_path, stopped, flags, wait=False)
     deadline = time.time() + 1200
@@ -392,7 +397,7 @@ def _descendants(pid: int) -> list[int]:
 @pytest.mark.slow
 def test_slurm_environment_is_auto_detected(tmp_path):
     """The issue's own command: SLURM's variables and MOJAX_DISTRIBUTED=1, no explicit flags."""
-    flags = CASES["grpo"][:1] + ["--config.steps=1", *_SFT] + _SHORT
+    flags = CASES["grpo"][:1] + ["--config.steps=1", "--config.sft.steps=0"] + _SHORT
     job = str(1000 + os.getpid() % 3000)  # jax derives the coordinator port from the job id
     procs = []
     for i in range(2):

@@ -3,7 +3,9 @@
 * **Missing files.** :func:`check_files` raises a ``ConfigError`` naming ``config.task.train_path``,
   ``config.task.eval_path``, ``config.task.val_path`` or ``config.sft.data_path`` when the file is not there (and how
   ``$MOJAX_SHARED_DIR`` locates it when it lies in the shared folder), before the run builds
-  anything: ``mojax.main`` exits 2. Every process checks on its own, so each stops at once.
+  anything; ``config.task.train_path`` when a task that reads files has none; and
+  ``config.model.checkpoint`` when it names no directory with a ``config.json``:
+  ``mojax.main`` exits 2. Every process checks on its own, so each stops at once.
 * **Fingerprints.** :func:`fingerprints` hashes the contents of the data files and of the tokenizer
   (``tokenizer.path`` when it names a file or directory) and of ``model.checkpoint``;
   ``mojax.workdir.prepare`` keeps them in ``<workdir>/inputs.json``. A resumed run whose data file
@@ -25,6 +27,9 @@ from typing import Any
 
 from mojax import distributed
 from mojax.config import ConfigError
+from mojax.rl.model_config import checkpoint_problem
+from mojax.tasks.base import Task
+from mojax.tasks.splits import generates
 
 #: Config keys naming data files (read whole by the task).
 DATA_KEYS = ("task.train_path", "task.eval_path", "task.val_path", "sft.data_path")
@@ -48,7 +53,9 @@ def _paths(spec: Any) -> dict[str, str]:
 
 
 def check_files(spec: Any) -> None:
-    """Raises ``ConfigError`` naming each data key whose file does not exist."""
+    """Raises ``ConfigError`` naming each data key whose file does not exist, ``task.train_path``
+    when a file-backed task has none, and ``model.checkpoint`` when it names no directory with a
+    ``config.json``."""
     from mojax.tasks.data import missing_file_message
 
     lines = []
@@ -60,8 +67,21 @@ def check_files(spec: Any) -> None:
                 f"config.{key}={_value(spec, key)!r}: {what}. "
                 + missing_file_message(path, "data file").replace("\n", " ")
             )
+    if spec.model.checkpoint and checkpoint_problem(spec.model.checkpoint):
+        lines.append(checkpoint_problem(spec.model.checkpoint))
+    if not spec.task.train_path and _reads_files(spec.build_task()):
+        lines.append(
+            f"config.task.train_path: none given; task {spec.task.name!r} reads its examples from "
+            "a data file (train_path=..., eval_path=... in the config argument)"
+        )
     if lines:
         raise ConfigError.of(lines)
+
+
+def _reads_files(task: Any) -> bool:
+    """Whether ``task`` loads its splits from ``task.train_path`` only: the default
+    ``load_splits`` and a ``load(path)`` that generates nothing."""
+    return type(task).load_splits is Task.load_splits and not generates(task)
 
 
 def fingerprint(path: str) -> str:

@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 from mojax import models
+from mojax.config import ConfigError
 
 #: A self-built vocabulary's model rows are padded to a multiple of this (as every released model
 #: pads its own; Qwen: 151,936): any tensor-parallel size that divides 128 divides it.
@@ -38,7 +39,7 @@ def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
     if spec.mode == "eval" and spec.eval.checkpoint:
         return _eval_checkpoint_config(spec, tokenizer).replace(**execution)
     if m.checkpoint:
-        return models.QwenConfig.from_hf(m.checkpoint).replace(**execution)
+        return checkpoint_config(m.checkpoint).replace(**execution)
     overrides = dict(m.overrides)
     build = spec.tokenizer.path == "build"
     if build and tokenizer is None:  # the largest vocabulary the build can make
@@ -62,6 +63,32 @@ def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
             f"{tokenizer.vocab_size}"
         )
     return cfg.replace(**execution)
+
+
+def checkpoint_problem(ckpt: str) -> str:
+    """``""`` when ``model.checkpoint`` names a directory with a ``config.json``, else the error
+    line naming the key."""
+    path = os.path.expanduser(ckpt)
+    if os.path.isfile(os.path.join(path, "config.json")):
+        return ""
+    what = "no config.json in it" if os.path.isdir(path) else "no such directory"
+    return (
+        f"config.model.checkpoint={ckpt!r}: {what} (an HF checkpoint directory: config.json, "
+        "*.safetensors and the tokenizer files)"
+    )
+
+
+def checkpoint_config(ckpt: str) -> models.QwenConfig:
+    """The architecture of the HF directory ``model.checkpoint`` (its ``config.json``); a missing
+    or unreadable ``config.json`` is a ``ConfigError`` naming the key."""
+    problem = checkpoint_problem(ckpt)
+    if problem:
+        raise ConfigError(problem)
+    path = os.path.expanduser(ckpt)
+    try:
+        return models.QwenConfig.from_hf(path)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"config.model.checkpoint={ckpt!r}: {path}/config.json: {e}") from e
 
 
 def _eval_checkpoint_config(spec: Any, tokenizer: Any) -> models.QwenConfig:

@@ -329,6 +329,8 @@ class JudgeSpec:
     def __post_init__(self):
         c = _checker("judge", self)
         c.choice("judge.kind", JUDGE_KINDS)
+        if self.kind == "http" and not self.url:
+            c.fail("judge.url", "judge.kind='http' needs the server's base URL (http://host:port)")
         c.in_range("judge.timeout_s", 0.0, low_inclusive=False)
         c.in_range("judge.workers", 1)
         c.in_range("judge.max_failures_in_a_row", 0)

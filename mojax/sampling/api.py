@@ -38,7 +38,7 @@ from mojax import distributed
 from mojax.models import layouts
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import buckets, decode
-from mojax.sampling.processors import SamplingParams
+from mojax.sampling.processors import SamplingParams, uses_stop_controls
 from mojax.sampling.state import SamplingOutput, SamplingState
 
 
@@ -77,11 +77,13 @@ def stop_controls(min_new_tokens, force_stop_at, stop_ids, max_new, p, g, rows=N
 
 
 def _controls(stop_token_ids, min_new_tokens, force_stop_at, max_new, g):
-    """``(stop_ids [B, J], min_new [B], stop_at [B])`` of a ``generate`` call (checked)."""
+    """``(stop_ids [B, J], min_new [B], stop_at [B], stop_controls)`` of a ``generate`` call
+    (checked; ``stop_controls`` is ``uses_stop_controls`` of the two arguments)."""
     p = len(max_new) // g
     stop_ids = stop_id_array(stop_token_ids, p, g)
     min_new, stop_at = stop_controls(min_new_tokens, force_stop_at, stop_ids, max_new, p, g)
-    return jnp.asarray(stop_ids), jnp.asarray(min_new), jnp.asarray(stop_at)
+    controls = uses_stop_controls(min_new_tokens, force_stop_at)
+    return jnp.asarray(stop_ids), jnp.asarray(min_new), jnp.asarray(stop_at), controls
 
 
 def stop_id_array(stop_token_ids, p: int, g: int) -> np.ndarray:
@@ -163,7 +165,6 @@ def generate(
     Returns ``SamplingOutput`` (tokens / logprobs / loss_mask [B, R], lengths [B], finish_reason
     [B], state for ``append_and_continue``).
     """
-    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
     model = _resolved(model)
     padded, lengths, max_new, g = _prompt_arrays(
         model, prompt_tokens, prompt_lengths, num_samples, max_new_tokens, min_prompt_bucket
@@ -171,9 +172,10 @@ def generate(
     r, s, caps = _sizes(
         padded.shape[1], max_new, max_response_len, max_total_len, segmented, segment_growth
     )
-    stop_ids, min_new, stop_at = _controls(
+    stop_ids, min_new, stop_at, controls = _controls(
         stop_token_ids, min_new_tokens, force_stop_at, max_new, g
     )
+    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw, controls)
     state = decode.generate_from_arrays(
         model,
         jnp.asarray(padded),
@@ -329,7 +331,8 @@ def append_and_continue(
       ValueError: bad shapes / ids, or when the cache (``max_total_len``) or the response buffer
         (``max_response_len``) cannot hold the observations plus one more token.
     """
-    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw)
+    controls = uses_stop_controls(min_new_tokens, force_stop_at)
+    params = SamplingParams(temperature, top_k, top_p, min_p, logprobs, draw, controls)
     model = _resolved(model)
     b, r, s = state.batch, state.max_response_len, state.max_total_len
     padded, obs_len, res, max_new = _append_arrays(

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.sampling import api, buckets, slots
-from mojax.sampling.processors import SamplingParams
+from mojax.sampling.processors import SamplingParams, uses_stop_controls
 from mojax.sampling.state import RUNNING, SamplingOutput
 
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "logprobs", "draw")
@@ -127,7 +127,8 @@ def _options(kwargs: dict, allowed: tuple[str, ...], call: str) -> tuple[dict, S
         raise TypeError(f"ContinuousSampler.{call}: unexpected arguments {unknown}")
     params = {k: kwargs.get(k, _SAMPLING_DEFAULTS.get(k)) for k in _SAMPLING_KEYS}
     params = {k: v for k, v in params.items() if v is not None}
-    return kwargs, SamplingParams(**params)
+    controls = uses_stop_controls(kwargs.get("min_new_tokens", 0), kwargs.get("force_stop_at", 0))
+    return kwargs, SamplingParams(**params, stop_controls=controls)
 
 
 def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, check=None):

@@ -107,7 +107,9 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
     """One token for every running row (see the module docstring)."""
     b, r = s.tokens.shape
     active = ~s.done
-    bias = stop_bias(s.stop_ids, s.num_new, s.min_new, s.stop_at, s.logits.shape[-1])
+    bias = None
+    if params.stop_controls:  # static: a call without min_new_tokens / force_stop_at skips it
+        bias = stop_bias(s.stop_ids, s.num_new, s.min_new, s.stop_at, s.logits.shape[-1])
     keys = row_keys(s.key, s.row_id, s.length)
     tok, lp = sample_step(s.logits, keys, params, bias=bias, per_row=True)
     tok = jnp.where(active, tok, s.pad_id)

@@ -43,6 +43,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 LOGPROB_MODES = ("policy", "sampling")
 DRAWS = ("gumbel", "inverse_cdf")
@@ -65,6 +66,9 @@ class SamplingParams:
         (log-prob under the processed distribution).
       draw: "gumbel" (the tokens of ``jax.random.categorical``; the default) or "inverse_cdf"
         (one uniform per row, two-level inverse CDF); see the module docstring.
+      stop_controls: whether the decode step applies ``stop_bias`` (``min_new_tokens`` /
+        ``force_stop_at``); set by the sampling calls from their arguments (``uses_stop_controls``),
+        so a call without them pays nothing for them.
     """
 
     temperature: float = 1.0
@@ -73,6 +77,7 @@ class SamplingParams:
     min_p: float = 0.0
     logprobs: str = "policy"
     draw: str = "gumbel"
+    stop_controls: bool = False
 
     def __post_init__(self):
         if not self.temperature >= 0.0:
@@ -223,16 +228,33 @@ def row_keys(key: jax.Array, rows: jax.Array, positions: jax.Array) -> jax.Array
     return jax.vmap(lambda r, i: fold(fold(key, r), i))(rows, positions)
 
 
+def uses_stop_controls(min_new_tokens, force_stop_at) -> bool:
+    """Whether a sampling call's decode needs ``stop_bias``: an argument other than the scalar 0.
+
+    Decided from the arguments' kind, not their per-row values, so every process of a multi-process
+    call (which reads only its own rows' values) compiles the same program.
+    """
+    return any(np.ndim(x) > 0 or int(x) != 0 for x in (min_new_tokens, force_stop_at))
+
+
 def stop_bias(stop_ids, num_new, min_new, stop_at, vocab: int) -> jax.Array:
     """fp32 [B, V] of 0 / ``-inf``: the row's stop ids (``stop_ids`` [B, J], -1 unused) are removed
     while ``num_new < min_new`` (transformers' ``MinNewTokensLengthLogitsProcessor``), and only its
-    first stop id is left when the next token is its ``stop_at``-th new one (``stop_at > 0``)."""
-    ids = jnp.arange(vocab, dtype=jnp.int32)[None, None, :]
-    is_stop = jnp.any((ids == stop_ids[:, :, None]) & (stop_ids[:, :, None] >= 0), axis=1)
-    first = ids[:, 0] == stop_ids[:, :1]  # [B, V]
-    force = (stop_at > 0) & (num_new + 1 >= stop_at) & (stop_ids[:, 0] >= 0)
-    banned = jnp.where(force[:, None], ~first, is_stop & (num_new < min_new)[:, None])
-    return jnp.where(banned, -jnp.inf, 0.0).astype(jnp.float32)
+    first stop id is left when the next token is its ``stop_at``-th new one (``stop_at > 0``).
+
+    The stop ids are scattered into the [B, V] bias (O(B V), not a [B, J, V] comparison).
+    """
+    b = stop_ids.shape[0]
+    rows = jnp.arange(b)[:, None]
+    valid = stop_ids >= 0
+    cols = jnp.where(valid, stop_ids, vocab)  # unused ids fall outside V and are dropped
+    early = valid & (num_new < min_new)[:, None]  # [B, J]
+    bias = jnp.zeros((b, vocab), jnp.float32)
+    bias = bias.at[rows, cols].min(jnp.where(early, -jnp.inf, 0.0), mode="drop")
+    force = (stop_at > 0) & (num_new + 1 >= stop_at) & valid[:, 0]
+    only_first = jnp.full((b, vocab), -jnp.inf, jnp.float32)
+    only_first = only_first.at[jnp.arange(b), cols[:, 0]].set(0.0, mode="drop")
+    return jnp.where(force[:, None], only_first, bias)
 
 
 def sample_step(

@@ -1,7 +1,8 @@
 """Bad input is one clear error naming the key or the file, before anything is compiled: optimizer
-values that cannot train, a negative seed, a missing or non-UTF-8 data file, and a model checkpoint
-fed a vocabulary built for another run. Through ``python -m mojax.main`` where the behaviour is the
-command line's (exit code 2, no traceback)."""
+values that cannot train, a negative seed, a missing or non-UTF-8 data file (or none for a task
+that reads files), a model checkpoint without its config.json (training and dry run), and a model
+checkpoint fed a vocabulary built for another run. Through ``python -m mojax.main`` where the
+behaviour is the command line's (exit code 2, no traceback)."""
 
 import json
 import os
@@ -86,6 +87,13 @@ def test_cli_missing_train_path_exits_2_naming_the_key(tmp_path):
     assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()
 
 
+def test_cli_file_backed_task_without_train_path_exits_2_naming_the_key(tmp_path):
+    p = _cli(tmp_path / "w", "--config=configs/saw.py:task=toolrl")
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "config.task.train_path: none given; task 'toolrl'" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()
+
+
 def test_two_processes_stop_together_at_once_on_a_missing_train_path(tmp_path):
     """Both processes of a 2-process job (no launcher that kills the others) exit 2 within seconds
     of each other, each naming the key."""
@@ -135,6 +143,22 @@ def test_cli_checkpoint_with_the_self_built_tokenizer_exits_2_naming_both_keys(t
     assert p.returncode == 2, p.stdout + p.stderr
     assert "config.tokenizer.path: 'build'" in p.stderr and "config.model.checkpoint=" in p.stderr
     assert "--config.tokenizer.path=''" in p.stderr and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize(
+    "what, flags",
+    [("no such directory", ()), ("no config.json in it", ("--config.dry_run=true",))],
+)
+def test_cli_checkpoint_without_config_json_exits_2_naming_the_key(tmp_path, what, flags):
+    ckpt = tmp_path / "ckpt"
+    if what != "no such directory":
+        ckpt.mkdir()  # e.g. a parent folder of the HF directory
+    p = _cli(
+        tmp_path / "w", f"--config=configs/grpo.py:model=qwen2.5-0.5b,checkpoint={ckpt}", *flags
+    )
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"config.model.checkpoint={str(ckpt)!r}: {what}" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "w").exists()
 
 
 def test_cli_non_utf8_data_file_names_the_file_and_the_byte_offset(tmp_path):

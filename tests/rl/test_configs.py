@@ -53,6 +53,19 @@ def test_unknown_arg_is_rejected_naming_it():
         load(REPO / "configs" / "grpo.py", "modle=tiny")
 
 
+@pytest.mark.parametrize(
+    ("name", "arg"),
+    [
+        ("saw", "paper=true"),
+        ("awpo", "paper=true,task=calculator"),
+        ("vpo", "paper=true,task=bandit"),
+    ],
+)
+def test_paper_recipe_on_another_task_is_refused_naming_the_task(name, arg):
+    with pytest.raises(ValueError, match=r"paper=true is .* task="):
+        load(REPO / "configs" / f"{name}.py", arg)
+
+
 BAD = [  # (config, arg, overrides, the key the error must name) — issue 14's list
     ("grpo", None, {"rollout.num_samples": 1}, "config.rollout.num_samples"),
     ("grpo", None, {"rollout.draw": "multinomial"}, "config.rollout.draw"),
@@ -62,6 +75,7 @@ BAD = [  # (config, arg, overrides, the key the error must name) — issue 14's 
     ("paretopo", None, {"mesh.tensor": 3}, "config.mesh"),
     ("grpo", None, {"sft.think_rate": 1.5}, "config.sft.think_rate"),
     ("awpo", None, {"sft.think_rate": 0.5}, "config.sft.think_rate"),  # no plans off the calculator
+    ("awpo", None, {"judge.kind": "http"}, "config.judge.url"),  # a served judge needs its URL
 ]
 
 

@@ -140,6 +140,8 @@ def grpo_run(workdir: str, mesh_shape, sft_steps: int, steps: int) -> dict:
     trainer.run(c, workdir)
 
     def read(name):
+        if not os.path.exists(os.path.join(workdir, name)):  # steps=0 may write no RL metrics
+            return []
         with open(os.path.join(workdir, name)) as f:
             return [json.loads(line) for line in f]
 
@@ -207,22 +209,23 @@ def test_default_grpo_matches_one_device(tmp_path):
 @pytest.mark.slow
 def test_default_grpo_with_its_full_warm_start_finishes_on_8_devices(tmp_path):
     """The whole default SFT warm start (500 steps, the abort of issue 12 was within it) and RL steps
-    on (2, 2, 2). Against one device: the same losses (1e-4) for the first 20 SFT steps; after
-    that the two runs drift apart by round-off amplified by training (see
-    ``test_default_grpo_matches_one_device``), so later steps are compared only in trend."""
-    sft_steps, steps = 500, 2
+    on (2, 2, 2). Against one device: the same losses (1e-4) for the first 20 SFT steps (the
+    1-device reference runs only those: they lie in the 20-step linear warm-up, whose learning
+    rates do not depend on the schedule's length); after that runs on different meshes drift apart by
+    round-off amplified by training (see ``test_default_grpo_matches_one_device``), so the 500
+    steps are checked for learning: the last tenth's mean loss against the first step's."""
+    sft_steps, steps, compared = 500, 2, 20
     eight = run_with_devices(
         grpo_run, str(tmp_path / "8"), (2, 2, 2), sft_steps, steps, devices=8, timeout=2400
     )
     one = run_with_devices(
-        grpo_run, str(tmp_path / "1"), (1, 1, 1), sft_steps, steps, devices=1, timeout=2400
+        grpo_run, str(tmp_path / "1"), (1, 1, 1), compared, 0, devices=1, timeout=2400
     )
     assert [r["step"] for r in eight["rl"]] == list(range(steps + 1))
     assert "loss" in eight["rl"][-1] and np.isfinite(eight["rl"][-1]["loss"])
     sft8 = np.asarray([r["sft/loss"] for r in eight["sft"]])
     sft1 = np.asarray([r["sft/loss"] for r in one["sft"]])
-    assert len(sft8) == len(sft1) and np.all(np.isfinite(sft8))
-    np.testing.assert_allclose(sft8[:20], sft1[:20], atol=1e-4, rtol=0)
-    # both warm starts learned the demonstrations (the last tenth's mean loss, vs the first step)
-    tail8, tail1 = sft8[-len(sft8) // 10 :].mean(), sft1[-len(sft1) // 10 :].mean()
-    assert tail8 < 0.5 * sft8[0] and tail1 < 0.5 * sft1[0], (sft8[0], tail8, tail1)
+    assert len(sft8) == sft_steps and len(sft1) == compared and np.all(np.isfinite(sft8))
+    np.testing.assert_allclose(sft8[:compared], sft1, atol=1e-4, rtol=0)
+    tail8 = sft8[-len(sft8) // 10 :].mean()
+    assert tail8 < 0.5 * sft8[0], (sft8[0], tail8)

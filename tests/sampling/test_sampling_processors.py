@@ -125,3 +125,35 @@ def test_generate_first_token_frequencies_match_model_distribution(kw):
     counts = np.bincount(first, minlength=model.config.vocab_size)
     assert chi_square_pvalue(counts, probs) > ALPHA
     assert len(np.unique(first)) > 3  # the G samples are not copies of each other
+
+
+def test_stop_bias_equals_a_loop_over_rows_and_stop_ids():
+    """``stop_bias`` against a loop written from its definition: stop ids removed while
+    ``num_new < min_new``; only the first stop id left at the ``stop_at``-th new token; unused ids
+    (-1) and repeated ids included."""
+    from mojax.sampling.processors import stop_bias
+
+    v = 11
+    stop_ids = np.array([[3, 7], [5, -1], [2, 2], [-1, -1], [9, 0], [4, 6]], np.int32)
+    num_new = np.array([0, 4, 1, 2, 3, 0], np.int32)
+    min_new = np.array([2, 2, 5, 9, 0, 0], np.int32)
+    stop_at = np.array([0, 5, 0, 3, 4, 0], np.int32)
+    want = np.zeros((6, v), np.float32)
+    for b in range(6):
+        ids = [int(i) for i in stop_ids[b] if i >= 0]
+        if stop_at[b] > 0 and num_new[b] + 1 >= stop_at[b] and stop_ids[b, 0] >= 0:
+            want[b] = -np.inf
+            want[b, stop_ids[b, 0]] = 0.0
+        elif num_new[b] < min_new[b]:
+            want[b, ids] = -np.inf
+    got = stop_bias(*map(jnp.asarray, (stop_ids, num_new, min_new, stop_at)), v)
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize(
+    "min_new, stop_at, want",
+    [(0, 0, False), (2, 0, True), (0, 3, True), (np.zeros(4, np.int32), 0, True)],
+)
+def test_stop_controls_are_compiled_in_only_when_an_argument_asks(min_new, stop_at, want):
+    # decided by the argument's kind, so processes that read other rows compile the same program
+    assert ms.processors.uses_stop_controls(min_new, stop_at) is want
