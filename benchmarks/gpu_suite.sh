@@ -69,3 +69,12 @@ step rollout_tail "${ROLLOUT_S:-240}" $PY benchmarks/rollout_tail.py --variant q
   --prompts 16 --samples 4 --slots 16 --mean_len 32 --max_len 256
 cat "$OUT/rollout_tail.log"
 fi
+# PARTS=paged: the continuous sampler's dense KV cache against the paged one (gather path and the
+# Pallas GPU paged-attention kernel), after the kernel against a reference on the GPU
+if [ "$PARTS" = paged ]; then
+step paged_kernel 120 $PY benchmarks/paged_cache.py --kernel_check --page_size 16
+step paged_cache "${PAGED_S:-480}" $PY benchmarks/paged_cache.py --variant qwen2.5-0.5b \
+  --dtype bfloat16 --prompts 16 --samples 4 --slots 16 --mean_len 32 --max_len 256 \
+  --page_size 16 --num_pages 160 --impls gather,pallas_gpu
+cat "$OUT/paged_kernel.log" "$OUT/paged_cache.log"
+fi

@@ -150,6 +150,9 @@ def _rollout() -> ml_collections.ConfigDict:
         staleness=0,
         engine="static",
         slots=16,
+        kv_cache="dense",
+        page_size=16,
+        num_pages=0,
     )
 
 

@@ -18,9 +18,10 @@ import numpy as np
 
 from mojax.models import attention as attention_lib
 from mojax.models import cache as cache_lib
-from mojax.models import layer_cache, layouts
+from mojax.models import layer_cache, layouts, paged_attention
 from mojax.models import lora as lora_lib
 from mojax.models.config import QwenConfig
+from mojax.models.paged_cache import PagedKVCache
 
 _NEG = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) softmax
 
@@ -360,6 +361,14 @@ class Attention(nn.Module):
         lay = layouts.of(cfg)
         one = lay.one_query_reduce
         b, t = x.shape[:2]
+        if isinstance(kv, PagedKVCache):  # q_idx: positions; k_valid: lengths after the write
+            major = lay.decode_per_layer
+            out, kv = paged_attention.paged_layer(
+                q, kk, vv, kv, layer, write_idx, q_idx, k_valid, impl=lay.paged_attention,
+                attend_fn=functools.partial(attend_layer_major if major else attend, one_query=one),
+                layer_major=major, dtype=cfg.jnp_dtype,
+            )  # fmt: skip
+            return self._out(out), kv
         fresh = kv is None or (not isinstance(kv[0], tuple) and kv[0].shape[2] == t)
         if lay.attention != "reference" and fresh:  # the chunk over itself, no T x T scores
             return self._fused(q, kk, vv, k_valid, write_idx, kv, layer, lay.attention)

@@ -40,6 +40,10 @@ class Layouts:
         (``jax.nn.dot_product_attention``'s cuDNN flash kernel), ``"splash"`` (Pallas splash
         attention) or ``"xla"`` (the XLA implementation of that call); see
         ``mojax.models.attention``.
+      paged_attention: how a cached chunk attends over a ``PagedKVCache``: ``"gather"`` (the
+        row's pages gathered, then the cache attention above), ``"pallas_gpu"`` or
+        ``"pallas_tpu"`` (JAX's Pallas paged-attention kernels for a decode step); see
+        ``mojax.models.paged_attention``.
     """
 
     one_query_reduce: bool = False
@@ -48,9 +52,13 @@ class Layouts:
     decode_per_layer: bool = False
     learner_unrolled: bool = False
     attention: str = "reference"
+    paged_attention: str = "gather"
 
     def __post_init__(self):
         from mojax.models.attention import IMPLS
+        from mojax.models.paged_attention import check_impl
+
+        check_impl(self.paged_attention)
 
         if self.attention not in IMPLS:
             raise ValueError(f"Layouts.attention={self.attention!r} is not one of {IMPLS}")
@@ -64,8 +72,8 @@ class Layouts:
 
 PORTABLE = Layouts()
 CPU = Layouts(one_query_reduce=True, causal_block=32, decode_per_layer=True, learner_unrolled=True)
-GPU = Layouts(attention="cudnn", decode_per_layer=True)
-TPU = Layouts(attention="splash")
+GPU = Layouts(attention="cudnn", decode_per_layer=True, paged_attention="pallas_gpu")
+TPU = Layouts(attention="splash", paged_attention="pallas_tpu")
 
 
 def for_backend(backend: str | None = None) -> Layouts:

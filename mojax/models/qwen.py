@@ -18,9 +18,11 @@ import jax
 import jax.numpy as jnp
 
 from mojax.models import cache as cache_lib
+from mojax.models import paged_cache
 from mojax.models.config import QwenConfig
 from mojax.models.layer_cache import LayerKVCache
 from mojax.models.layers import DecoderLayer, RMSNorm, constrain
+from mojax.models.paged_cache import PagedKVCache
 
 #: Logical axis name -> mesh axes, for a mesh with axes ("data", "fsdp", "tensor"). Rules are
 #: applied in order and a mesh axis is used once per array, so activations' "embed" stays unsharded
@@ -63,7 +65,7 @@ class Qwen(nn.Module):
         ``cache.num_valid + cumsum(mask) - 1`` (cached), clipped at 0 for padding.
       attention_mask: [B, T], 1/True for real tokens, 0 for padding (left, right or inside a chunk);
         default all ones.
-      cache: a ``KVCache``; when given, the chunk is written at each row's ``end`` and attends over
+      cache: a ``KVCache`` (or a ``PagedKVCache``, ``mojax.models.paged_cache``); when given, the chunk is written at each row's ``end`` and attends over
         the cache (see ``mojax.models.cache``). With unrolled layers it may also be a
         ``LayerKVCache`` (the CPU decode layout, ``mojax.models.layer_cache``); the updated cache
         comes back in the layout it came in.
@@ -146,6 +148,12 @@ class Qwen(nn.Module):
             k_valid, write_idx, kv = mask, None, None
             if segment_ids is not None:  # int32 ids, 0 on padding: no attention across segments
                 k_valid = jnp.where(mask, segment_ids.astype(jnp.int32), 0)
+        elif isinstance(cache, PagedKVCache):  # real tokens packed per row (paged_cache)
+            if positions is None:
+                positions = jnp.maximum(cache.lengths[:, None] + counts - 1, 0)
+            q_idx = paged_cache.token_positions(cache, mask)
+            write_idx = paged_cache.physical_pages(cache, q_idx, mask)
+            k_valid, kv = cache.lengths + counts[:, -1], cache
         else:
             if positions is None:
                 positions = jnp.maximum(cache.num_valid[:, None] + counts - 1, 0)
@@ -166,6 +174,8 @@ class Qwen(nn.Module):
         out = x if return_hidden else self.logits(x)
         if cache is None:
             return out
+        if isinstance(cache, PagedKVCache):
+            return out, kv.replace(lengths=k_valid, end=cache.end + t)
         new_cache = cache.replace(k=kv[0], v=kv[1], slot_mask=k_valid, end=cache.end + t)
         return out, new_cache
 

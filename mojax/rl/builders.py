@@ -133,8 +133,8 @@ def method_kwargs(advantage: Any, task: Task) -> dict[str, Any]:
 
 def build_sampler(spec: Any, model_config, mesh, rules):
     """The rollout's sampler (``rollout.engine``): the static in-graph sampler on ``mesh``, or the
-    continuous-batching sampler (``rollout.slots`` slots), which runs on one device of one
-    process."""
+    continuous-batching sampler (``rollout.slots`` slots, a dense or paged KV cache:
+    ``rollout.kv_cache``), which runs on one device of one process."""
     if spec.rollout.engine != "continuous":
         return InGraphSampler(model_config, mesh=mesh, rules=rules)
     devices = 1 if mesh is None else mesh.devices.size
@@ -143,7 +143,14 @@ def build_sampler(spec: Any, model_config, mesh, rules):
             "config.rollout.engine='continuous' runs on one device of one process; this run has "
             f"{devices} devices in its mesh and {jax.process_count()} processes (use 'static')"
         )
-    return ContinuousSampler(model_config, slots=spec.rollout.slots)
+    r = spec.rollout
+    return ContinuousSampler(
+        model_config,
+        slots=r.slots,
+        kv_cache=r.kv_cache,
+        page_size=r.page_size,
+        num_pages=r.num_pages,
+    )
 
 
 def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:

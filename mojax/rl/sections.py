@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from mojax import models, pareto
 from mojax.config import Checker, option
+from mojax.sampling.continuous import KV_CACHES
 from mojax.sampling.processors import DRAWS
 
 DTYPES = ("float32", "bfloat16", "float16")
@@ -154,6 +155,15 @@ class RolloutSpec:
         '"continuous" (rollout.slots decode slots refilled as rows end; one device)',
     )
     slots: int = option(16, help="decode slots of the continuous engine (its KV cache rows)")
+    kv_cache: str = option(
+        "dense",
+        help='the continuous engine\'s KV cache: "dense" (slots x max length) | "paged" (a pool '
+        "of rollout.num_pages pages that rows take as they grow; mojax.models.paged_cache)",
+    )
+    page_size: int = option(16, help="tokens per page of the paged KV cache")
+    num_pages: int = option(
+        0, help="pages in the paged KV cache's pool (0 = as many as the dense cache holds)"
+    )
 
     def __post_init__(self):
         c = _checker("rollout", self)
@@ -178,6 +188,22 @@ class RolloutSpec:
         c.in_range("rollout.decode_segment", 0)
         c.choice("rollout.engine", ENGINES)
         c.in_range("rollout.slots", 1)
+        c.choice("rollout.kv_cache", KV_CACHES)
+        c.in_range("rollout.page_size", 1)
+        c.in_range("rollout.num_pages", 0)
+        c.require(
+            self.kv_cache != "paged" or self.engine == "continuous",
+            "rollout.kv_cache",
+            "'paged' needs rollout.engine='continuous' (the static engine keeps a dense cache)",
+        )
+        row = self.max_prompt_len + self.max_response_len  # a row's most tokens (0: measured)
+        c.require(
+            self.kv_cache != "paged" or not self.num_pages or not self.max_prompt_len
+            or self.num_pages * self.page_size >= row,
+            "rollout.num_pages",
+            f"{self.num_pages} pages of rollout.page_size={self.page_size} tokens cannot hold one "
+            f"row of rollout.max_prompt_len + rollout.max_response_len = {row} tokens",
+        )  # fmt: skip
         if self.max_refill_rounds < 0:
             c.fail("dapo.max_refill_rounds", f"{self.max_refill_rounds} is out of range [0, inf)")
         c.raise_if_any()

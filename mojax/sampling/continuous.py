@@ -24,8 +24,14 @@ for different row counts (a one-row product takes another kernel than a two-row 
 resumed row's context is one prefill here where the static sampler appends it chunk by chunk; a
 draw whose two best candidates tie within that rounding could then differ.
 
-Memory: the slot cache is N x C (``max_total_len``) slots, plus the P x Tb prompt prefill of a call
-and the prefill chunk of the rows placed at a segment boundary.
+Memory: the slot cache is N x C (``max_total_len``) slots (``kv_cache="dense"``), plus the P x Tb
+prompt prefill of a call and the prefill chunk of the rows placed at a segment boundary. With
+``kv_cache="paged"`` the slots share a pool of ``num_pages`` pages of ``page_size`` tokens
+(``mojax.models.paged_cache``): a running row owns the pages of its live tokens plus one segment
+(at most ``segment_tokens`` steps, default one page's worth) and returns them when it ends; a
+queued row enters when the free pages hold its context plus one segment, and when the running
+rows outgrow the pool the newest ones are preempted and requeued (``mojax.sampling.pages``), so
+the pool can be smaller than N x C.
 
 One process, no mesh: ``row_sharding`` is None and a mesh raises (the host loop reads every row).
 
@@ -42,10 +48,14 @@ from mojax import distributed
 from mojax.models import layouts as layouts_lib
 from mojax.models.qwen import QwenModel, unstack_layers
 from mojax.sampling import continuous_rows, slots
+from mojax.sampling import pages as pages_lib
 from mojax.sampling.continuous_rows import ContinuousState, Work
 from mojax.sampling.processors import SamplingParams
 
+#: ``kv_cache`` values: N x C dense slots, or a page pool (``mojax.models.paged_cache``).
+KV_CACHES = ("dense", "paged")
 _ROW_FIELDS = ("tokens", "logprobs", "sampled", "length", "finish_reason")
+_PREEMPT_FIELDS = ("tokens", "logprobs", "sampled", "length", "num_new")
 
 
 class ContinuousSampler:
@@ -54,15 +64,29 @@ class ContinuousSampler:
     Args:
       config: the policy's ``QwenConfig`` (layouts resolved here).
       params: the initial weights (or None until ``update_weights``).
-      slots: N, decode slots (the cache holds N x ``max_total_len`` slots).
-      segment_tokens: most decode steps per segment (0: no limit; a segment still ends when a slot
-        frees while rows wait).
+      slots: N, decode slots (the dense cache holds N x ``max_total_len`` slots).
+      segment_tokens: most decode steps per segment (0: no limit, one page's worth with a paged
+        cache; a segment still ends when a slot frees while rows wait).
       mesh: must be None (one process, one device group).
+      kv_cache: ``"dense"`` or ``"paged"`` (module docstring).
+      page_size: tokens per page of a paged cache.
+      num_pages: pages in a paged cache's pool (0: N x ceil(C / page_size), the dense capacity).
     """
 
     row_sharding = None
 
-    def __init__(self, config, params=None, *, slots: int, segment_tokens: int = 0, mesh=None):
+    def __init__(
+        self,
+        config,
+        params=None,
+        *,
+        slots: int,
+        segment_tokens: int = 0,
+        mesh=None,
+        kv_cache: str = "dense",
+        page_size: int = 16,
+        num_pages: int = 0,
+    ):
         if mesh is not None or distributed.process_count() > 1:
             raise ValueError(
                 "ContinuousSampler runs on one process without a mesh "
@@ -72,16 +96,24 @@ class ContinuousSampler:
             raise ValueError(
                 f"slots must be >= 1, segment_tokens >= 0; got {slots}, {segment_tokens}"
             )
+        if kv_cache not in KV_CACHES or int(page_size) < 1 or int(num_pages) < 0:
+            raise ValueError(
+                f"kv_cache must be one of {KV_CACHES}, page_size >= 1, num_pages >= 0; got "
+                f"{kv_cache!r}, {page_size}, {num_pages}"
+            )
         self.config = layouts_lib.resolve(config)
         self.num_slots, self.segment_tokens = int(slots), int(segment_tokens)
+        self.kv_cache, self.page_size, self.num_pages = kv_cache, int(page_size), int(num_pages)
+        self.pages: pages_lib.PagedSlots | None = None  # the last call's pages (its log)
         self.model = self.decode_model = None
         if params is not None:
             self.update_weights(params)
 
     @classmethod
-    def of(cls, model: QwenModel, *, slots: int, segment_tokens: int = 0) -> ContinuousSampler:
-        """A sampler over an existing model (its class kept: a subclass's forward is used)."""
-        sampler = cls(model.config, slots=slots, segment_tokens=segment_tokens)
+    def of(cls, model: QwenModel, *, slots: int, **kwargs) -> ContinuousSampler:
+        """A sampler over an existing model (its class kept: a subclass's forward is used);
+        ``kwargs``: the constructor's keywords."""
+        sampler = cls(model.config, slots=slots, **kwargs)
         sampler._set_model(model.replace(config=sampler.config))
         return sampler
 
@@ -106,7 +138,7 @@ class ContinuousSampler:
         """``mojax.sampling.generate`` (same arguments and output) over the slots."""
         self._check_model()
         state, work, params, caps = continuous_rows.start(
-            self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs
+            self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, self._check
         )
         self._run(state, work, params, caps)
         return state.output()
@@ -124,12 +156,16 @@ class ContinuousSampler:
     def _run(self, state: ContinuousState, work: Work, params: SamplingParams, caps) -> None:
         """Places, decodes and harvests until every queued row is done (module docstring)."""
         r, c, j = state.tokens.shape[1], state.max_total_len, state.stop_ids.shape[1]
-        s = slots.empty_slots(self.model, self.num_slots, r, c, j, state.cache_dtype)
+        pages, steps = self._pages(state, work), self.segment_tokens or np.iinfo(np.int32).max
+        layout = None if pages is None else (pages.pool.num_pages, self.page_size)
+        s = slots.empty_slots(self.model, self.num_slots, r, c, j, state.cache_dtype, layout)
         held = np.full((self.num_slots,), -1, np.int64)  # the row each slot holds
         ends = np.zeros((self.num_slots,), np.int64)
-        budget = jnp.asarray(self.segment_tokens or np.iinfo(np.int32).max, jnp.int32)
+        budget = jnp.asarray(steps if pages is None else pages.budget, jnp.int32)
         while work.queue or (held >= 0).any():
-            s = continuous_rows.admit(self.model, s, state, work, held, ends)
+            s = continuous_rows.admit(self.model, s, state, work, held, ends, pages)
+            if pages is not None:
+                s = pages.upload(self._preempt(s, state, work, held, pages.before_segment(s, held)))
             running = held >= 0
             top = ends[running].max() if running.any() else 0
             cap = next((x for x in caps if x > top), c)
@@ -143,17 +179,58 @@ class ContinuousSampler:
                 cap=min(cap, c),
             )
             ends = np.asarray(s.cache.end).astype(np.int64)
-            self._harvest(s, state, held)
+            freed = self._harvest(s, state, held)
+            if pages is not None:
+                pages.release(freed)
+
+    def _check(self, state: ContinuousState, work: Work) -> None:
+        """A paged cache: one clear error when a queued row cannot fit the pool."""
+        if self.kv_cache == "paged":
+            self._pages(state, work)
+
+    def _pages(self, state: ContinuousState, work: Work) -> pages_lib.PagedSlots | None:
+        """The call's page pool (a paged cache), checked against the queued rows; None (dense).
+
+        ``num_pages`` 0 sizes the pool as the dense cache (slots x ceil(C / page size)); a segment
+        runs at most ``segment_tokens`` steps (0: one page's worth)."""
+        if self.kv_cache != "paged":
+            return None
+        c = state.max_total_len
+        per_slot = -(-c // self.page_size)
+        num_pages = self.num_pages or self.num_slots * per_slot
+        pool = pages_lib.PagePool(num_pages, self.page_size, self.num_slots, c)
+        self.pages = pages_lib.PagedSlots(pool, self.segment_tokens or self.page_size, c)
+        self.pages.check(state, work)
+        return self.pages
 
     @staticmethod
-    def _harvest(s, state: ContinuousState, held: np.ndarray) -> None:
-        """Moves the finished rows out of their slots into ``state`` (one fetch of the buffers)."""
+    def _preempt(s, state: ContinuousState, work: Work, held: np.ndarray, out: np.ndarray):
+        """Moves the rows of the preempted slots ``out`` (their pages already released) back to
+        the front of the queue with their buffers so far; the slots are marked done."""
+        if not out.size:
+            return s
+        fields = {name: np.asarray(getattr(s, name)) for name in _PREEMPT_FIELDS}
+        rows = sorted(int(held[slot]) for slot in out)
+        for slot in out:
+            row = held[slot]
+            for name in _ROW_FIELDS[:4]:
+                getattr(state, name)[row] = fields[name][slot]
+            work.preempted[int(row)] = int(fields["num_new"][slot])
+            held[slot] = -1
+        work.queue[:0] = rows
+        return s.replace(done=s.done.at[jnp.asarray(out)].set(True))
+
+    @staticmethod
+    def _harvest(s, state: ContinuousState, held: np.ndarray) -> np.ndarray:
+        """Moves the finished rows out of their slots into ``state`` (one fetch of the buffers);
+        returns the slots it freed."""
         done = np.asarray(s.done) & (held >= 0)
         if not done.any():
-            return
+            return np.zeros((0,), np.int64)
         fields = {name: np.asarray(getattr(s, name)) for name in _ROW_FIELDS}
         for slot in np.flatnonzero(done):
             row = held[slot]
             for name, value in fields.items():
                 getattr(state, name)[row] = value[slot]
             held[slot] = -1
+        return np.flatnonzero(done)

@@ -109,6 +109,8 @@ class Work:
 
     ``prompt_prefill``: the P prompts' ``(logits [P, V], cache [P, Tb])`` for first-turn rows;
     None on resumption (each row is prefilled from its context when it is placed).
+    ``preempted``: row -> tokens it sampled in this call before a paged cache preempted it
+    (``mojax.sampling.pages``); placed again, it is prefilled from its context and goes on.
     """
 
     queue: list[int]
@@ -116,6 +118,7 @@ class Work:
     min_new: np.ndarray
     stop_at: np.ndarray
     prompt_prefill: tuple | None
+    preempted: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _options(kwargs: dict, allowed: tuple[str, ...], call: str) -> tuple[dict, SamplingParams]:
@@ -128,8 +131,9 @@ def _options(kwargs: dict, allowed: tuple[str, ...], call: str) -> tuple[dict, S
     return kwargs, SamplingParams(**params, stop_controls=controls)
 
 
-def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs):
-    """``(state, work, params, caps)`` of a ``generate`` call (module docstring)."""
+def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, check=None):
+    """``(state, work, params, caps)`` of a ``generate`` call (module docstring); ``check(state,
+    work)`` runs on the queued rows before the prompts are prefilled."""
     kw, params = _options(kwargs, _GENERATE_KEYS, "generate")
     padded, lengths, max_new, g = api._prompt_arrays(
         model,
@@ -151,10 +155,6 @@ def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs):
     )
     dtype = kw.get("cache_dtype")
     dtype = None if dtype is None else jnp.dtype(dtype).name
-    mask = jnp.arange(tb)[None, :] < jnp.asarray(lengths)[:, None]
-    prefill = slots.prefill(
-        model, jnp.asarray(padded), mask, jnp.asarray(lengths - 1), cache_dtype=dtype
-    )
     pad_id = int(kw.get("pad_id", 0))
     state = ContinuousState(
         tokens=np.full((b, r), pad_id, np.int32),
@@ -171,7 +171,13 @@ def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs):
         max_total_len=c,
         cache_dtype=dtype,
     )
-    work = Work(list(range(b)), max_new, min_new, stop_at, prefill)
+    work = Work(list(range(b)), max_new, min_new, stop_at, None)
+    if check is not None:
+        check(state, work)  # before anything compiles
+    mask = jnp.arange(tb)[None, :] < jnp.asarray(lengths)[:, None]
+    work.prompt_prefill = slots.prefill(
+        model, jnp.asarray(padded), mask, jnp.asarray(lengths - 1), cache_dtype=dtype
+    )
     return state, work, params, _caps(kw, tb, c)
 
 
@@ -244,18 +250,38 @@ def _context_prefill(model, state: ContinuousState, rows: np.ndarray):
     return logits, cache, w
 
 
-def admit(model, s, state: ContinuousState, work: Work, held: np.ndarray, ends: np.ndarray):
-    """Places queued rows in the free slots of ``s`` (updates ``held``, ``ends``, ``work.queue``)."""
+def admit(
+    model, s, state: ContinuousState, work: Work, held: np.ndarray, ends: np.ndarray, pages=None
+):
+    """Places queued rows in the free slots of ``s`` (updates ``held``, ``ends``, ``work.queue``).
+
+    ``pages`` (a paged cache, ``mojax.sampling.pages.PagedSlots``): only the leading queued
+    rows whose pages the pool holds enter; the rest wait, in order. Preempted rows
+    (``work.preempted``) enter from a prefill of their context with their sampled count."""
     free = np.flatnonzero(held < 0)
     take = np.asarray(work.queue[: len(free)], np.int64)
+    if pages is not None:
+        take = take[: pages.admit(take, free, state, work, s, held)]
+        s = pages.upload(s)
     if not take.size:
         return s
     del work.queue[: take.size]
+    dest = free[: take.size]
+    again = np.asarray([int(row) in work.preempted for row in take])
+    for group in (~again, again):
+        if group.any():
+            s = _place(model, s, state, work, take[group], dest[group], held, ends)
+    return s
+
+
+def _place(model, s, state: ContinuousState, work: Work, take, dest_slots, held, ends):
+    """Places rows ``take`` (all first-turn, all resumed, or all preempted) in ``dest_slots``."""
     n = buckets.next_power_of_two(take.size)  # placements of up to n rows share one program
     dest = np.full((n,), held.shape[0], np.int32)  # slot N: dropped
-    dest[: take.size] = free[: take.size]
+    dest[: take.size] = dest_slots
     rows = np.concatenate([take, np.full((n - take.size,), take[0], np.int64)])
-    if work.prompt_prefill is not None:
+    again = int(take[0]) in work.preempted
+    if work.prompt_prefill is not None and not again:
         logits, cache = work.prompt_prefill
         src, width = rows // state.num_samples, state.prompts.shape[1]
     else:
@@ -273,6 +299,10 @@ def admit(model, s, state: ContinuousState, work: Work, held: np.ndarray, ends: 
         prompt_lengths=state.prompt_lengths[rows],
         row_id=rows.astype(np.int32),
     )
+    if again:
+        fields["num_new"] = np.asarray([work.preempted[int(r)] for r in rows], np.int32)
+        for row in take:
+            del work.preempted[int(row)]
     s = slots.place(
         s,
         cache,
@@ -281,6 +311,6 @@ def admit(model, s, state: ContinuousState, work: Work, held: np.ndarray, ends: 
         jnp.asarray(dest),
         {k: jnp.asarray(v) for k, v in fields.items()},
     )
-    held[free[: take.size]] = take
-    ends[free[: take.size]] = width
+    held[dest_slots] = take
+    ends[dest_slots] = width
     return s

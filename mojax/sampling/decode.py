@@ -38,6 +38,7 @@ from mojax.models.layer_cache import (
     to_layer_major,
     to_stacked,
 )
+from mojax.models.paged_cache import PagedKVCache
 from mojax.models.qwen import Qwen, QwenModel, unstack_layers
 from mojax.sampling import state as state_lib
 from mojax.sampling.processors import SamplingParams, row_keys, sample_step, stop_bias
@@ -56,7 +57,10 @@ def _mesh_context(mesh):
 
 
 def _constrain_cache(cache: KVCache | LayerKVCache) -> KVCache | LayerKVCache:
-    """Batch on ("data", "fsdp"), kv heads on "tensor" (no-op outside a mesh + rules context)."""
+    """Batch on ("data", "fsdp"), kv heads on "tensor" (no-op outside a mesh + rules context; a
+    ``PagedKVCache``, which runs without a mesh, is returned as is)."""
+    if isinstance(cache, PagedKVCache):
+        return cache
     if isinstance(cache, LayerKVCache):
         axes = LAYER_CACHE_LOGICAL_AXES
         return LayerKVCache(

@@ -5,7 +5,9 @@ The slot state is a ``SamplingState`` of N slots (``row_id`` -1 on an empty slot
 ``done``). Its cache stays in the decode layout (``LayerKVCache`` under
 ``Layouts.decode_per_layer``, else the stacked ``KVCache``) between segments; each slot writes at
 its own ``cache.end`` (the model's cached call writes row ``b`` at ``end[b]``), so a slot holds one
-row from its prefill to its end, whatever the other slots do.
+row from its prefill to its end, whatever the other slots do. With a ``PagedKVCache``
+(``mojax.models.paged_cache``) a slot's tokens live in the pool pages its page table names, which
+the host allocator (``mojax.sampling.pages``) sets at each segment boundary.
 
 * ``prefill``: a cached forward of right-padded chunks (the prompts, or a resumed row's whole
   context) on a fresh cache of the chunk's width: the next-token logits and the chunk's cache.
@@ -29,7 +31,8 @@ import jax.numpy as jnp
 
 from mojax.models import layouts
 from mojax.models.cache import KVCache, init_cache
-from mojax.models.layer_cache import LayerKVCache, to_layer_major
+from mojax.models.layer_cache import LayerKVCache, to_layer_major, to_stacked
+from mojax.models.paged_cache import PagedKVCache, init_paged_cache, place_rows
 from mojax.sampling import state as state_lib
 from mojax.sampling.decode import _decode_step, _forward
 from mojax.sampling.processors import SamplingParams
@@ -48,15 +51,25 @@ def prefill(model, tokens, mask, last_index, *, cache_dtype=None):
     return logits, cache
 
 
-def empty_slots(model, n: int, r: int, c: int, j: int, cache_dtype=None) -> SamplingState:
+def empty_slots(
+    model, n: int, r: int, c: int, j: int, cache_dtype=None, pages=None
+) -> SamplingState:
     """N empty slots (all ``done``, ``row_id`` -1). Slot 0 of each cache row is marked valid (zero
-    keys and values) so an empty slot's attention is finite; ``place`` overwrites the row."""
-    cache = init_cache(model.config, n, c, cache_dtype)
-    cache = cache.replace(
-        slot_mask=cache.slot_mask.at[:, 0].set(True), end=jnp.ones((n,), jnp.int32)
-    )
-    if layouts.of(model.config).decode_per_layer:
-        cache = to_layer_major(cache)
+    keys and values) so an empty slot's attention is finite; ``place`` overwrites the row.
+
+    ``pages``: ``(num_pages, page_size)`` for a ``PagedKVCache`` (no slot owns a page; an empty
+    slot holds no key, and its attention is zeros)."""
+    if pages is not None:
+        per_layer = layouts.of(model.config).decode_per_layer
+        cache = init_paged_cache(model.config, n, c, *pages, cache_dtype, per_layer)
+        cache = cache.replace(end=jnp.ones((n,), jnp.int32))
+    else:
+        cache = init_cache(model.config, n, c, cache_dtype)
+        cache = cache.replace(
+            slot_mask=cache.slot_mask.at[:, 0].set(True), end=jnp.ones((n,), jnp.int32)
+        )
+        if layouts.of(model.config).decode_per_layer:
+            cache = to_layer_major(cache)
     i32 = lambda v: jnp.full((n,), v, jnp.int32)
     return SamplingState(
         cache=cache,
@@ -82,7 +95,10 @@ def empty_slots(model, n: int, r: int, c: int, j: int, cache_dtype=None) -> Samp
 
 def _place_cache(full, part, src, slots):
     """``full`` with rows ``src [n]`` of ``part`` (W slots) written to ``slots [n]`` (index N:
-    dropped): the first W slots, the whole slot mask row, and ``end``."""
+    dropped): the first W slots, the whole slot mask row, and ``end``; into a ``PagedKVCache``,
+    the row's real slots into its pages (``paged_cache.place_rows``)."""
+    if isinstance(full, PagedKVCache):
+        return place_rows(full, to_stacked(part), src, slots)
     w, c = part.max_len, full.max_len
     mask = jnp.zeros((src.shape[0], c), bool).at[:, :w].set(part.slot_mask[src])
     slot_mask = full.slot_mask.at[slots].set(mask, mode="drop")
@@ -102,14 +118,17 @@ def place(s: SamplingState, part, logits, src, slots, rows: dict) -> SamplingSta
 
     ``rows`` holds the placed rows' buffers and settings, each [n, ...]: ``tokens``, ``logprobs``,
     ``sampled`` ([n, R]), ``length``, ``max_new``, ``min_new``, ``stop_at``, ``stop_ids`` [n, J],
-    ``prompt_lengths``, ``row_id``. The rows start running (``num_new`` 0, not done).
+    ``prompt_lengths``, ``row_id``, and optionally ``num_new`` (a preempted row's sampled count).
+    The rows start running (``num_new`` 0 unless given, not done).
     """
     put = lambda a, x: a.at[slots].set(x.astype(a.dtype), mode="drop")
     n = slots.shape[0]
+    rows = dict(rows)
+    num_new = rows.pop("num_new", jnp.zeros((n,), jnp.int32))
     return s.replace(
         cache=_place_cache(s.cache, part, src, slots),
         logits=put(s.logits, logits[src]),
-        num_new=put(s.num_new, jnp.zeros((n,), jnp.int32)),
+        num_new=put(s.num_new, num_new),
         done=put(s.done, jnp.zeros((n,), bool)),
         finish_reason=put(s.finish_reason, jnp.full((n,), RUNNING, jnp.int32)),
         **{name: put(getattr(s, name), x) for name, x in rows.items()},

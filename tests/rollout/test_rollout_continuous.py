@@ -43,15 +43,19 @@ def scene(tok):  # noqa: F811
     return task, calc, model, prompts
 
 
-@pytest.mark.parametrize("num_slots", [2, 5])
-def test_continuous_rollout_equals_the_static_rollout(tok, scene, num_slots):  # noqa: F811
+@pytest.mark.parametrize(
+    "num_slots, cache", [(2, {}), (5, {}), (2, dict(kv_cache="paged", page_size=4, num_pages=40))]
+)
+def test_continuous_rollout_equals_the_static_rollout(tok, scene, num_slots, cache):  # noqa: F811
+    """Dense cache, and a paged one (4-token pages, a 40-page pool: rows cross pages)."""
     task, calc, model, prompts = scene
     spec = RolloutSpec.create(tok, task, temperature=1.0, **SETTINGS)
     key = jax.random.key(4)
     ref = run_rollout(spec, model, tok, task, prompts, key=key, tool=calc, num_samples=2)
+    sampler = ContinuousSampler.of(model, slots=num_slots, **cache)
     got = run_rollout(
         spec,
-        ContinuousSampler.of(model, slots=num_slots),
+        sampler,
         tok,
         task,
         prompts,
@@ -64,3 +68,5 @@ def test_continuous_rollout_equals_the_static_rollout(tok, scene, num_slots):  #
     np.testing.assert_allclose(got.logprobs, ref.logprobs, atol=1e-5, rtol=0)
     assert got.finish_reason == ref.finish_reason and got.texts == ref.texts
     assert ref.counters["tool_calls"] >= 1 and ref.counters["decode_calls"] >= 2  # a tool turn
+    if cache:
+        assert sampler.pages.pool.all_free() and sampler.pages.pool.peak <= 40

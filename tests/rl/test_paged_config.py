@@ -1,0 +1,49 @@
+"""``rollout.kv_cache`` / ``rollout.page_size`` / ``rollout.num_pages``: impossible settings are one
+error naming the key before anything is built; the paged settings reach the continuous sampler."""
+
+import pytest
+from mojax_test_utils import load_config
+
+from mojax.config import ConfigError
+from mojax.rl import builders
+from mojax.rl import spec as spec_lib
+
+
+def _config(**rollout):
+    c = load_config("grpo")
+    with c.unlocked():
+        for key, value in rollout.items():
+            c.rollout[key] = value
+    return c
+
+
+@pytest.mark.parametrize(
+    "rollout, says",
+    [
+        (dict(kv_cache="ragged"), r"config.rollout.kv_cache: 'ragged' is not allowed; allowed values: \['dense', 'paged'\]"),
+        (dict(kv_cache="paged"), r"config.rollout.kv_cache: 'paged' needs rollout.engine"),
+        (dict(engine="continuous", kv_cache="paged", page_size=0), r"config.rollout.page_size"),
+        (dict(engine="continuous", kv_cache="paged", num_pages=-1), r"config.rollout.num_pages"),
+        (
+            dict(engine="continuous", kv_cache="paged", num_pages=3, page_size=16,
+                 max_prompt_len=40, max_response_len=48),
+            r"config.rollout.num_pages: 3 pages of rollout.page_size=16 tokens cannot hold one "
+            r"row of rollout.max_prompt_len \+ rollout.max_response_len = 88 tokens",
+        ),
+    ],
+)  # fmt: skip
+def test_impossible_paged_settings_name_their_key(rollout, says):
+    with pytest.raises(ConfigError, match=says):
+        spec_lib.validate(_config(**rollout), num_devices=1)
+
+
+def test_the_paged_settings_reach_the_continuous_sampler():
+    c = _config(engine="continuous", kv_cache="paged", page_size=8, num_pages=6, slots=3,
+                max_prompt_len=0, max_response_len=48)  # fmt: skip
+    spec = spec_lib.validate(c, num_devices=1)
+    import mojax.models as mm
+
+    sampler = builders.build_sampler(spec, mm.get_variant("tiny-qwen3"), None, ())
+    assert (sampler.kv_cache, sampler.page_size, sampler.num_pages) == ("paged", 8, 6)
+    assert sampler.num_slots == 3
+    assert spec_lib.validate(load_config("grpo"), num_devices=1).rollout.kv_cache == "dense"
