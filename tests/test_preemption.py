@@ -38,17 +38,21 @@ def test_signal_sets_the_flag_and_handlers_are_restored(sig, capfd):
 
 
 def test_second_sigint_stops_at_once_with_the_previous_handler():
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with Preemption() as stop:
-        os.kill(os.getpid(), signal.SIGINT)
-        assert stop.requested() == signal.SIGINT
-        with pytest.raises(KeyboardInterrupt):
+    # Python's own handler first: a pytest-xdist worker starts with SIGINT ignored
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with Preemption() as stop:
             os.kill(os.getpid(), signal.SIGINT)
-            for _ in range(1000):  # give the interpreter a bytecode boundary to run the handler
-                pass
-        # the handler put the previous ones back before raising
+            assert stop.requested() == signal.SIGINT
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(1000):  # a bytecode boundary for the handler to run at
+                    pass
+            # the handler put the previous ones back before raising
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, outer)
 
 
 def test_second_sigterm_with_a_custom_previous_handler_calls_it():
