@@ -162,3 +162,22 @@ def persistent_compilation_cache(path):
         jax.config.update("jax_compilation_cache_dir", before[0])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", before[1])
         compilation_cache.reset_cache()
+
+
+def continuous_prompts(seed=0):
+    """4 right-padded prompts of 10, 4, 7 and 9 tokens (ids < 256) for the continuous sampler tests:
+    ``(tokens int32 [4, 10], lengths int32 [4])``."""
+    rng = np.random.RandomState(seed)
+    return rng.randint(0, 256, (4, 10)).astype(np.int32), np.asarray([10, 4, 7, 9], np.int32)
+
+
+def same_sampling_output(got, ref):
+    """Two ``SamplingOutput``s: the same tokens, lengths, finish reasons and loss masks; log-probs
+    within 1e-5 (XLA CPU rounds a matmul differently for different row counts)."""
+    for field in ("tokens", "lengths", "finish_reason", "loss_mask"):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(got, field)), np.asarray(getattr(ref, field))
+        )
+    np.testing.assert_allclose(
+        np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-5, rtol=0
+    )

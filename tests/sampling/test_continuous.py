@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from mojax_test_utils import continuous_prompts as prompts
+from mojax_test_utils import same_sampling_output as assert_same
 
 import mojax.models as mm
 import mojax.sampling as ms
@@ -25,21 +27,6 @@ STOPS = (5, 17, 33)
 @pytest.fixture(scope="module")
 def model():
     return mm.from_pretrained("tiny-qwen3", dtype="float32", seed=1)
-
-
-def prompts(seed=0):
-    rng = np.random.RandomState(seed)
-    return rng.randint(0, 256, (4, 10)).astype(np.int32), np.asarray([10, 4, 7, 9], np.int32)
-
-
-def assert_same(got, ref):
-    for field in ("tokens", "lengths", "finish_reason", "loss_mask"):
-        np.testing.assert_array_equal(
-            np.asarray(getattr(got, field)), np.asarray(getattr(ref, field))
-        )
-    np.testing.assert_allclose(
-        np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-5, rtol=0
-    )
 
 
 @pytest.mark.parametrize("num_slots", [1, 3, 8])

@@ -12,6 +12,8 @@ a running slot owns at most the pages of its live tokens plus one segment's budg
 import jax
 import numpy as np
 import pytest
+from mojax_test_utils import continuous_prompts as prompts
+from mojax_test_utils import same_sampling_output as assert_same
 
 import mojax.models as mm
 import mojax.sampling as ms
@@ -26,21 +28,6 @@ PAGE = 4  # rows of 4..10 prompt tokens and up to 40 new ones cross many page bo
 @pytest.fixture(scope="module")
 def model():
     return mm.from_pretrained("tiny-qwen3", dtype="float32", seed=1)
-
-
-def prompts(seed=0):
-    rng = np.random.RandomState(seed)
-    return rng.randint(0, 256, (4, 10)).astype(np.int32), np.asarray([10, 4, 7, 9], np.int32)
-
-
-def assert_same(got, ref):
-    for field in ("tokens", "lengths", "finish_reason", "loss_mask"):
-        np.testing.assert_array_equal(
-            np.asarray(getattr(got, field)), np.asarray(getattr(ref, field))
-        )
-    np.testing.assert_allclose(
-        np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-5, rtol=0
-    )
 
 
 def assert_pages_follow_live_tokens(sampler, num_slots):
