@@ -137,10 +137,12 @@ class ContinuousSampler:
     def generate(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, **kwargs):
         """``mojax.sampling.generate`` (same arguments and output) over the slots."""
         self._check_model()
+        checked = []  # the page pool ``_pages`` built and checked before the prefill (or None)
         state, work, params, caps = continuous_rows.start(
-            self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, self._check
-        )
-        self._run(state, work, params, caps)
+            self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs,
+            lambda st, wk: checked.append(self._pages(st, wk)),
+        )  # fmt: skip
+        self._run(state, work, params, caps, checked[0])
         return state.output()
 
     def append_and_continue(self, state, obs_tokens, obs_lengths, resume, **kwargs):
@@ -153,10 +155,12 @@ class ContinuousSampler:
         self._run(state, work, params, caps)
         return state.output()
 
-    def _run(self, state: ContinuousState, work: Work, params: SamplingParams, caps) -> None:
-        """Places, decodes and harvests until every queued row is done (module docstring)."""
+    def _run(self, state: ContinuousState, work: Work, params: SamplingParams, caps, pages=None):
+        """Places, decodes and harvests until every queued row is done (module docstring).
+        ``pages``: the call's page pool when ``generate`` has already built and checked it."""
         r, c, j = state.tokens.shape[1], state.max_total_len, state.stop_ids.shape[1]
-        pages, steps = self._pages(state, work), self.segment_tokens or np.iinfo(np.int32).max
+        pages = pages if pages is not None else self._pages(state, work)
+        steps = self.segment_tokens or np.iinfo(np.int32).max
         layout = None if pages is None else (pages.pool.num_pages, self.page_size)
         s = slots.empty_slots(self.model, self.num_slots, r, c, j, state.cache_dtype, layout)
         held = np.full((self.num_slots,), -1, np.int64)  # the row each slot holds
@@ -182,11 +186,6 @@ class ContinuousSampler:
             freed = self._harvest(s, state, held)
             if pages is not None:
                 pages.release(freed)
-
-    def _check(self, state: ContinuousState, work: Work) -> None:
-        """A paged cache: one clear error when a queued row cannot fit the pool."""
-        if self.kv_cache == "paged":
-            self._pages(state, work)
 
     def _pages(self, state: ContinuousState, work: Work) -> pages_lib.PagedSlots | None:
         """The call's page pool (a paged cache), checked against the queued rows; None (dense).

@@ -103,16 +103,22 @@ def test_paged_equals_the_dense_continuous_sampler(model, scene):
     assert_pages_follow_live_tokens(paged_sampler, 3)
 
 
-def test_a_long_tailed_batch_uses_pages_for_its_live_tokens(model):
+def test_a_long_tailed_batch_uses_pages_for_its_live_tokens(model, monkeypatch):
     """One long row among short ones: the pages in use follow the live tokens, far below the
-    dense slots x cache width, and a pool smaller than the dense cache gives the same tokens."""
+    dense slots x cache width, and a pool smaller than the dense cache gives the same tokens.
+    The call builds its pool once: the one checked before the prefill is the one it runs on."""
     toks, lens = prompts(2)
     max_new = np.asarray([60, 3, 4, 2, 3, 5, 2, 4])
     kw = dict(key=jax.random.key(7), temperature=1.0, prompt_lengths=lens, max_new_tokens=max_new)
     kw.update(SHAPES)
     ref = ms.generate(model, toks, **kw)
     paged = ContinuousSampler.of(model, slots=4, kv_cache="paged", page_size=PAGE, num_pages=30)
+    built, init = [], PagePool.__init__
+    monkeypatch.setattr(
+        PagePool, "__init__", lambda self, *a: (built.append(self), init(self, *a))[1]
+    )
     assert_same(paged.generate(toks, **kw), ref)
+    assert len(built) == 1 and built[0] is paged.pages.pool
     pages = assert_pages_follow_live_tokens(paged, 4)
     dense_pages = 4 * int(pages_for(SHAPES["max_total_len"], PAGE))  # 128 pages
     assert pages.pool.peak <= 30 < dense_pages
