@@ -66,7 +66,6 @@ def get_config(arg=None):
         c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
         c.rollout.prompts_per_step, c.rollout.num_samples = 128, 8  # App. B, Qwen <= 4B
         c.ppo.num_minibatches = 2  # mini-batch 64 of 128 prompts
-        c.model.param_dtype = "float32"  # bf16 compute, fp32 params (App. B)
         pool = 10 * (a.answers or 3)  # 10 chains x m answers; single-answer methods: pool chains
         c.eval.num_samples, c.eval.temperature = (pool if single else 10), 0.7
         c.eval.ks = tuple(k for k in (1, 3, 5, 10) if k < pool) + (pool,)

@@ -319,7 +319,11 @@ def _apply_lora_and_packing(c: ml_collections.ConfigDict, a: ml_collections.Conf
 def paper_lengths(c: ml_collections.ConfigDict) -> None:
     """The long-context shapes and cadence shared by the paper recipes: multi-turn responses of up to
     3072 tokens (1024 per turn, 4 turns, 3 tool calls), updates in 4 mini-batches of 8 micro-batches,
-    500 held-out problems, evaluation and checkpoints every 20 steps."""
+    500 held-out problems, evaluation and checkpoints every 20 steps; and fp32 parameters under bf16
+    compute (verl's actor; VPO App. B): the recipes' AdamW steps at lr 1e-6 are below a bf16
+    parameter's resolution, so bf16 parameters would barely move (0.9% of the weights in one step,
+    against 100% in fp32)."""
+    c.model.param_dtype = "float32"
     c.rollout.max_new_tokens, c.rollout.max_response_len = 1024, 3072
     c.rollout.max_turns, c.rollout.max_tool_calls = 4, 3
     c.ppo.num_minibatches, c.ppo.num_microbatches = 4, 8
@@ -334,7 +338,7 @@ def toolrl_recipe(c: ml_collections.ConfigDict, steps_arg: int) -> None:
     the 3,920-prompt rlla_4k train split: 15 x 7 = 105 steps (verl drops an epoch's last partial
     batch). Where the table is silent, verl's defaults: clip 0.2 both sides, AdamW weight decay
     0.01, gradient norm 1.0, constant lr, temperature 1, token-mean loss, and an fp32 actor under
-    bf16 compute (``model.param_dtype``: a bf16 parameter does not move under a 1e-6 AdamW step)."""
+    bf16 compute (``paper_lengths``)."""
     paper_lengths(c)
     c.rollout.max_new_tokens = c.rollout.max_response_len = 1024
     c.rollout.max_turns, c.rollout.max_tool_calls = 1, 0
@@ -342,7 +346,6 @@ def toolrl_recipe(c: ml_collections.ConfigDict, steps_arg: int) -> None:
     c.ppo.num_minibatches, c.ppo.kl_coef = 4, 0.0
     c.ppo.clip_low = c.ppo.clip_high = 0.2
     c.optimizer.learning_rate, c.optimizer.weight_decay = 1e-6, 0.01
-    c.model.param_dtype = "float32"
     c.steps = steps_arg or 15 * (3920 // 512)
 
 

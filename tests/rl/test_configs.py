@@ -46,6 +46,8 @@ def test_config_loads_and_validates(path, arg):
     assert spec.steps >= 0
     if arg and "paper=true" in arg:
         assert spec.optimizer.learning_rate == pytest.approx(1e-6)
+        # a 1e-6 AdamW step is below a bf16 weight's resolution: the master weights are fp32
+        assert config.model.param_dtype == "float32", config.model.param_dtype
 
 
 def test_unknown_arg_is_rejected_naming_it():
