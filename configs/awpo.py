@@ -19,6 +19,10 @@ and the paper's judge, Qwen3-235B-A22B, served behind an OpenAI-compatible endpo
     python -m mojax.main --config=configs/awpo.py:paper=true,model=qwen3-4b,data=2,fsdp=4 \
       --config.dry_run=true   # shapes, shardings and memory per device on 8 devices
 
+A judge small enough to run beside the policy can be loaded from its own HF directory instead
+(``judge.kind=model``: each process loads a copy and judges its own rows, greedily, with the same
+rubric): ``--config.judge.kind=model --config.judge.model=/ckpt/Qwen3-8B``.
+
 ``paper=true`` sets what the paper gives: Eq. 30's sequence-level importance ratio with Algorithm
 1's ``1/(GK)`` mean over responses (``ppo.ratio_level="sequence"``,
 ``ppo.agg="seq-mean-token-mean"``; π_old recomputed by the learner, as verl does: a sampler-vs-learner

@@ -99,7 +99,9 @@ def build_judge(spec: Any, task: Task):
     from mojax.tasks.judge import make_judge
 
     j = spec.judge
-    return make_judge(j.kind, url=j.url, model=j.model, timeout_s=j.timeout_s)
+    return make_judge(
+        j.kind, url=j.url, model=j.model, timeout_s=j.timeout_s, dtype=spec.model.dtype
+    )
 
 
 def sft_arrays(spec: Any, task: Task, tokenizer, train_examples):

@@ -4,7 +4,8 @@
   ``config.task.eval_path``, ``config.task.val_path`` or ``config.sft.data_path`` when the file is not there (and how
   ``$MOJAX_SHARED_DIR`` locates it when it lies in the shared folder), before the run builds
   anything; ``config.task.train_path`` when a task that reads files has none; and
-  ``config.model.checkpoint`` when it names no directory with a ``config.json``:
+  ``config.model.checkpoint`` (and ``config.judge.model`` of a local judge) when it names no
+  directory with a ``config.json``:
   ``mojax.main`` exits 2. Every process checks on its own, so each stops at once.
 * **Fingerprints.** :func:`fingerprints` hashes the contents of the data files and of the tokenizer
   (``tokenizer.path`` when it names a file or directory) and of ``model.checkpoint``;
@@ -54,8 +55,8 @@ def _paths(spec: Any) -> dict[str, str]:
 
 def check_files(spec: Any) -> None:
     """Raises ``ConfigError`` naming each data key whose file does not exist, ``task.train_path``
-    when a file-backed task has none, and ``model.checkpoint`` when it names no directory with a
-    ``config.json``."""
+    when a file-backed task has none, and ``model.checkpoint`` (``judge.model`` with
+    ``judge.kind='model'``) when it names no directory with a ``config.json``."""
     from mojax.tasks.data import missing_file_message
 
     lines = []
@@ -69,6 +70,8 @@ def check_files(spec: Any) -> None:
             )
     if spec.model.checkpoint and checkpoint_problem(spec.model.checkpoint):
         lines.append(checkpoint_problem(spec.model.checkpoint))
+    if spec.judge.kind == "model" and checkpoint_problem(spec.judge.model, "judge.model"):
+        lines.append(checkpoint_problem(spec.judge.model, "judge.model"))
     if not spec.task.train_path and _reads_files(spec.build_task()):
         lines.append(
             f"config.task.train_path: none given; task {spec.task.name!r} reads its examples from "

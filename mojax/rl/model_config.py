@@ -65,15 +65,15 @@ def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
     return cfg.replace(**execution)
 
 
-def checkpoint_problem(ckpt: str) -> str:
-    """``""`` when ``model.checkpoint`` names a directory with a ``config.json``, else the error
-    line naming the key."""
+def checkpoint_problem(ckpt: str, key: str = "model.checkpoint") -> str:
+    """``""`` when ``ckpt`` (the value of ``config.<key>``) names a directory with a
+    ``config.json``, else the error line naming the key."""
     path = os.path.expanduser(ckpt)
     if os.path.isfile(os.path.join(path, "config.json")):
         return ""
     what = "no config.json in it" if os.path.isdir(path) else "no such directory"
     return (
-        f"config.model.checkpoint={ckpt!r}: {what} (an HF checkpoint directory: config.json, "
+        f"config.{key}={ckpt!r}: {what} (an HF checkpoint directory: config.json, "
         "*.safetensors and the tokenizer files)"
     )
 

@@ -331,6 +331,8 @@ class JudgeSpec:
         c.choice("judge.kind", JUDGE_KINDS)
         if self.kind == "http" and not self.url:
             c.fail("judge.url", "judge.kind='http' needs the server's base URL (http://host:port)")
+        if self.kind == "model" and not self.model:
+            c.fail("judge.model", "judge.kind='model' needs the judge's HF checkpoint directory")
         c.in_range("judge.timeout_s", 0.0, low_inclusive=False)
         c.in_range("judge.workers", 1)
         c.in_range("judge.max_failures_in_a_row", 0)

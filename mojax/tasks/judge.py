@@ -208,7 +208,21 @@ class ModelJudge:
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens, self.seed = int(max_new_tokens), int(seed)
 
+    @classmethod
+    def from_hf(cls, path: str, *, dtype: str = "bfloat16", max_new_tokens: int = 256):
+        """The judge in the HF checkpoint directory ``path`` (``config.json``, safetensors and
+        the tokenizer files; ``config.judge.model``), loaded onto this process's default device:
+        each process holds its own copy and judges only its own rows."""
+        from mojax import models
+
+        model = models.from_pretrained(path, dtype=dtype)
+        return cls(model, models.load_tokenizer(path), max_new_tokens=max_new_tokens)
+
     def score_batch(self, prompts, responses, references) -> list[float | None]:
+        return [parse_verdict(t) for t in self.verdicts(prompts, responses, references)]
+
+    def verdicts(self, prompts, responses, references) -> list[str]:
+        """The judge's greedy verdict texts, one per row (up to and excluding its EOS)."""
         import jax
 
         from mojax.sampling import generate
@@ -233,22 +247,37 @@ class ModelJudge:
             prompt_lengths=np.array([len(i) for i in ids], np.int32),
         )
         toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
-        return [parse_verdict(self.tokenizer.decode(t[:n])) for t, n in zip(toks, lens)]
+        ends = [n - int(n > 0 and eos is not None and t[n - 1] == eos) for t, n in zip(toks, lens)]
+        return [self.tokenizer.decode(t[:n]) for t, n in zip(toks, ends)]
 
     def score(self, prompt: str, response: str, reference: str) -> float | None:
         return self.score_batch([prompt], [response], [reference])[0]
 
 
-def make_judge(kind: str, *, url: str = "", model: str = "", timeout_s: float = 30.0, **kwargs):
-    """A judge from ``config.judge`` (``kind`` in overlap | http | model)."""
+def make_judge(
+    kind: str,
+    *,
+    url: str = "",
+    model: str = "",
+    timeout_s: float = 30.0,
+    dtype: str = "bfloat16",
+    **kwargs,
+):
+    """A judge from ``config.judge`` (``kind`` in overlap | http | model). ``kind='model'``
+    loads the HF directory ``model`` (in ``dtype``), or takes ``model_obj=`` and ``tokenizer=``
+    already loaded."""
     if kind == "overlap":
         return OverlapJudge()
     if kind == "http":
         return HTTPJudge(url, model, timeout_s=timeout_s)
     if kind == "model":
-        if "model_obj" not in kwargs or "tokenizer" not in kwargs:
-            raise ValueError("judge.kind='model' needs a loaded model and tokenizer")
-        return ModelJudge(kwargs["model_obj"], kwargs["tokenizer"])
+        if "model_obj" in kwargs and "tokenizer" in kwargs:
+            return ModelJudge(kwargs["model_obj"], kwargs["tokenizer"])
+        if not model:
+            raise ValueError(
+                "judge.model: a local judge (judge.kind='model') needs its HF directory"
+            )
+        return ModelJudge.from_hf(model, dtype=dtype)
     raise ValueError(f"judge.kind={kind!r} is not one of ['overlap', 'http', 'model']")
 
 

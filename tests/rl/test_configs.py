@@ -78,6 +78,7 @@ BAD = [  # (config, arg, overrides, the key the error must name) — issue 14's 
     ("grpo", None, {"sft.think_rate": 1.5}, "config.sft.think_rate"),
     ("awpo", None, {"sft.think_rate": 0.5}, "config.sft.think_rate"),  # no plans off the calculator
     ("awpo", None, {"judge.kind": "http"}, "config.judge.url"),  # a served judge needs its URL
+    ("awpo", None, {"judge.kind": "model"}, "config.judge.model"),  # a local judge: its HF dir
 ]
 
 
