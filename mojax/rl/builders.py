@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import jax
 import numpy as np
 
 from mojax import learner, models
@@ -135,19 +134,16 @@ def method_kwargs(advantage: Any, task: Task) -> dict[str, Any]:
 
 def build_sampler(spec: Any, model_config, mesh, rules):
     """The rollout's sampler (``rollout.engine``): the static in-graph sampler on ``mesh``, or the
-    continuous-batching sampler (``rollout.slots`` slots, a dense or paged KV cache:
-    ``rollout.kv_cache``), which runs on one device of one process."""
+    continuous-batching sampler (``rollout.slots`` slots over the mesh's row axes, a dense or paged
+    KV cache: ``rollout.kv_cache``), which runs in one process (``mojax.sampling.continuous``)."""
     if spec.rollout.engine != "continuous":
         return InGraphSampler(model_config, mesh=mesh, rules=rules)
-    devices = 1 if mesh is None else mesh.devices.size
-    if devices > 1 or jax.process_count() > 1:
-        raise ValueError(
-            "config.rollout.engine='continuous' runs on one device of one process; this run has "
-            f"{devices} devices in its mesh and {jax.process_count()} processes (use 'static')"
-        )
     r = spec.rollout
+    one_device = mesh is None or mesh.devices.size == 1
     return ContinuousSampler(
         model_config,
+        mesh=None if one_device else mesh,
+        rules=rules,
         slots=r.slots,
         kv_cache=r.kv_cache,
         page_size=r.page_size,

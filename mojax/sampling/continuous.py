@@ -33,7 +33,13 @@ queued row enters when the free pages hold its context plus one segment, and whe
 rows outgrow the pool the newest ones are preempted and requeued (``mojax.sampling.pages``), so
 the pool can be smaller than N x C.
 
-One process, no mesh: ``row_sharding`` is None and a mesh raises (the host loop reads every row).
+Mesh (one process): with ``mesh`` the slots lie over the mesh axes of logical "batch" (the static
+sampler's row axes; ``slots`` a multiple of their size), the weights on their learner shardings
+(``param_shardings``), and every segment is one SPMD program over the mesh: data-parallel decode,
+with the slots' stop checks reduced across devices each step. The host loop stays one loop: it reads
+the slots' small state (``done``, ``end``) and the finished rows' buffers, all addressable in one
+process, and ``row_sharding`` stays None (its outputs are host arrays of every row). Several
+processes (and a paged cache on a mesh) are refused: their hosts would each need every slot's state.
 
 Shape legend: P prompts, G samples per prompt, B = P*G rows, N slots, Tb prompt bucket, R response
 slots, C cache slots, J stop ids per row.
@@ -41,12 +47,19 @@ slots, C cache slots, J stop ids per row.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from mojax import distributed
+from mojax import sharding as sharding_lib
 from mojax.models import layouts as layouts_lib
-from mojax.models.qwen import QwenModel, unstack_layers
+from mojax.models.qwen import (
+    DEFAULT_LOGICAL_AXIS_RULES,
+    QwenModel,
+    param_shardings,
+    unstack_layers,
+)
 from mojax.sampling import continuous_rows, slots
 from mojax.sampling import pages as pages_lib
 from mojax.sampling.continuous_rows import ContinuousState, Work
@@ -67,7 +80,8 @@ class ContinuousSampler:
       slots: N, decode slots (the dense cache holds N x ``max_total_len`` slots).
       segment_tokens: most decode steps per segment (0: no limit, one page's worth with a paged
         cache; a segment still ends when a slot frees while rows wait).
-      mesh: must be None (one process, one device group).
+      mesh, rules: the device mesh the slots and weights lie over (one process; module
+        docstring) and its logical axis rules; None: one device.
       kv_cache: ``"dense"`` or ``"paged"`` (module docstring).
       page_size: tokens per page of a paged cache.
       num_pages: pages in a paged cache's pool (0: N x ceil(C / page_size), the dense capacity).
@@ -83,15 +97,12 @@ class ContinuousSampler:
         slots: int,
         segment_tokens: int = 0,
         mesh=None,
+        rules=DEFAULT_LOGICAL_AXIS_RULES,
         kv_cache: str = "dense",
         page_size: int = 16,
         num_pages: int = 0,
     ):
-        if mesh is not None or distributed.process_count() > 1:
-            raise ValueError(
-                "ContinuousSampler runs on one process without a mesh "
-                "(config.rollout.engine='continuous' needs one process and mesh-less sampling)"
-            )
+        _check_mesh(mesh, rules, int(slots), kv_cache)
         if int(slots) < 1 or int(segment_tokens) < 0:
             raise ValueError(
                 f"slots must be >= 1, segment_tokens >= 0; got {slots}, {segment_tokens}"
@@ -102,6 +113,7 @@ class ContinuousSampler:
                 f"{kv_cache!r}, {page_size}, {num_pages}"
             )
         self.config = layouts_lib.resolve(config)
+        self.mesh, self.rules = mesh, tuple(rules)
         self.num_slots, self.segment_tokens = int(slots), int(segment_tokens)
         self.kv_cache, self.page_size, self.num_pages = kv_cache, int(page_size), int(num_pages)
         self.pages: pages_lib.PagedSlots | None = None  # the last call's pages (its log)
@@ -126,6 +138,9 @@ class ContinuousSampler:
             self._set_model(self.model.replace(params=params))
 
     def _set_model(self, model: QwenModel) -> None:
+        if self.mesh is not None:  # a no-op for weights already on their learner shardings
+            shardings = param_shardings(self.config, self.mesh, self.rules)
+            model = model.replace(params=jax.device_put(model.params, shardings))
         self.model = model
         per_layer = layouts_lib.of(self.config).decode_per_layer
         self.decode_model = unstack_layers(self.model) if per_layer else self.model
@@ -163,6 +178,8 @@ class ContinuousSampler:
         steps = self.segment_tokens or np.iinfo(np.int32).max
         layout = None if pages is None else (pages.pool.num_pages, self.page_size)
         s = slots.empty_slots(self.model, self.num_slots, r, c, j, state.cache_dtype, layout)
+        if self.mesh is not None:
+            s = jax.device_put(s, slots.slot_shardings(s, self.mesh, self.rules))
         held = np.full((self.num_slots,), -1, np.int64)  # the row each slot holds
         ends = np.zeros((self.num_slots,), np.int64)
         budget = jnp.asarray(steps if pages is None else pages.budget, jnp.int32)
@@ -233,3 +250,25 @@ class ContinuousSampler:
                 getattr(state, name)[row] = value[slot]
             held[slot] = -1
         return np.flatnonzero(done)
+
+
+def _check_mesh(mesh, rules, num_slots: int, kv_cache: str) -> None:
+    """One clear error for a setting the continuous sampler cannot run (module docstring)."""
+    if distributed.process_count() > 1:
+        raise ValueError(
+            "config.rollout.engine='continuous' runs in one process (its host loop reads every "
+            f"slot); this run has {distributed.process_count()} processes (use 'static')"
+        )
+    if mesh is None:
+        return
+    if kv_cache != "dense":
+        raise ValueError(
+            "config.rollout.kv_cache='paged' runs on one device; on a mesh of "
+            f"{mesh.devices.size} devices use kv_cache='dense'"
+        )
+    shards = sharding_lib.num_shards(mesh, rules, "batch")
+    if num_slots % shards:
+        raise ValueError(
+            f"config.rollout.slots={num_slots} must be a multiple of the {shards} devices the "
+            "mesh spreads rows over (its 'batch' axes)"
+        )

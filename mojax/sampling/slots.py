@@ -93,6 +93,29 @@ def empty_slots(
     )
 
 
+def slot_shardings(s: SamplingState, mesh, rules):
+    """``NamedSharding`` per leaf of the slot state ``s`` on ``mesh``: the slot axis (N) over the
+    mesh axes of logical "batch" (as the static sampler's rows), every other axis whole; the
+    call key and the scalars replicated. A stacked ``KVCache`` holds its slots on axis 1."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from mojax import sharding as sharding_lib
+
+    batch = sharding_lib.batch_sharding(mesh, rules, 1).spec[0]
+    on = lambda axis: NamedSharding(mesh, PartitionSpec(*([None] * axis), batch))
+    whole = NamedSharding(mesh, PartitionSpec())
+    c = s.cache
+    if isinstance(c, KVCache):
+        cache = KVCache(k=on(1), v=on(1), slot_mask=on(0), end=on(0))
+    elif isinstance(c, LayerKVCache):
+        cache = LayerKVCache(k=tuple(on(0) for _ in c.k), v=tuple(on(0) for _ in c.v),
+                             slot_mask=on(0), end=on(0))  # fmt: skip
+    else:
+        raise ValueError(f"slot_shardings: no mesh layout for a {type(c).__name__}")
+    rows = {f: on(0) for f in s.__dataclass_fields__ if f not in ("cache", "key", "step", "pad_id")}
+    return s.replace(cache=cache, key=whole, step=whole, pad_id=whole, **rows)
+
+
 def _place_cache(full, part, src, slots):
     """``full`` with rows ``src [n]`` of ``part`` (W slots) written to ``slots [n]`` (index N:
     dropped): the first W slots, the whole slot mask row, and ``end``; into a ``PagedKVCache``,

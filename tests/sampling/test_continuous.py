@@ -153,9 +153,8 @@ def test_bad_stop_controls_raise(model, kw, match):
         ContinuousSampler.of(model, slots=2).generate(toks, **{**args, **kw})
 
 
-def test_continuous_sampler_refuses_a_mesh_and_unknown_arguments(model):
-    with pytest.raises(ValueError, match="one process without a mesh"):
-        ContinuousSampler(model.config, slots=2, mesh=object())
+def test_continuous_sampler_refuses_bad_sizes_and_unknown_arguments(model):
+    """(A mesh's refusals: ``test_continuous_mesh.py``.)"""
     with pytest.raises(ValueError, match="slots must be >= 1"):
         ContinuousSampler(model.config, slots=0)
     toks, _ = prompts()

@@ -1,0 +1,95 @@
+"""The continuous sampler on a mesh (one process, 8 forced CPU devices; ``conftest.run_with_devices``).
+
+Reference: the static in-graph sampler on one device, unsharded, same key. Mesh ("data", "fsdp",
+"tensor") = (2, 2, 2): the slots lie over data x fsdp (4 shards), the weights on their learner
+shardings. A call and two appended turns at temperature 1 with stop ids, a forced stop and per-row
+budgets, with fewer slots than rows and as many: tokens, lengths, finish reasons and loss masks
+equal, log-probs within 1e-5 (``same_sampling_output``: reduction order only). Every decode
+segment must run on all 8 devices with the slots split over the batch axes.
+"""
+
+import pytest
+
+STOPS = (5, 17, 33)
+SHAPES = dict(max_response_len=64, max_total_len=128, num_samples=2)
+
+
+def mesh_against_static(num_slots: int) -> dict:
+    """Runs in the 8-device child; asserts there, returns what the segments ran on."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+    from mojax_test_utils import continuous_prompts, same_sampling_output
+
+    import mojax.models as mm
+    import mojax.sampling as ms
+    from mojax.sampling import continuous, slots
+
+    assert jax.device_count() == 8
+    model = mm.from_pretrained("tiny-qwen3", dtype="float32", seed=1)
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2, 2), ("data", "fsdp", "tensor"))
+    seen, segment = [], slots.segment
+
+    def recording(m, s, *args, **kwargs):
+        seen.append((len(s.done.sharding.device_set), str(s.tokens.sharding.spec)))
+        return segment(m, s, *args, **kwargs)
+
+    continuous.slots.segment = recording  # the module attribute the sampler calls
+    toks, lens = continuous_prompts()
+    rng = np.random.RandomState(1)
+    max_new = rng.randint(2, 40, (8,))
+    forced = np.where(rng.rand(8) < 0.3, np.minimum(max_new, 3), 0)
+    kw = dict(key=jax.random.key(3), temperature=1.0, stop_token_ids=STOPS, prompt_lengths=lens)
+    kw.update(SHAPES, max_new_tokens=max_new, force_stop_at=forced)
+    ref = ms.generate(model, toks, **kw)
+    sampler = continuous.ContinuousSampler.of(model, slots=num_slots, mesh=mesh)
+    got = sampler.generate(toks, **kw)
+    same_sampling_output(got, ref)
+    for turn in range(2):
+        resume = rng.rand(8) < 0.7
+        obs = rng.randint(0, 256, (8, 6)).astype(np.int32)
+        obs_len = rng.randint(0, 7, (8,))
+        more = dict(max_new_tokens=rng.randint(1, 12, (8,)), min_new_tokens=turn, top_p=0.9)
+        ref = ms.append_and_continue(model, ref.state, obs, obs_len, resume, **more)
+        got = sampler.append_and_continue(got.state, obs, obs_len, resume, **more)
+        same_sampling_output(got, ref)
+    weights = {len(x.sharding.device_set) for x in jax.tree.leaves(sampler.model.params)}
+    return dict(segments=seen, weights=weights)
+
+
+def refusals() -> list[str]:
+    """The settings the mesh path refuses, each one message (in the 8-device child)."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    import mojax.models as mm
+    from mojax.sampling.continuous import ContinuousSampler
+
+    cfg = mm.get_variant("tiny-qwen3")
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 2, 2), ("data", "fsdp", "tensor"))
+    out = []
+    for kw in (dict(slots=6), dict(slots=8, kv_cache="paged")):
+        try:
+            ContinuousSampler(cfg, mesh=mesh, **kw)
+        except ValueError as e:
+            out.append(str(e))
+    return out
+
+
+@pytest.mark.parametrize("num_slots", [4, 8])
+def test_continuous_sampler_on_a_mesh_equals_the_static_sampler(num_slots):
+    from conftest import run_with_devices
+
+    out = run_with_devices(mesh_against_static, num_slots, devices=8)
+    assert out["segments"] and out["weights"] == {8}
+    for devices, spec in out["segments"]:
+        assert devices == 8 and "('data', 'fsdp')" in spec, (devices, spec)
+
+
+def test_impossible_mesh_settings_are_one_clear_error():
+    from conftest import run_with_devices
+
+    slots, paged = run_with_devices(refusals, devices=8)
+    assert "config.rollout.slots=6 must be a multiple of the 4 devices" in slots
+    assert "config.rollout.kv_cache='paged' runs on one device" in paged
