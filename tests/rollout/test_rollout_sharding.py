@@ -5,7 +5,8 @@ Runs in a child process with 8 forced CPU devices (``conftest.run_with_devices``
 the mesh to every sampler call. Same model, key, tokenizer and tool: the transcripts, tool calls
 and finish reasons must be identical and the log-probs within 1e-5 (reduction order only). The
 sharded side also decodes in segments with the tool calls overlapping the decode
-(``decode_segment``), which must not change the result either.
+(``decode_segment``), which must not change the result either. A third rollout runs the
+continuous sampler on the same mesh (8 slots for 16 rows, over the data x fsdp shards).
 """
 
 import numpy as np
@@ -20,6 +21,7 @@ def sharded_and_unsharded_rollouts(tmp: str):
     import mojax.models as mm
     from mojax.rollout import RolloutSpec, run_rollout
     from mojax.rollout.tools import Calculator
+    from mojax.sampling.continuous import ContinuousSampler
     from mojax.tasks.calculator import CalculatorTask, sft_demonstrations
     from mojax.tasks.vocab import build_sentencepiece
 
@@ -42,8 +44,10 @@ def sharded_and_unsharded_rollouts(tmp: str):
         tok, task, max_new_tokens=32, max_turns=3, max_obs_tokens=16, temperature=1.0, top_p=0.95
     )
     kw = dict(key=jax.random.key(7), num_samples=4, tool=Calculator())
+    engine = ContinuousSampler.of(sharded, slots=8, mesh=mesh)  # 16 rows in 8 slots on 4 shards
     out = []
-    for model, m, s in ((ref, None, spec), (sharded, mesh, spec.replace(decode_segment=8))):
+    for model, m, s in ((ref, None, spec), (sharded, mesh, spec.replace(decode_segment=8)),
+                        (engine, None, spec)):  # fmt: skip
         r = run_rollout(s, model, tok, task, prompts, mesh=m, **kw)
         out.append(
             dict(
@@ -63,10 +67,11 @@ def sharded_and_unsharded_rollouts(tmp: str):
 def test_sharded_rollout_equals_unsharded(tmp_path):
     from conftest import run_with_devices
 
-    a, b = run_with_devices(sharded_and_unsharded_rollouts, str(tmp_path), devices=8)
+    a, *others = run_with_devices(sharded_and_unsharded_rollouts, str(tmp_path), devices=8)
     assert a["counters"].get("tool_calls", 0) >= 1, a["counters"]
-    assert b["counters"]["segment_resumes"] >= 1, b["counters"]
-    for field in ("tokens", "loss_mask", "n_calls"):
-        np.testing.assert_array_equal(a[field], b[field])
-    assert a["finish_reason"] == b["finish_reason"] and a["texts"] == b["texts"]
-    np.testing.assert_allclose(a["logprobs"], b["logprobs"], atol=1e-5, rtol=0)
+    assert others[0]["counters"]["segment_resumes"] >= 1, others[0]["counters"]
+    for b in others:  # the static sampler on the mesh, the continuous sampler on the mesh
+        for field in ("tokens", "loss_mask", "n_calls"):
+            np.testing.assert_array_equal(a[field], b[field])
+        assert a["finish_reason"] == b["finish_reason"] and a["texts"] == b["texts"]
+        np.testing.assert_allclose(a["logprobs"], b["logprobs"], atol=1e-5, rtol=0)
