@@ -145,6 +145,13 @@ class ContinuousSampler:
         per_layer = layouts_lib.of(self.config).decode_per_layer
         self.decode_model = unstack_layers(self.model) if per_layer else self.model
 
+    def _prefill(self, model, tokens, mask, last_index, *, cache_dtype=None):
+        """``slots.prefill_rows`` on this sampler's mesh (rows split over its batch axes)."""
+        return slots.prefill_rows(
+            model, tokens, mask, last_index, cache_dtype=cache_dtype, mesh=self.mesh,
+            rules=self.rules,
+        )  # fmt: skip
+
     def _check_model(self):
         if self.model is None:
             raise ValueError("ContinuousSampler: call update_weights(params) before sampling")
@@ -155,7 +162,7 @@ class ContinuousSampler:
         checked = []  # the page pool ``_pages`` built and checked before the prefill (or None)
         state, work, params, caps = continuous_rows.start(
             self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs,
-            lambda st, wk: checked.append(self._pages(st, wk)),
+            lambda st, wk: checked.append(self._pages(st, wk)), self._prefill,
         )  # fmt: skip
         self._run(state, work, params, caps, checked[0])
         return state.output()
@@ -184,7 +191,7 @@ class ContinuousSampler:
         ends = np.zeros((self.num_slots,), np.int64)
         budget = jnp.asarray(steps if pages is None else pages.budget, jnp.int32)
         while work.queue or (held >= 0).any():
-            s = continuous_rows.admit(self.model, s, state, work, held, ends, pages)
+            s = continuous_rows.admit(self.model, s, state, work, held, ends, pages, self._prefill)
             if pages is not None:
                 s = pages.upload(self._preempt(s, state, work, held, pages.before_segment(s, held)))
             running = held >= 0

@@ -131,9 +131,11 @@ def _options(kwargs: dict, allowed: tuple[str, ...], call: str) -> tuple[dict, S
     return kwargs, SamplingParams(**params, stop_controls=controls)
 
 
-def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, check=None):
+def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, check=None, prefill=None):
     """``(state, work, params, caps)`` of a ``generate`` call (module docstring); ``check(state,
-    work)`` runs on the queued rows before the prompts are prefilled."""
+    work)`` runs on the queued rows before the prompts are prefilled; ``prefill``: the sampler's
+    ``slots.prefill_rows`` (with its mesh), default one device."""
+    prefill = prefill or slots.prefill_rows
     kw, params = _options(kwargs, _GENERATE_KEYS, "generate")
     padded, lengths, max_new, g = api._prompt_arrays(
         model,
@@ -174,10 +176,8 @@ def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, check=
     work = Work(list(range(b)), max_new, min_new, stop_at, None)
     if check is not None:
         check(state, work)  # before anything compiles
-    mask = jnp.arange(tb)[None, :] < jnp.asarray(lengths)[:, None]
-    work.prompt_prefill = slots.prefill(
-        model, jnp.asarray(padded), mask, jnp.asarray(lengths - 1), cache_dtype=dtype
-    )
+    mask = np.arange(tb)[None, :] < np.asarray(lengths)[:, None]
+    work.prompt_prefill = prefill(model, padded, mask, lengths - 1, cache_dtype=dtype)
     return state, work, params, _caps(kw, tb, c)
 
 
@@ -226,7 +226,7 @@ def resume(model, state: ContinuousState, obs_tokens, obs_lengths, resume_rows, 
     return new, work, params, _caps(kw, 0, c)
 
 
-def _context_prefill(model, state: ContinuousState, rows: np.ndarray):
+def _context_prefill(model, state: ContinuousState, rows: np.ndarray, prefill):
     """``(logits [n, V], cache [n, W], W)``: one prefill of each row's prompt bucket followed by
     its response (observations included); W the chunk width (< C)."""
     tb, g, c = state.prompts.shape[1], state.num_samples, state.max_total_len
@@ -240,18 +240,19 @@ def _context_prefill(model, state: ContinuousState, rows: np.ndarray):
         tokens[k, tb : tb + length[k]] = state.tokens[i, : length[k]]
         mask[k, tb : tb + length[k]] = True
     last = np.where(length > 0, tb + length - 1, state.prompt_lengths[rows] - 1)
-    logits, cache = slots.prefill(
-        model,
-        jnp.asarray(tokens),
-        jnp.asarray(mask),
-        jnp.asarray(last, jnp.int32),
-        cache_dtype=state.cache_dtype,
-    )
+    logits, cache = prefill(model, tokens, mask, last, cache_dtype=state.cache_dtype)
     return logits, cache, w
 
 
 def admit(
-    model, s, state: ContinuousState, work: Work, held: np.ndarray, ends: np.ndarray, pages=None
+    model,
+    s,
+    state: ContinuousState,
+    work: Work,
+    held: np.ndarray,
+    ends: np.ndarray,
+    pages=None,
+    prefill=None,
 ):
     """Places queued rows in the free slots of ``s`` (updates ``held``, ``ends``, ``work.queue``).
 
@@ -270,11 +271,11 @@ def admit(
     again = np.asarray([int(row) in work.preempted for row in take])
     for group in (~again, again):
         if group.any():
-            s = _place(model, s, state, work, take[group], dest[group], held, ends)
+            s = _place(model, s, state, work, take[group], dest[group], held, ends, prefill)
     return s
 
 
-def _place(model, s, state: ContinuousState, work: Work, take, dest_slots, held, ends):
+def _place(model, s, state: ContinuousState, work: Work, take, dest_slots, held, ends, prefill):
     """Places rows ``take`` (all first-turn, all resumed, or all preempted) in ``dest_slots``."""
     n = buckets.next_power_of_two(take.size)  # placements of up to n rows share one program
     dest = np.full((n,), held.shape[0], np.int32)  # slot N: dropped
@@ -285,7 +286,7 @@ def _place(model, s, state: ContinuousState, work: Work, take, dest_slots, held,
         logits, cache = work.prompt_prefill
         src, width = rows // state.num_samples, state.prompts.shape[1]
     else:
-        logits, cache, width = _context_prefill(model, state, rows)
+        logits, cache, width = _context_prefill(model, state, rows, prefill or slots.prefill_rows)
         src = np.arange(n)
     fields = dict(
         tokens=state.tokens[rows],

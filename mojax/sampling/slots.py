@@ -11,6 +11,7 @@ the host allocator (``mojax.sampling.pages``) sets at each segment boundary.
 
 * ``prefill``: a cached forward of right-padded chunks (the prompts, or a resumed row's whole
   context) on a fresh cache of the chunk's width: the next-token logits and the chunk's cache.
+  ``prefill_rows`` splits the rows of a prefill over a mesh's batch axes.
 * ``place``: writes n prefilled rows into n slots: the chunk's slots, the whole slot mask row (the
   slots past the chunk invalid) and ``end``; the slot's response buffers and per-row settings.
 * ``segment``: the decode loop of ``mojax.sampling.decode`` (``_decode_step``: per-row random
@@ -28,6 +29,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from mojax.models import layouts
 from mojax.models.cache import KVCache, init_cache
@@ -49,6 +51,23 @@ def prefill(model, tokens, mask, last_index, *, cache_dtype=None):
     if layouts.of(model.config).decode_per_layer:
         cache = to_layer_major(cache)
     return logits, cache
+
+
+def prefill_rows(model, tokens, mask, last_index, *, cache_dtype=None, mesh=None, rules=()):
+    """``prefill`` of host arrays ``tokens`` / ``mask`` [n, W], ``last_index`` [n]. On a mesh
+    the rows are split over the logical "batch" axes (padded with copies of the last row to a
+    multiple of their size; output row i is input row i, the padding rows are never read), so no
+    device holds every row's prefill."""
+    tokens, mask = np.asarray(tokens, np.int32), np.asarray(mask, bool)
+    last = np.asarray(last_index, np.int32)
+    if mesh is not None:
+        from mojax import sharding as sharding_lib
+
+        pad = -tokens.shape[0] % sharding_lib.num_shards(mesh, rules, "batch")
+        grow = lambda x: np.concatenate([x, np.repeat(x[-1:], pad, axis=0)]) if pad else x
+        put = lambda x: jax.device_put(grow(x), sharding_lib.batch_sharding(mesh, rules, x.ndim))
+        tokens, mask, last = put(tokens), put(mask), put(last)
+    return prefill(model, tokens, mask, last, cache_dtype=cache_dtype)
 
 
 def empty_slots(

@@ -5,7 +5,8 @@ Reference: the static in-graph sampler on one device, unsharded, same key. Mesh 
 shardings. A call and two appended turns at temperature 1 with stop ids, a forced stop and per-row
 budgets, with fewer slots than rows and as many: tokens, lengths, finish reasons and loss masks
 equal, log-probs within 1e-5 (``same_sampling_output``: reduction order only). Every decode
-segment must run on all 8 devices with the slots split over the batch axes.
+segment, and every prefill (the prompts, a resumed row's context), must run on all 8 devices
+with the rows split over the batch axes.
 """
 
 import pytest
@@ -28,13 +29,17 @@ def mesh_against_static(num_slots: int) -> dict:
     assert jax.device_count() == 8
     model = mm.from_pretrained("tiny-qwen3", dtype="float32", seed=1)
     mesh = Mesh(np.array(jax.devices()).reshape(2, 2, 2), ("data", "fsdp", "tensor"))
-    seen, segment = [], slots.segment
+    seen, filled, segment, prefill = [], [], slots.segment, slots.prefill
 
     def recording(m, s, *args, **kwargs):
         seen.append((len(s.done.sharding.device_set), str(s.tokens.sharding.spec)))
         return segment(m, s, *args, **kwargs)
 
-    continuous.slots.segment = recording  # the module attribute the sampler calls
+    def recording_prefill(m, tokens, *args, **kwargs):
+        filled.append((len(tokens.sharding.device_set), str(tokens.sharding.spec)))
+        return prefill(m, tokens, *args, **kwargs)
+
+    slots.segment, slots.prefill = recording, recording_prefill  # the attributes the sampler calls
     toks, lens = continuous_prompts()
     rng = np.random.RandomState(1)
     max_new = rng.randint(2, 40, (8,))
@@ -54,7 +59,7 @@ def mesh_against_static(num_slots: int) -> dict:
         got = sampler.append_and_continue(got.state, obs, obs_len, resume, **more)
         same_sampling_output(got, ref)
     weights = {len(x.sharding.device_set) for x in jax.tree.leaves(sampler.model.params)}
-    return dict(segments=seen, weights=weights)
+    return dict(segments=seen, prefills=filled, weights=weights)
 
 
 def refusals() -> list[str]:
@@ -83,7 +88,8 @@ def test_continuous_sampler_on_a_mesh_equals_the_static_sampler(num_slots):
 
     out = run_with_devices(mesh_against_static, num_slots, devices=8)
     assert out["segments"] and out["weights"] == {8}
-    for devices, spec in out["segments"]:
+    assert len(out["prefills"]) >= 3  # the prompts, and the resumed rows of each turn
+    for devices, spec in out["segments"] + out["prefills"]:
         assert devices == 8 and "('data', 'fsdp')" in spec, (devices, spec)
 
 
