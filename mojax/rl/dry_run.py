@@ -10,7 +10,10 @@ devices stand in for accelerators: ``XLA_FLAGS=--xla_force_host_platform_device_
   tokenizer) + ``max_response_len``;
 * the sampler's prefill + decode program (``mojax.sampling.api.lower_generate``) for the same rows
   (one decode loop over the whole cache; the run's decode segments each work on a truncated copy of
-  the cache, counted as one more cache).
+  the cache, counted as one more cache). With ``rollout.engine=continuous`` the same program for
+  ``rollout.slots`` rows instead (the slots decoding), plus the step's prompt prefill
+  (``mojax.sampling.slots.prefill`` on the P prompts split over the batch axes), whose output is
+  held while the prompts' samples wait for slots.
 
 Each compiled program's ``memory_analysis()`` is XLA's own buffer assignment for one device:
 arguments, outputs, aliased (donated) bytes and temporaries (activations, gradients, logits chunks,
@@ -127,9 +130,31 @@ def compile_sampler(spec, mesh, rules, state, mc, prompt_len: int):
     ).compile()
 
 
-def kv_cache_bytes(spec, mc, mesh, rules, prompt_len: int) -> int:
-    """Per device: the sampler's KV cache for ``B`` rows of the prompt bucket + the response."""
+def compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len: int):
+    """The continuous engine's prompt prefill (``mojax.sampling.slots.prefill``): the P prompts
+    of a step, split over the batch axes as ``slots.prefill_rows`` splits them; its output (the
+    P prompts' logits and cache) stays alive while their samples wait for slots."""
+    from mojax.sampling import bucket_length, slots
+
+    shards = sharding_lib.num_shards(mesh, rules, "batch")
+    p = -(-int(spec.rollout.prompts_per_step) // shards) * shards
+    tb = bucket_length(prompt_len)
+    put = lambda shape, dtype: jax.ShapeDtypeStruct(
+        shape, dtype, sharding=sharding_lib.batch_sharding(mesh, rules, len(shape))
+    )
+    model = models.QwenModel(mc, learner.policy_params(state))
+    cache_dtype = spec.model.cache_dtype or None
+    return slots.prefill.lower(
+        model, put((p, tb), np.int32), put((p, tb), np.bool_), put((p,), np.int32),
+        cache_dtype=None if cache_dtype is None else np.dtype(cache_dtype).name,
+    ).compile()  # fmt: skip
+
+
+def kv_cache_bytes(spec, mc, mesh, rules, prompt_len: int, rows: int | None = None) -> int:
+    """Per device: the sampler's KV cache for ``rows`` rows (default ``B``; the continuous
+    engine's ``rollout.slots``) of the prompt bucket + the response."""
     b, slots = batch_shape(spec, prompt_len)
+    b = b if rows is None else rows
     rows = -(-b // sharding_lib.batch_divisor(mesh, rules))
     heads = max(1, mc.num_kv_heads // sharding_lib.num_shards(mesh, rules, "kv_heads"))
     item = np.dtype(spec.model.cache_dtype or mc.dtype).itemsize
@@ -159,17 +184,46 @@ def dry_run(spec, sampler: bool = True) -> dict[str, float]:
     }
     peak = persistent + train_transient + max(batch, 0)
     if sampler:
-        sm = compile_sampler(spec, mesh, rules, state, mc, prompt_len).memory_analysis()
-        kv = kv_cache_bytes(spec, mc, mesh, rules, prompt_len)
-        # + one cache: the run decodes in segments, each over a truncated copy of the cache
-        sampler_transient = sm.temp_size_in_bytes + sm.output_size_in_bytes + kv
-        out["kv_cache_gib_per_device"] = kv / GIB
-        out["sampler_temp_gib_per_device"] = sm.temp_size_in_bytes / GIB
+        sampler_transient = _sampler_transient(spec, mesh, rules, state, mc, prompt_len, out)
         peak = max(peak, persistent + sampler_transient)
     out["peak_gib_per_device"] = peak / GIB
     if jax.process_index() == 0:  # every process compiles; process 0 reports
         _report(spec, mesh, mc, out, prompt_len, how)
     return out
+
+
+def _sampler_transient(spec, mesh, rules, state, mc, prompt_len, out) -> int:
+    """The sampler's bytes per device beyond the persistent state (``out`` gets its parts).
+
+    Static engine: the prefill + decode program of the B rows, plus one more KV cache (each decode
+    segment works on a truncated copy). Continuous engine (``rollout.slots`` = N): the same program
+    for N rows (N slots decoding, with their prefill), plus one more N-row cache, plus the P
+    prompts' prefill output, which stays alive while their samples wait (its program's own peak
+    when larger)."""
+    rc = spec.rollout
+    rows = int(rc.slots) if rc.engine == "continuous" else None
+    shaped = spec
+    if rows is not None:  # N slots: ceil(N / G) prompts of G samples
+        g = int(rc.num_samples)
+        shaped = _with_rollout(spec, prompts_per_step=-(-rows // g))
+    sm = compile_sampler(shaped, mesh, rules, state, mc, prompt_len).memory_analysis()
+    kv = kv_cache_bytes(spec, mc, mesh, rules, prompt_len, rows)
+    out["kv_cache_gib_per_device"] = kv / GIB
+    out["sampler_temp_gib_per_device"] = sm.temp_size_in_bytes / GIB
+    transient = sm.temp_size_in_bytes + sm.output_size_in_bytes + kv
+    if rows is not None:
+        pm = compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len).memory_analysis()
+        held = pm.output_size_in_bytes
+        out["prompt_prefill_gib_per_device"] = held / GIB
+        transient = max(transient + held, pm.temp_size_in_bytes + held)
+    return transient
+
+
+def _with_rollout(spec, **changes):
+    """``spec`` with its rollout section's ``changes`` (a frozen dataclass copy)."""
+    import dataclasses
+
+    return dataclasses.replace(spec, rollout=dataclasses.replace(spec.rollout, **changes))
 
 
 def _report(spec, mesh, mc, out, prompt_len, how) -> None:
@@ -183,6 +237,8 @@ def _report(spec, mesh, mc, out, prompt_len, how) -> None:
         f"params, {mc.dtype} compute / {mc.param_dtype} params, remat={mc.remat}{lora})"
     )
     print(f"  rollout batch B={b} x T={t} (longest prompt {prompt_len} tokens, {how})")
+    if spec.rollout.engine == "continuous":
+        print(f"  continuous engine: {spec.rollout.slots} decode slots of T tokens")
     print("  XLA memory analysis of the compiled update and sampler, per device (GiB):")
     for k, v in out.items():
         if k.endswith("per_device"):

@@ -42,3 +42,35 @@ def test_dry_run_estimate_matches_allocation(shared, remat):
     assert r["T"] == 1056
     assert r["measured_gib"] > 0.1, r
     assert abs(r["estimate_gib"] - r["measured_gib"]) <= 0.15 * r["measured_gib"], r
+
+
+def test_continuous_engine_sizes_the_sampler_by_its_slots():
+    """``rollout.engine=continuous``: the KV cache is the N slots', not the B rows' (the same
+    formula, N / B of it), and the prompt prefill held while samples wait is exactly the P prompts'
+    logits and cache, counted from the model's shapes (fp32 logits [P, V]; k and v [L, P, Tb, K, D]
+    in the cache dtype; the slot mask [P, Tb] and ends [P])."""
+    import numpy as np
+    from mojax_test_utils import load_config, run_spec
+
+    from mojax.rl import dry_run
+    from mojax.rl.model_config import qwen_config
+    from mojax.sampling import bucket_length
+
+    c = load_config("grpo")
+    with c.unlocked():
+        c.rollout.max_prompt_len, c.rollout.prompts_per_step, c.rollout.num_samples = 40, 8, 4
+        c.rollout.max_response_len = 64
+    static = dry_run.dry_run(run_spec(c))
+    with c.unlocked():
+        c.rollout.engine, c.rollout.slots = "continuous", 8
+    spec = run_spec(c)
+    cont = dry_run.dry_run(spec)
+    assert cont["kv_cache_gib_per_device"] * 32 == pytest.approx(
+        static["kv_cache_gib_per_device"] * 8
+    )
+    mc, tb = qwen_config(spec), bucket_length(40)
+    item = np.dtype(spec.model.cache_dtype or mc.dtype).itemsize
+    held = 8 * mc.vocab_size * 4 + 2 * mc.num_layers * 8 * tb * mc.num_kv_heads * mc.head_dim * item
+    held += 8 * tb + 8 * 4
+    assert cont["prompt_prefill_gib_per_device"] * dry_run.GIB == pytest.approx(held, rel=1e-3)
+    assert "prompt_prefill_gib_per_device" not in static
