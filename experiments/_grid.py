@@ -97,9 +97,7 @@ def _run(argv: list[str], workdir: str) -> float:
     with open(os.path.join(workdir, "cmd.txt"), "w") as f:
         f.write(shell(argv) + "\n")
     with open(os.path.join(workdir, "commit.txt"), "w") as f:  # the code the cell ran
-        f.write(
-            _git("rev-parse", "HEAD") + ("+dirty" if _git("status", "--porcelain") else "") + "\n"
-        )
+        f.write(code_commit() + "\n")
     # one persistent XLA compilation cache for the grid: cells of the same shapes skip recompiling
     # (the same executables, so the same numbers as an uncached run of the printed command)
     cache = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(workdir))), "jax_cache")
@@ -117,9 +115,16 @@ def _run(argv: list[str], workdir: str) -> float:
     return time.time() - t0
 
 
-def _git(*args: str) -> str:
-    proc = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+def _git(*args: str, repo: str = REPO) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
     return proc.stdout.strip() if proc.returncode == 0 else "unknown"
+
+
+def code_commit(repo: str = REPO) -> str:
+    """The commit a cell runs, ``+dirty`` when a file outside ``docs/results`` differs from it
+    (the archive and pages the grid itself writes there are not the code)."""
+    dirty = _git("status", "--porcelain", "--", ".", ":(exclude)docs/results", repo=repo)
+    return _git("rev-parse", "HEAD", repo=repo) + ("+dirty" if dirty else "")
 
 
 def _done(workdir: str) -> bool:

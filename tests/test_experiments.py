@@ -122,3 +122,20 @@ def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
 def test_other_claims_run_in_quick_mode(name, flags, tmp_path):
     page = _run_script(name, tmp_path, "--seeds=0,1", *flags)  # a paired comparison needs 2
     assert "## Verdict" in page and "## Per seed" in page and "## Pre-registration" in page
+
+
+def test_code_commit_ignores_the_archive_the_grid_writes(tmp_path):
+    """A cell's ``commit.txt``: the archive under docs/results does not make the tree dirty, a
+    changed source file does."""
+    run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+    run("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    run("add", "code.py")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    (tmp_path / "docs" / "results" / "claim" / "cells").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "claim" / "cells" / "m.jsonl").write_text("{}\n")
+    assert _grid.code_commit(str(tmp_path)) == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert _grid.code_commit(str(tmp_path)) == head + "+dirty"
