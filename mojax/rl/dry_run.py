@@ -11,9 +11,9 @@ devices stand in for accelerators: ``XLA_FLAGS=--xla_force_host_platform_device_
 * the sampler's prefill + decode program (``mojax.sampling.api.lower_generate``) for the same rows
   (one decode loop over the whole cache; the run's decode segments each work on a truncated copy of
   the cache, counted as one more cache). With ``rollout.engine=continuous`` the same program for
-  ``rollout.slots`` rows instead (the slots decoding), plus the step's prompt prefill
-  (``mojax.sampling.slots.prefill`` on the P prompts split over the batch axes), whose output is
-  held while the prompts' samples wait for slots.
+  ``rollout.slots`` rows instead (the slots decoding), plus two chunks of the prompt prefill
+  (``mojax.sampling.slots.prefill`` on ceil(N / G) prompts split over the batch axes), held while
+  their rows enter slots.
 
 Each compiled program's ``memory_analysis()`` is XLA's own buffer assignment for one device:
 arguments, outputs, aliased (donated) bytes and temporaries (activations, gradients, logits chunks,
@@ -130,14 +130,13 @@ def compile_sampler(spec, mesh, rules, state, mc, prompt_len: int):
     ).compile()
 
 
-def compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len: int):
-    """The continuous engine's prompt prefill (``mojax.sampling.slots.prefill``): the P prompts
-    of a step, split over the batch axes as ``slots.prefill_rows`` splits them; its output (the
-    P prompts' logits and cache) stays alive while their samples wait for slots."""
+def compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len: int, prompts: int):
+    """The continuous engine's prompt prefill (``mojax.sampling.slots.prefill``) of one chunk of
+    ``prompts`` prompts, split over the batch axes as ``slots.prefill_rows`` splits them."""
     from mojax.sampling import bucket_length, slots
 
     shards = sharding_lib.num_shards(mesh, rules, "batch")
-    p = -(-int(spec.rollout.prompts_per_step) // shards) * shards
+    p = -(-int(prompts) // shards) * shards
     tb = bucket_length(prompt_len)
     put = lambda shape, dtype: jax.ShapeDtypeStruct(
         shape, dtype, sharding=sharding_lib.batch_sharding(mesh, rules, len(shape))
@@ -197,9 +196,10 @@ def _sampler_transient(spec, mesh, rules, state, mc, prompt_len, out) -> int:
 
     Static engine: the prefill + decode program of the B rows, plus one more KV cache (each decode
     segment works on a truncated copy). Continuous engine (``rollout.slots`` = N): the same program
-    for N rows (N slots decoding, with their prefill), plus one more N-row cache, plus the P
-    prompts' prefill output, which stays alive while their samples wait (its program's own peak
-    when larger)."""
+    for N rows (N slots decoding, with their prefill), plus one more N-row cache, plus two chunks
+    of the prompt prefill held while their rows enter slots (``ContinuousSampler``'s default
+    chunk, ceil(N / G) prompts; two when a placement spans a boundary), or that program's own
+    peak when larger."""
     rc = spec.rollout
     rows = int(rc.slots) if rc.engine == "continuous" else None
     shaped = spec
@@ -212,8 +212,10 @@ def _sampler_transient(spec, mesh, rules, state, mc, prompt_len, out) -> int:
     out["sampler_temp_gib_per_device"] = sm.temp_size_in_bytes / GIB
     transient = sm.temp_size_in_bytes + sm.output_size_in_bytes + kv
     if rows is not None:
-        pm = compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len).memory_analysis()
-        held = pm.output_size_in_bytes
+        chunk = -(-rows // int(rc.num_samples))
+        pm = compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len, chunk)
+        pm = pm.memory_analysis()
+        held = 2 * pm.output_size_in_bytes
         out["prompt_prefill_gib_per_device"] = held / GIB
         transient = max(transient + held, pm.temp_size_in_bytes + held)
     return transient

@@ -5,9 +5,10 @@
 ``SamplingOutput`` (rows prompt-major, [B, R] buffers), but decodes the B rows in N slots
 (``slots``), each with its own cache write position (``mojax.sampling.slots``):
 
-* ``generate`` prefills the P prompts once (the prefill of the static sampler, the same program);
-  rows queue in row order; a free slot takes the next row with a copy of its prompt's cache rows
-  and logits (the G samples share one prefill);
+* ``generate`` prefills the prompts in chunks of ``prefill_prompts`` (default enough to fill the
+  slots), each when its first row enters a slot and kept until its last one has; rows queue in
+  row order; a free slot takes the next row with a copy of its prompt's cache rows and logits
+  (the G samples share one prefill);
 * the slots decode in segments (one compiled ``lax.while_loop``) that end when a slot frees while
   rows wait, or when a running slot's write position reaches the segment's cache prefix; between
   segments the host moves finished rows (stop id, budget, full buffers) out of their slots into
@@ -24,8 +25,9 @@ for different row counts (a one-row product takes another kernel than a two-row 
 resumed row's context is one prefill here where the static sampler appends it chunk by chunk; a
 draw whose two best candidates tie within that rounding could then differ.
 
-Memory: the slot cache is N x C (``max_total_len``) slots (``kv_cache="dense"``), plus the P x Tb
-prompt prefill of a call and the prefill chunk of the rows placed at a segment boundary. With
+Memory: the slot cache is N x C (``max_total_len``) slots (``kv_cache="dense"``), plus the prompt
+prefill of the chunk (or two) whose rows are being placed, and the prefill of the resumed rows
+placed at a segment boundary. With
 ``kv_cache="paged"`` the slots share a pool of ``num_pages`` pages of ``page_size`` tokens
 (``mojax.models.paged_cache``): a running row owns the pages of its live tokens plus one segment
 (at most ``segment_tokens`` steps, default one page's worth) and returns them when it ends; a
@@ -85,6 +87,8 @@ class ContinuousSampler:
       kv_cache: ``"dense"`` or ``"paged"`` (module docstring).
       page_size: tokens per page of a paged cache.
       num_pages: pages in a paged cache's pool (0: N x ceil(C / page_size), the dense capacity).
+      prefill_prompts: prompts per prompt prefill (0: enough rows to fill every slot, ceil(N /
+        G)); a chunk is prefilled when its first row enters a slot and dropped after its last.
     """
 
     row_sharding = None
@@ -101,6 +105,7 @@ class ContinuousSampler:
         kv_cache: str = "dense",
         page_size: int = 16,
         num_pages: int = 0,
+        prefill_prompts: int = 0,
     ):
         _check_mesh(mesh, rules, int(slots), kv_cache)
         if int(slots) < 1 or int(segment_tokens) < 0:
@@ -116,6 +121,7 @@ class ContinuousSampler:
         self.mesh, self.rules = mesh, tuple(rules)
         self.num_slots, self.segment_tokens = int(slots), int(segment_tokens)
         self.kv_cache, self.page_size, self.num_pages = kv_cache, int(page_size), int(num_pages)
+        self.prefill_prompts = int(prefill_prompts)
         self.pages: pages_lib.PagedSlots | None = None  # the last call's pages (its log)
         self.model = self.decode_model = None
         if params is not None:
@@ -163,6 +169,7 @@ class ContinuousSampler:
         state, work, params, caps = continuous_rows.start(
             self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs,
             lambda st, wk: checked.append(self._pages(st, wk)), self._prefill,
+            self.prefill_prompts or -(-self.num_slots // max(int(num_samples), 1)),
         )  # fmt: skip
         self._run(state, work, params, caps, checked[0])
         return state.output()

@@ -14,6 +14,7 @@ bucket, W chunk width, To observation bucket, R response slots, C cache slots, J
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -107,8 +108,8 @@ class ContinuousState:
 class Work:
     """Rows waiting for a slot (row order) and the per-row settings of the call ([B] each).
 
-    ``prompt_prefill``: the P prompts' ``(logits [P, V], cache [P, Tb])`` for first-turn rows;
-    None on resumption (each row is prefilled from its context when it is placed).
+    ``prompts``: the first-turn rows' prompt prefill (``PromptPrefill``); None on resumption
+    (each row is prefilled from its context when it is placed).
     ``preempted``: row -> tokens it sampled in this call before a paged cache preempted it
     (``mojax.sampling.pages``); placed again, it is prefilled from its context and goes on.
     """
@@ -117,8 +118,49 @@ class Work:
     max_new: np.ndarray
     min_new: np.ndarray
     stop_at: np.ndarray
-    prompt_prefill: tuple | None
+    prompts: PromptPrefill | None
     preempted: dict[int, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class PromptPrefill:
+    """The prompts' prefill for first-turn rows, by chunks of ``chunk`` prompts: a chunk is
+    prefilled when its first row is placed and dropped when its last row is, so at most the
+    chunks of the rows being placed are held (``chunk`` >= P: one prefill of every prompt). The
+    last chunk is padded with copies of its last prompt, so every chunk runs one program.
+
+    ``tokens`` int32 [P, Tb], ``mask`` bool [P, Tb], ``last`` int32 [P]; ``num_samples`` G."""
+
+    tokens: np.ndarray
+    mask: np.ndarray
+    last: np.ndarray
+    chunk: int
+    num_samples: int
+    cache_dtype: str | None
+    prefill: Any
+    left: dict = dataclasses.field(default_factory=dict)  # chunk -> its rows not yet placed
+    live: dict = dataclasses.field(default_factory=dict)  # chunk -> (logits, cache)
+
+    def chunk_of(self, rows: np.ndarray) -> np.ndarray:
+        return (np.asarray(rows) // self.num_samples) // self.chunk
+
+    def get(self, model, c: int):
+        """``(logits [k, V], cache [k, Tb])`` of chunk ``c`` (prefilled on first use)."""
+        if c not in self.live:
+            p = self.tokens.shape[0]
+            lo, hi = c * self.chunk, min((c + 1) * self.chunk, p)
+            idx = np.minimum(np.arange(lo, lo + self.chunk), hi - 1)
+            self.live[c] = self.prefill(
+                model, self.tokens[idx], self.mask[idx], self.last[idx],
+                cache_dtype=self.cache_dtype,
+            )  # fmt: skip
+            self.left[c] = (hi - lo) * self.num_samples
+        return self.live[c]
+
+    def placed(self, c: int, count: int) -> None:
+        self.left[c] -= count
+        if not self.left[c]:
+            del self.live[c]
 
 
 def _options(kwargs: dict, allowed: tuple[str, ...], call: str) -> tuple[dict, SamplingParams]:
@@ -131,10 +173,21 @@ def _options(kwargs: dict, allowed: tuple[str, ...], call: str) -> tuple[dict, S
     return kwargs, SamplingParams(**params, stop_controls=controls)
 
 
-def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, check=None, prefill=None):
+def start(
+    model,
+    prompt_tokens,
+    key,
+    max_new_tokens,
+    num_samples,
+    kwargs,
+    check=None,
+    prefill=None,
+    prompt_chunk: int = 0,
+):
     """``(state, work, params, caps)`` of a ``generate`` call (module docstring); ``check(state,
-    work)`` runs on the queued rows before the prompts are prefilled; ``prefill``: the sampler's
-    ``slots.prefill_rows`` (with its mesh), default one device."""
+    work)`` runs on the queued rows before anything is prefilled; ``prefill``: the sampler's
+    ``slots.prefill_rows`` (with its mesh), default one device; ``prompt_chunk``: prompts per
+    prefill (``PromptPrefill``; 0: all P at once)."""
     prefill = prefill or slots.prefill_rows
     kw, params = _options(kwargs, _GENERATE_KEYS, "generate")
     padded, lengths, max_new, g = api._prompt_arrays(
@@ -177,7 +230,9 @@ def start(model, prompt_tokens, key, max_new_tokens, num_samples, kwargs, check=
     if check is not None:
         check(state, work)  # before anything compiles
     mask = np.arange(tb)[None, :] < np.asarray(lengths)[:, None]
-    work.prompt_prefill = prefill(model, padded, mask, lengths - 1, cache_dtype=dtype)
+    chunk = min(int(prompt_chunk) or p, p)
+    last = (np.asarray(lengths) - 1).astype(np.int32)
+    work.prompts = PromptPrefill(padded, mask, last, chunk, g, dtype, prefill)
     return state, work, params, _caps(kw, tb, c)
 
 
@@ -269,22 +324,32 @@ def admit(
     del work.queue[: take.size]
     dest = free[: take.size]
     again = np.asarray([int(row) in work.preempted for row in take])
-    for group in (~again, again):
-        if group.any():
-            s = _place(model, s, state, work, take[group], dest[group], held, ends, prefill)
+    first, first_dest = take[~again], dest[~again]
+    chunks = work.prompts.chunk_of(first) if work.prompts is not None else None
+    for c in [None] if chunks is None else np.unique(chunks):  # first-turn rows by prompt chunk
+        sel = slice(None) if c is None else chunks == c
+        if first[sel].size:
+            s = _place(model, s, state, work, first[sel], first_dest[sel], held, ends, prefill, c)
+    if again.any():
+        s = _place(model, s, state, work, take[again], dest[again], held, ends, prefill)
     return s
 
 
-def _place(model, s, state: ContinuousState, work: Work, take, dest_slots, held, ends, prefill):
-    """Places rows ``take`` (all first-turn, all resumed, or all preempted) in ``dest_slots``."""
+def _place(
+    model, s, state: ContinuousState, work: Work, take, dest_slots, held, ends, prefill, chunk=None
+):
+    """Places rows ``take`` (first-turn rows of prompt chunk ``chunk``, or all resumed, or all
+    preempted) in ``dest_slots``."""
     n = buckets.next_power_of_two(take.size)  # placements of up to n rows share one program
     dest = np.full((n,), held.shape[0], np.int32)  # slot N: dropped
     dest[: take.size] = dest_slots
     rows = np.concatenate([take, np.full((n - take.size,), take[0], np.int64)])
     again = int(take[0]) in work.preempted
-    if work.prompt_prefill is not None and not again:
-        logits, cache = work.prompt_prefill
-        src, width = rows // state.num_samples, state.prompts.shape[1]
+    if chunk is not None:
+        logits, cache = work.prompts.get(model, int(chunk))
+        src = rows // state.num_samples - int(chunk) * work.prompts.chunk
+        width = state.prompts.shape[1]
+        work.prompts.placed(int(chunk), take.size)
     else:
         logits, cache, width = _context_prefill(model, state, rows, prefill or slots.prefill_rows)
         src = np.arange(n)

@@ -46,9 +46,9 @@ def test_dry_run_estimate_matches_allocation(shared, remat):
 
 def test_continuous_engine_sizes_the_sampler_by_its_slots():
     """``rollout.engine=continuous``: the KV cache is the N slots', not the B rows' (the same
-    formula, N / B of it), and the prompt prefill held while samples wait is exactly the P prompts'
-    logits and cache, counted from the model's shapes (fp32 logits [P, V]; k and v [L, P, Tb, K, D]
-    in the cache dtype; the slot mask [P, Tb] and ends [P])."""
+    formula, N / B of it), and the prompt prefill held while rows enter slots is exactly two
+    chunks of ceil(N / G) = 2 prompts' logits and cache, counted from the model's shapes (fp32
+    logits [p, V]; k and v [L, p, Tb, K, D] in the cache dtype; the slot mask [p, Tb], ends [p])."""
     import numpy as np
     from mojax_test_utils import load_config, run_spec
 
@@ -70,7 +70,8 @@ def test_continuous_engine_sizes_the_sampler_by_its_slots():
     )
     mc, tb = qwen_config(spec), bucket_length(40)
     item = np.dtype(spec.model.cache_dtype or mc.dtype).itemsize
-    held = 8 * mc.vocab_size * 4 + 2 * mc.num_layers * 8 * tb * mc.num_kv_heads * mc.head_dim * item
-    held += 8 * tb + 8 * 4
+    p = 2  # prompts per chunk: 8 slots / 4 samples
+    held = p * mc.vocab_size * 4 + 2 * mc.num_layers * p * tb * mc.num_kv_heads * mc.head_dim * item
+    held = 2 * (held + p * tb + p * 4)  # two chunks
     assert cont["prompt_prefill_gib_per_device"] * dry_run.GIB == pytest.approx(held, rel=1e-3)
     assert "prompt_prefill_gib_per_device" not in static

@@ -162,3 +162,30 @@ def test_continuous_sampler_refuses_bad_sizes_and_unknown_arguments(model):
         ContinuousSampler.of(model, slots=2).generate(
             toks, key=jax.random.key(0), max_new_tokens=4, bogus=1
         )
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_prompts_are_prefilled_in_chunks_as_their_rows_enter(model, monkeypatch, chunk):
+    """``prefill_prompts``: each chunk of prompts is prefilled once, when its first row enters a
+    slot; at most two chunks are held at once (a placement that spans a boundary); the tokens are
+    the static sampler's."""
+    from mojax.sampling.continuous_rows import PromptPrefill
+
+    toks, lens = prompts()  # 4 prompts x 2 samples
+    kw = dict(key=jax.random.key(4), temperature=1.0, prompt_lengths=lens, max_new_tokens=12)
+    kw.update(SHAPES)
+    ref = ms.generate(model, toks, **kw)
+    calls, get = [], PromptPrefill.get
+
+    def recording(self, m, c):
+        fresh = c not in self.live
+        out = get(self, m, c)
+        calls.append((c, fresh, len(self.live)))
+        return out
+
+    monkeypatch.setattr(PromptPrefill, "get", recording)
+    got = ContinuousSampler.of(model, slots=2, prefill_prompts=chunk).generate(toks, **kw)
+    assert_same(got, ref)
+    fresh = [c for c, new, _ in calls if new]
+    assert fresh == list(range(-(-4 // chunk)))  # every chunk prefilled once, in order
+    assert max(n for _, _, n in calls) <= 2
