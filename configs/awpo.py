@@ -19,6 +19,10 @@ and the paper's judge, Qwen3-235B-A22B, served behind an OpenAI-compatible endpo
     python -m mojax.main --config=configs/awpo.py:paper=true,model=qwen3-4b,data=2,fsdp=4 \
       --config.dry_run=true   # shapes, shardings and memory per device on 8 devices
 
+On the 8 accelerators of one host, decode in slots (continuous batching) to fit: add
+``--config.rollout.engine=continuous --config.rollout.slots=64``. The dry run on 8 devices puts
+the peak per device at 911.4 GiB with the static engine and 50.4 GiB with these slots.
+
 A judge small enough to run beside the policy can be loaded from its own HF directory instead
 (``judge.kind=model``: each process loads a copy and judges its own rows, greedily, with the same
 rubric): ``--config.judge.kind=model --config.judge.model=/ckpt/Qwen3-8B``.

@@ -14,6 +14,10 @@ generated, no data file; ``estimator=multi_rlvr|max_at_k|grpo`` for the baseline
     python -m mojax.main --config=configs/vpo.py:paper=true,model=qwen3-4b,data=2,fsdp=4 \
       --config.dry_run=true   # shapes, shardings and memory per device on 8 devices
 
+On the 8 accelerators of one host, decode in slots (continuous batching) to fit: add
+``--config.rollout.engine=continuous --config.rollout.slots=256``. The dry run on 8 devices puts
+the peak per device at 146.3 GiB with the static engine and 52.8 GiB with these slots.
+
 ``paper=true`` is the paper's recipe (App. B): m = 3 answers per completion, K = 100 Dirichlet(1)
 weights per group (the authors' code; the paper does not give K), 128 prompts x 8 rollouts per step,
 mini-batches of 64 prompts, one PPO epoch, clip 0.2 with dual clip c = 3, token-mean loss, a k3 KL
