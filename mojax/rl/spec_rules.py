@@ -32,7 +32,53 @@ def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
         return [str(e) if added else f"config.task.kwargs: {e}"]
     errors = _shape_errors(spec) + _method_errors(spec, task) + _goal_errors(spec, task)
     errors += _sft_errors(spec, task) + task.config_errors(spec) + _offpolicy_errors(spec)
-    return errors + _packing_errors(spec) + _mesh_errors(spec, num_devices)
+    errors += _packing_errors(spec) + _mesh_errors(spec, num_devices)
+    return errors + _engine_errors(spec, num_devices)
+
+
+def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:
+    """``rollout.engine='continuous'`` (``mojax.sampling.continuous``): one process; on a mesh of
+    several devices, ``rollout.slots`` a multiple of the devices its rows spread over (the logical
+    "batch" axes) and a dense cache. ``num_devices`` None: not checked (no devices known)."""
+    r = spec.rollout
+    if r.engine != "continuous" or num_devices is None:
+        return []
+    import math
+
+    import jax
+
+    c = Checker({})
+    if num_devices == "auto":
+        procs = jax.process_count()
+        c.require(
+            procs == 1,
+            "rollout.engine",
+            f"'continuous' runs in one process (its host loop reads every slot); this run has "
+            f"{procs} processes: use 'static'",
+        )
+        num_devices = jax.device_count()
+    m = spec.mesh
+    try:
+        shape = sharding.resolve_mesh_shape(
+            m.data, m.fsdp, m.tensor, num_devices=int(num_devices) - m.sampler
+        )
+    except ValueError:
+        return c.errors  # the mesh's own error is reported by _mesh_errors
+    sizes = dict(zip(sharding.MESH_AXES, shape))
+    axes = dict(spec.rules).get("batch") or ()
+    shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
+    c.require(
+        r.slots % shards == 0,
+        "rollout.slots",
+        f"{r.slots} must be a multiple of the {shards} devices the mesh spreads rows over "
+        f"(its 'batch' axes, mesh {sizes})",
+    )
+    c.require(
+        math.prod(shape) == 1 or r.kv_cache == "dense",
+        "rollout.kv_cache",
+        f"'paged' runs on one device; this mesh has {math.prod(shape)} (use 'dense')",
+    )
+    return c.errors
 
 
 def _packing_errors(spec: Any) -> list[str]:
