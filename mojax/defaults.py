@@ -153,6 +153,7 @@ def _rollout() -> ml_collections.ConfigDict:
         kv_cache="dense",
         page_size=16,
         num_pages=0,
+        prefill_prompts=0,
     )
 
 

@@ -148,6 +148,7 @@ def build_sampler(spec: Any, model_config, mesh, rules):
         kv_cache=r.kv_cache,
         page_size=r.page_size,
         num_pages=r.num_pages,
+        prefill_prompts=r.prefill_prompts,
     )
 
 

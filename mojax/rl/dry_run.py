@@ -197,8 +197,8 @@ def _sampler_transient(spec, mesh, rules, state, mc, prompt_len, out) -> int:
     Static engine: the prefill + decode program of the B rows, plus one more KV cache (each decode
     segment works on a truncated copy). Continuous engine (``rollout.slots`` = N): the same program
     for N rows (N slots decoding, with their prefill), plus one more N-row cache, plus two chunks
-    of the prompt prefill held while their rows enter slots (``ContinuousSampler``'s default
-    chunk, ceil(N / G) prompts; two when a placement spans a boundary), or that program's own
+    of the prompt prefill held while their rows enter slots (``rollout.prefill_prompts``, default
+    ceil(N / G) prompts; two when a placement spans a boundary), or that program's own
     peak when larger."""
     rc = spec.rollout
     rows = int(rc.slots) if rc.engine == "continuous" else None
@@ -212,7 +212,7 @@ def _sampler_transient(spec, mesh, rules, state, mc, prompt_len, out) -> int:
     out["sampler_temp_gib_per_device"] = sm.temp_size_in_bytes / GIB
     transient = sm.temp_size_in_bytes + sm.output_size_in_bytes + kv
     if rows is not None:
-        chunk = -(-rows // int(rc.num_samples))
+        chunk = int(rc.prefill_prompts) or -(-rows // int(rc.num_samples))
         pm = compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len, chunk)
         pm = pm.memory_analysis()
         held = 2 * pm.output_size_in_bytes

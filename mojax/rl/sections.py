@@ -164,6 +164,11 @@ class RolloutSpec:
     num_pages: int = option(
         0, help="pages in the paged KV cache's pool (0 = as many as the dense cache holds)"
     )
+    prefill_prompts: int = option(
+        0,
+        help="prompts per prompt prefill of the continuous engine (0 = enough to fill the slots, "
+        "ceil(rollout.slots / rollout.num_samples))",
+    )
 
     def __post_init__(self):
         c = _checker("rollout", self)
@@ -191,6 +196,7 @@ class RolloutSpec:
         c.choice("rollout.kv_cache", KV_CACHES)
         c.in_range("rollout.page_size", 1)
         c.in_range("rollout.num_pages", 0)
+        c.in_range("rollout.prefill_prompts", 0)
         c.require(
             self.kv_cache != "paged" or self.engine == "continuous",
             "rollout.kv_cache",

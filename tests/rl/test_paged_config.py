@@ -70,3 +70,13 @@ def test_the_continuous_engine_on_a_mesh_is_checked_before_anything_is_built(rol
     with c.unlocked():
         c.rollout.slots, c.rollout.kv_cache = 8, "dense"
     assert spec_lib.validate(c, num_devices=8).rollout.slots == 8
+
+
+def test_prefill_prompts_reaches_the_continuous_sampler():
+    c = _config(engine="continuous", slots=4, prefill_prompts=3)
+    spec = spec_lib.validate(c, num_devices=1)
+    import mojax.models as mm
+
+    assert builders.build_sampler(spec, mm.get_variant("tiny-qwen3"), None, ()).prefill_prompts == 3
+    with pytest.raises(ConfigError, match="config.rollout.prefill_prompts"):
+        spec_lib.validate(_config(engine="continuous", prefill_prompts=-1), num_devices=1)
