@@ -34,6 +34,16 @@ def _release_compiled_programs():
     gc.collect()
 
 
+# The longest test files (measured: their module fixtures and subprocess runs take minutes), run
+# first: pytest-xdist's ``--dist loadfile`` hands out files in collection order, so a long file
+# collected last would run alone at the end while the other worker idles.
+_LONG_FIRST = ("test_experiments.py", "test_multiprocess.py", "test_notebook.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: item.path.name not in _LONG_FIRST)  # stable: files stay whole
+
+
 def pytest_terminal_summary(terminalreporter):
     if _MAPS["most"]:
         terminalreporter.write_line(

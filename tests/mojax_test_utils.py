@@ -171,6 +171,31 @@ def continuous_prompts(seed=0):
     return rng.randint(0, 256, (4, 10)).astype(np.int32), np.asarray([10, 4, 7, 9], np.int32)
 
 
+def continuous_scene(model, stops, shapes):
+    """A call and two appended turns for the continuous sampler tests (per-row budgets, ``stops``,
+    a forced stop, temperature 1, top-p on the turns) and the static sampler's outputs:
+    ``(tokens, generate kwargs, [(obs, obs_len, resume, append kwargs)] * 2, [3 outputs])``."""
+    import jax
+
+    import mojax.sampling as ms
+
+    toks, lens = continuous_prompts()
+    rng = np.random.RandomState(1)
+    max_new = rng.randint(2, 40, (8,))
+    forced = np.where(rng.rand(8) < 0.3, np.minimum(max_new, 3), 0)
+    kw = dict(key=jax.random.key(3), temperature=1.0, stop_token_ids=stops, prompt_lengths=lens)
+    kw.update(shapes, max_new_tokens=max_new, force_stop_at=forced)
+    refs, turns = [ms.generate(model, toks, **kw)], []
+    for turn in range(2):
+        resume = rng.rand(8) < 0.7
+        obs = rng.randint(0, 256, (8, 6)).astype(np.int32)
+        obs_len = rng.randint(0, 7, (8,))
+        more = dict(max_new_tokens=rng.randint(1, 12, (8,)), min_new_tokens=turn, top_p=0.9)
+        turns.append((obs, obs_len, resume, more))
+        refs.append(ms.append_and_continue(model, refs[-1].state, obs, obs_len, resume, **more))
+    return toks, kw, turns, refs
+
+
 def same_sampling_output(got, ref):
     """Two ``SamplingOutput``s: the same tokens, lengths, finish reasons and loss masks; log-probs
     within 1e-5 (XLA CPU rounds a matmul differently for different row counts)."""

@@ -18,10 +18,9 @@ def mesh_against_static(slot_counts) -> dict:
     import jax
     import numpy as np
     from jax.sharding import Mesh
-    from mojax_test_utils import continuous_prompts, same_sampling_output
+    from mojax_test_utils import continuous_scene, same_sampling_output
 
     import mojax.models as mm
-    import mojax.sampling as ms
     from mojax.sampling import continuous, slots
 
     assert jax.device_count() == 8
@@ -38,20 +37,7 @@ def mesh_against_static(slot_counts) -> dict:
         return prefill(m, tokens, *args, **kwargs)
 
     slots.segment, slots.prefill = recording, recording_prefill  # the attributes the sampler calls
-    toks, lens = continuous_prompts()
-    rng = np.random.RandomState(1)
-    max_new = rng.randint(2, 40, (8,))
-    forced = np.where(rng.rand(8) < 0.3, np.minimum(max_new, 3), 0)
-    kw = dict(key=jax.random.key(3), temperature=1.0, stop_token_ids=STOPS, prompt_lengths=lens)
-    kw.update(SHAPES, max_new_tokens=max_new, force_stop_at=forced)
-    refs, turns = [ms.generate(model, toks, **kw)], []
-    for turn in range(2):
-        resume = rng.rand(8) < 0.7
-        obs = rng.randint(0, 256, (8, 6)).astype(np.int32)
-        obs_len = rng.randint(0, 7, (8,))
-        more = dict(max_new_tokens=rng.randint(1, 12, (8,)), min_new_tokens=turn, top_p=0.9)
-        turns.append((obs, obs_len, resume, more))
-        refs.append(ms.append_and_continue(model, refs[-1].state, obs, obs_len, resume, **more))
+    toks, kw, turns, refs = continuous_scene(model, STOPS, SHAPES)
     weights = set()
     for n in slot_counts:  # fewer slots than rows (4), as many (8)
         sampler = continuous.ContinuousSampler.of(model, slots=n, mesh=mesh)

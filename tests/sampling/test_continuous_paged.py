@@ -13,6 +13,7 @@ import jax
 import numpy as np
 import pytest
 from mojax_test_utils import continuous_prompts as prompts
+from mojax_test_utils import continuous_scene
 from mojax_test_utils import same_sampling_output as assert_same
 
 import mojax.models as mm
@@ -47,20 +48,7 @@ def assert_pages_follow_live_tokens(sampler, num_slots):
 def scene(model):
     """A call and two appended turns (per-row budgets, stop ids, a forced stop, temperature 1,
     top-p on the turns) and the static sampler's outputs, computed once for every slot count."""
-    toks, lens = prompts()
-    rng = np.random.RandomState(1)
-    max_new = rng.randint(2, 40, (8,))
-    forced = np.where(rng.rand(8) < 0.3, np.minimum(max_new, 3), 0)
-    kw = dict(key=jax.random.key(3), temperature=1.0, stop_token_ids=STOPS, prompt_lengths=lens)
-    kw.update(SHAPES, max_new_tokens=max_new, force_stop_at=forced)
-    refs, turns = [ms.generate(model, toks, **kw)], []
-    for turn in range(2):
-        resume = rng.rand(8) < 0.7
-        obs = rng.randint(0, 256, (8, 6)).astype(np.int32)
-        obs_len = rng.randint(0, 7, (8,))
-        more = dict(max_new_tokens=rng.randint(1, 12, (8,)), min_new_tokens=turn, top_p=0.9)
-        turns.append((obs, obs_len, resume, more))
-        refs.append(ms.append_and_continue(model, refs[-1].state, obs, obs_len, resume, **more))
+    toks, kw, turns, refs = continuous_scene(model, STOPS, SHAPES)
     assert len(set(np.asarray(refs[0].lengths).tolist())) > 3  # rows of many lengths
     return toks, kw, turns, refs
 
