@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from mojax_test_utils import continuous_prompts as prompts
+from mojax_test_utils import continuous_scene
 from mojax_test_utils import same_sampling_output as assert_same
 
 import mojax.models as mm
@@ -33,23 +34,12 @@ def model():
 def test_continuous_equals_static_over_turns(model, num_slots):
     """Fewer (or as many) slots than rows, per-row budgets, stop ids, a forced stop, two appended
     turns at temperature 1: the same tokens as the static sampler."""
-    toks, lens = prompts()
-    rng = np.random.RandomState(1)
-    max_new = rng.randint(2, 40, (8,))
-    forced = np.where(rng.rand(8) < 0.3, np.minimum(max_new, 3), 0)
-    kw = dict(key=jax.random.key(3), temperature=1.0, stop_token_ids=STOPS, prompt_lengths=lens)
-    kw.update(SHAPES, max_new_tokens=max_new, force_stop_at=forced)
-    ref = ms.generate(model, toks, **kw)
+    toks, kw, turns, refs = continuous_scene(model, STOPS, SHAPES)
     sampler = ContinuousSampler.of(model, slots=num_slots)
     got = sampler.generate(toks, **kw)
-    assert_same(got, ref)
-    assert len(set(np.asarray(ref.lengths).tolist())) > 3  # rows of many lengths
-    for turn in range(2):
-        resume = rng.rand(8) < 0.7
-        obs = rng.randint(0, 256, (8, 6)).astype(np.int32)
-        obs_len = rng.randint(0, 7, (8,))
-        more = dict(max_new_tokens=rng.randint(1, 12, (8,)), min_new_tokens=turn, top_p=0.9)
-        ref = ms.append_and_continue(model, ref.state, obs, obs_len, resume, **more)
+    assert_same(got, refs[0])
+    assert len(set(np.asarray(refs[0].lengths).tolist())) > 3  # rows of many lengths
+    for (obs, obs_len, resume, more), ref in zip(turns, refs[1:]):
         got = sampler.append_and_continue(got.state, obs, obs_len, resume, **more)
         assert_same(got, ref)
 
