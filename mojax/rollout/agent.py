@@ -28,6 +28,10 @@ tokens and log-probs do not depend on when the tools finish.
 
 A rollout can be abandoned between two decode calls (``interrupt``, on a preemption signal).
 
+On a ``ContinuousSampler`` there are no rounds: ``mojax.rollout.continuous_agent`` steps one
+continuous-batching session and requeues each tool row as soon as its observation is ready, while
+the other rows decode on.
+
 Multi-process (``mojax.distributed``): each process does the host work of the rows its devices hold
 (``RowLayout``): it reads only those rows after a decode call, runs their tools and builds their part
 of the next append; the processes agree per round on whether any row resumes and on the widest
@@ -48,6 +52,7 @@ import numpy as np
 
 from mojax import distributed
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES
+from mojax.rollout import continuous_agent
 from mojax.rollout import stops as stops_lib
 from mojax.rollout.calls import ToolRunner, observations, parse_calls
 from mojax.rollout.observations import decode_ids
@@ -247,27 +252,45 @@ def run_rollout(
     cache_slots = spec.cache_slots(prompt_bucket)
     decode = dict(spec.sampling)
     poll = interrupt or (lambda: None)
+    first = _first_call(spec, prompts, prompt_lengths, key, g, cache_slots, decode)
     try:
         poll()
-        out = _decode_first(spec, sampler, prompts, prompt_lengths, key, g, cache_slots, decode)
-        while True:
-            view = DecodeView.of(out, layout)  # waits for the decode call
-            plan = _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters)
-            poll()  # after every decode call and its tools: a signal abandons the rollout here
-            if plan is None:
-                break
-            out = _decode_next(sampler, out, plan, decode)
-            counters["decode_calls"] += 1
+        if continuous_agent.applies(sampler):  # tool turns enter the running decode
+            first["max_new_tokens"] = spec.max_new_tokens  # a whole turn: no rounds to pause for
+            out = continuous_agent.drive(
+                spec, sampler, rows, runner, tokenizer, task, first, counters, poll
+            )
+            view = DecodeView.of(out, layout)  # host buffers (one process)
+        else:
+            out, view = _rounds(
+                spec, sampler, rows, runner, tokenizer, task, first, counters, poll, layout
+            )
     finally:
         runner.close()
-    # ``view`` is the last decode call's: the loop ends right after reading it
     return _result(spec, rows, view, out, tokenizer, _counters(counters, layout), g, layout)
 
 
-def _decode_first(spec, sampler, prompts, prompt_lengths, key, g, cache_slots, decode):
-    """Prefill and the first decode call (a whole turn, or its first segment) of every row."""
-    return sampler.generate(
-        prompts,
+def _rounds(spec, sampler, rows, runner, tokenizer, task, first, counters, poll, layout):
+    """The round-based rollout (module docstring) on any ``Sampler``; returns the last decode
+    call's output and its ``DecodeView``."""
+    decode = dict(spec.sampling)
+    cache_slots = first["max_total_len"]
+    out = sampler.generate(**first)
+    while True:
+        view = DecodeView.of(out, layout)  # waits for the decode call
+        plan = _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters)
+        poll()  # after every decode call and its tools: a signal abandons the rollout here
+        if plan is None:
+            return out, view
+        out = _decode_next(sampler, out, plan, decode)
+        counters["decode_calls"] += 1
+
+
+def _first_call(spec, prompts, prompt_lengths, key, g, cache_slots, decode) -> dict:
+    """The arguments of the prefill and first decode call (a whole turn, or its first segment)
+    of every row (``Sampler.generate``)."""
+    return dict(
+        prompt_tokens=prompts,
         key=key,
         max_new_tokens=spec.first_budget(),
         num_samples=g,

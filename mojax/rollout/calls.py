@@ -114,6 +114,7 @@ class ToolRunner:
             self._executor = concurrent.futures.ThreadPoolExecutor(
                 max_workers=batches, thread_name_prefix="mojax-rollout-calls"
             )
+        self._rows_executor = None  # ``start``'s, made on first use
         self._queued: list[int] = []  # rows whose calls run at the next ``results``
         self._running: list[tuple[list[int], concurrent.futures.Future]] = []
 
@@ -147,9 +148,45 @@ class ToolRunner:
             out = distributed.merge_owned(distributed.allgather_objects(out))
         return out
 
+    def start(self, rows: list[Row], answered: list[int]) -> None:
+        """Starts each answered row's (well-formed) call at once in the background, one row per
+        task, so each result is ready as soon as its own call ends (``ready``); for a rollout
+        whose tool rows re-enter a running decode (``mojax.rollout.continuous_agent``; one
+        process)."""
+        if self._rows_executor is None:  # one waiting thread per call the pool runs at once
+            self._rows_executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=max(1, self.pool.max_workers), thread_name_prefix="mojax-row-calls"
+            )
+        for i in answered:
+            if rows[i].call is not None and self.owned[i]:
+                future = self._rows_executor.submit(self.pool.run, self._calls(rows, [i]))
+                self._running.append(([i], future))
+
+    @property
+    def pending(self) -> bool:
+        """Calls started by ``start`` whose results ``ready`` has not handed back."""
+        return bool(self._running)
+
+    def ready(self, wait: bool = False) -> dict[int, ToolResult]:
+        """The results of the started calls that have ended, by row (handed back once); with
+        ``wait``, first waits until at least one has ended."""
+        if wait and self._running:
+            concurrent.futures.wait(
+                [f for _, f in self._running], return_when=concurrent.futures.FIRST_COMPLETED
+            )
+        out, left = {}, []
+        for ids, future in self._running:
+            if future.done():
+                out.update(zip(ids, future.result(), strict=True))
+            else:
+                left.append((ids, future))
+        self._running = left
+        return out
+
     def close(self) -> None:
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        for executor in (self._executor, self._rows_executor):
+            if executor is not None:
+                executor.shutdown(wait=False, cancel_futures=True)
         if self.own_pool:
             self.pool.close()
 
@@ -161,8 +198,10 @@ def observations(
     tokenizer,
     task,
     counters: collections.Counter,
+    only=None,
 ) -> dict[int, tuple[list[int], dict]]:
-    """Observation tokens and ``Turn`` fields of every row waiting on a call, in row order.
+    """Observation tokens and ``Turn`` fields of every row waiting on a call, in row order
+    (``only``: of those rows only; ``results`` must hold each one's result unless malformed).
 
     A row whose observation and one more token do not fit in its response buffer ends with
     ``budget`` (its call did run: ``executed=False`` records that nothing was appended).
@@ -171,7 +210,8 @@ def observations(
       ``{row: (observation ids, Turn fields)}`` for the rows to resume.
     """
     obs = {}
-    for i, row in enumerate(rows):
+    for i in range(len(rows)) if only is None else only:
+        row = rows[i]
         if row.waiting != WAIT_TOOL:
             continue
         if row.call is None:

@@ -168,16 +168,24 @@ class DecodeView:
 
 
 def settle(
-    spec: RolloutSpec, rows: list[Row], view: DecodeView, tokenizer, counters: collections.Counter
+    spec: RolloutSpec,
+    rows: list[Row],
+    view: DecodeView,
+    tokenizer,
+    counters: collections.Counter,
+    only=None,
 ) -> tuple[list[int], list[int]]:
     """Sorts every row that was decoding (see the module docstring); ends the finished ones.
+    ``only``: the rows to sort (row order; default every decoding row): the rows a continuous
+    session's segment finished (``mojax.rollout.continuous_agent``).
 
     Returns:
       (tool rows, paused rows), in row order. Tool rows have ``waiting == WAIT_TOOL`` and the
       turn's text in ``Row.text``; false stops have ``waiting == WAIT_FALSE_STOP``.
     """
     tool_rows, paused = [], []
-    for i, row in enumerate(rows):
+    for i in range(len(rows)) if only is None else only:
+        row = rows[i]
         if not row.decoding:
             continue
         n = int(view.lengths[i])

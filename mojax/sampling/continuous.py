@@ -16,6 +16,10 @@
 * ``append_and_continue`` queues the resumed rows (a tool row whose observation is ready): each
   enters a free slot with the prefill of its whole context (prompt, response so far, observation),
   and decodes on. A row waiting for its tool holds no slot.
+* ``open`` returns the call as a ``ContinuousSession`` (``mojax.sampling.continuous_session``)
+  that the caller steps segment by segment, requeueing finished rows with appended tokens while
+  the others decode on: a multi-turn rollout's tool rows enter the running decode as soon as
+  their observations are ready (``mojax.rollout.continuous_agent``).
 
 Each row draws with ``processors.row_keys`` (call key, row id, response position), so its draws do
 not depend on its slot or on the rows beside it, and its tokens are those of the static sampler
@@ -50,8 +54,6 @@ slots, C cache slots, J stop ids per row.
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from mojax import distributed
 from mojax import sharding as sharding_lib
@@ -65,12 +67,10 @@ from mojax.models.qwen import (
 from mojax.sampling import continuous_rows, slots
 from mojax.sampling import pages as pages_lib
 from mojax.sampling.continuous_rows import ContinuousState, Work
-from mojax.sampling.processors import SamplingParams
+from mojax.sampling.continuous_session import ContinuousSession
 
 #: ``kv_cache`` values: N x C dense slots, or a page pool (``mojax.models.paged_cache``).
 KV_CACHES = ("dense", "paged")
-_ROW_FIELDS = ("tokens", "logprobs", "sampled", "length", "finish_reason")
-_PREEMPT_FIELDS = ("tokens", "logprobs", "sampled", "length", "num_new")
 
 
 class ContinuousSampler:
@@ -162,8 +162,10 @@ class ContinuousSampler:
         if self.model is None:
             raise ValueError("ContinuousSampler: call update_weights(params) before sampling")
 
-    def generate(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, **kwargs):
-        """``mojax.sampling.generate`` (same arguments and output) over the slots."""
+    def open(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, **kwargs):
+        """A ``generate`` call as a ``ContinuousSession`` the caller steps (rows queued, nothing
+        decoded yet); same arguments as ``generate``. A multi-turn rollout steps it and requeues
+        each tool row as its observation is ready (``mojax.rollout.continuous_agent``)."""
         self._check_model()
         checked = []  # the page pool ``_pages`` built and checked before the prefill (or None)
         state, work, params, caps = continuous_rows.start(
@@ -171,8 +173,15 @@ class ContinuousSampler:
             lambda st, wk: checked.append(self._pages(st, wk)), self._prefill,
             self.prefill_prompts or -(-self.num_slots // max(int(num_samples), 1)),
         )  # fmt: skip
-        self._run(state, work, params, caps, checked[0])
-        return state.output()
+        return ContinuousSession(self, state, work, params, caps, checked[0])
+
+    def generate(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, **kwargs):
+        """``mojax.sampling.generate`` (same arguments and output) over the slots."""
+        session = self.open(
+            prompt_tokens, key=key, max_new_tokens=max_new_tokens, num_samples=num_samples, **kwargs
+        )
+        session.run()
+        return session.state.output()
 
     def append_and_continue(self, state, obs_tokens, obs_lengths, resume, **kwargs):
         """``mojax.sampling.append_and_continue`` (same arguments and output) over the slots; the
@@ -181,42 +190,8 @@ class ContinuousSampler:
         state, work, params, caps = continuous_rows.resume(
             self.model, state, obs_tokens, obs_lengths, resume, kwargs
         )
-        self._run(state, work, params, caps)
+        ContinuousSession(self, state, work, params, caps, self._pages(state, work)).run()
         return state.output()
-
-    def _run(self, state: ContinuousState, work: Work, params: SamplingParams, caps, pages=None):
-        """Places, decodes and harvests until every queued row is done (module docstring).
-        ``pages``: the call's page pool when ``generate`` has already built and checked it."""
-        r, c, j = state.tokens.shape[1], state.max_total_len, state.stop_ids.shape[1]
-        pages = pages if pages is not None else self._pages(state, work)
-        steps = self.segment_tokens or np.iinfo(np.int32).max
-        layout = None if pages is None else (pages.pool.num_pages, self.page_size)
-        s = slots.empty_slots(self.model, self.num_slots, r, c, j, state.cache_dtype, layout)
-        if self.mesh is not None:
-            s = jax.device_put(s, slots.slot_shardings(s, self.mesh, self.rules))
-        held = np.full((self.num_slots,), -1, np.int64)  # the row each slot holds
-        ends = np.zeros((self.num_slots,), np.int64)
-        budget = jnp.asarray(steps if pages is None else pages.budget, jnp.int32)
-        while work.queue or (held >= 0).any():
-            s = continuous_rows.admit(self.model, s, state, work, held, ends, pages, self._prefill)
-            if pages is not None:
-                s = pages.upload(self._preempt(s, state, work, held, pages.before_segment(s, held)))
-            running = held >= 0
-            top = ends[running].max() if running.any() else 0
-            cap = next((x for x in caps if x > top), c)
-            s = slots.segment(
-                self.decode_model,
-                s,
-                state.key,
-                budget,
-                jnp.asarray(bool(work.queue)),
-                params=params,
-                cap=min(cap, c),
-            )
-            ends = np.asarray(s.cache.end).astype(np.int64)
-            freed = self._harvest(s, state, held)
-            if pages is not None:
-                pages.release(freed)
 
     def _pages(self, state: ContinuousState, work: Work) -> pages_lib.PagedSlots | None:
         """The call's page pool (a paged cache), checked against the queued rows; None (dense).
@@ -232,38 +207,6 @@ class ContinuousSampler:
         self.pages = pages_lib.PagedSlots(pool, self.segment_tokens or self.page_size, c)
         self.pages.check(state, work)
         return self.pages
-
-    @staticmethod
-    def _preempt(s, state: ContinuousState, work: Work, held: np.ndarray, out: np.ndarray):
-        """Moves the rows of the preempted slots ``out`` (their pages already released) back to
-        the front of the queue with their buffers so far; the slots are marked done."""
-        if not out.size:
-            return s
-        fields = {name: np.asarray(getattr(s, name)) for name in _PREEMPT_FIELDS}
-        rows = sorted(int(held[slot]) for slot in out)
-        for slot in out:
-            row = held[slot]
-            for name in _ROW_FIELDS[:4]:
-                getattr(state, name)[row] = fields[name][slot]
-            work.preempted[int(row)] = int(fields["num_new"][slot])
-            held[slot] = -1
-        work.queue[:0] = rows
-        return s.replace(done=s.done.at[jnp.asarray(out)].set(True))
-
-    @staticmethod
-    def _harvest(s, state: ContinuousState, held: np.ndarray) -> np.ndarray:
-        """Moves the finished rows out of their slots into ``state`` (one fetch of the buffers);
-        returns the slots it freed."""
-        done = np.asarray(s.done) & (held >= 0)
-        if not done.any():
-            return np.zeros((0,), np.int64)
-        fields = {name: np.asarray(getattr(s, name)) for name in _ROW_FIELDS}
-        for slot in np.flatnonzero(done):
-            row = held[slot]
-            for name, value in fields.items():
-                getattr(state, name)[row] = value[slot]
-            held[slot] = -1
-        return np.flatnonzero(done)
 
 
 def _check_mesh(mesh, rules, num_slots: int, kv_cache: str) -> None:

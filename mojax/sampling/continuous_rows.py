@@ -112,6 +112,8 @@ class Work:
     (each row is prefilled from its context when it is placed).
     ``preempted``: row -> tokens it sampled in this call before a paged cache preempted it
     (``mojax.sampling.pages``); placed again, it is prefilled from its context and goes on.
+    ``resumed``: rows requeued in this call with appended tokens
+    (``ContinuousSession.requeue``); placed, each is prefilled from its context.
     """
 
     queue: list[int]
@@ -120,6 +122,7 @@ class Work:
     stop_at: np.ndarray
     prompts: PromptPrefill | None
     preempted: dict[int, int] = dataclasses.field(default_factory=dict)
+    resumed: set[int] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass
@@ -324,14 +327,18 @@ def admit(
     del work.queue[: take.size]
     dest = free[: take.size]
     again = np.asarray([int(row) in work.preempted for row in take])
-    first, first_dest = take[~again], dest[~again]
+    resumed = np.asarray([int(row) in work.resumed for row in take]) & ~again
+    work.resumed.difference_update(int(row) for row in take[resumed])
+    first = ~again & ~resumed
+    first, first_dest = take[first], dest[first]
     chunks = work.prompts.chunk_of(first) if work.prompts is not None else None
     for c in [None] if chunks is None else np.unique(chunks):  # first-turn rows by prompt chunk
         sel = slice(None) if c is None else chunks == c
         if first[sel].size:
             s = _place(model, s, state, work, first[sel], first_dest[sel], held, ends, prefill, c)
-    if again.any():
-        s = _place(model, s, state, work, take[again], dest[again], held, ends, prefill)
+    for group in (again, resumed):  # from one prefill of their context each
+        if group.any():
+            s = _place(model, s, state, work, take[group], dest[group], held, ends, prefill)
     return s
 
 
