@@ -104,6 +104,22 @@ def owner_of_groups(num_groups: int, count: int | None = None) -> np.ndarray:
     )
 
 
+def own_groups(num_groups: int) -> tuple[int, int]:
+    """``[lo, hi)``: this process's block of prompt groups (``owner_of_groups``; empty when it
+    owns none)."""
+    mine = np.flatnonzero(owner_of_groups(num_groups) == process_index())
+    return (int(mine[0]), int(mine[-1]) + 1) if mine.size else (0, 0)
+
+
+def group_layout(num_rows: int, num_samples: int) -> RowLayout:
+    """The ``RowLayout`` of per-process engines (``mojax.sampling.continuous``): each process
+    holds, works on and sends the rows of its own block of prompt groups (``row_owners``)."""
+    if process_count() == 1:
+        return RowLayout.single(num_rows)
+    owner = row_owners(num_rows, num_samples)
+    return RowLayout(owner == process_index(), owner, False, True)
+
+
 def row_owners(num_rows: int, num_samples: int) -> np.ndarray:
     """int [B]: the process owning each row of a prompt-major batch (whole groups of
     ``num_samples`` rows, ``owner_of_groups``)."""

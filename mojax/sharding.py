@@ -184,6 +184,30 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
+def process_local_mesh() -> Mesh:
+    """A mesh over this process's own devices, all on "data" (a per-process engine's mesh:
+    weights replicated over its devices, rows split over them)."""
+    return make_mesh(data=-1, fsdp=1, tensor=1, devices=jax.local_devices())
+
+
+def copy_across_processes(params, shardings, source_mesh: Mesh):
+    """``params`` (global arrays on ``source_mesh``) placed with ``shardings`` (on another mesh,
+    e.g. a sampler's, or one process's own devices) when the meshes span several processes: JAX
+    reshards across hosts only within one device set, so ``source_mesh`` first gathers a full copy
+    on each of its devices (one jitted all-gather, every process takes part), then each process
+    copies the slices its target devices hold from one of its own source devices
+    (device-to-device within the process) and assembles the target arrays."""
+    full = jax.jit(lambda p: p, out_shardings=replicated(source_mesh))(params)
+
+    def place(x, target):
+        src = x.addressable_shards[0].data
+        index = target.addressable_devices_indices_map(x.shape)
+        bufs = [jax.device_put(src[idx], d) for d, idx in index.items()]
+        return jax.make_array_from_single_device_arrays(x.shape, target, bufs)
+
+    return jax.tree.map(place, full, shardings)
+
+
 def batch_sharding(mesh: Mesh, rules: Sequence, ndim: int) -> NamedSharding:
     """Rows (leading axis) over the mesh axes of logical "batch"; a 0-d value is replicated."""
     if ndim == 0:

@@ -1,8 +1,9 @@
 """One process of ``test_multiprocess.py``'s rollout test (started by ``launch/local_cluster.py``).
 
 The calculator rollout of ``test_rollout_sharding.py`` (every tool stop counts as a call) on a 2-process mesh (data = 2, one CPU
-device each), serial and with decode segments + overlapping tools, against the same rollout
-unsharded on this process's own device. During the 2-process rollouts it records:
+device each), serial and with decode segments + overlapping tools, and on the continuous engine
+(one engine per process, over its own prompts, weights gathered from the 2-process mesh), against
+the same rollout unsharded (static sampler) on this process's own device. During the 2-process rollouts it records:
 
 * every ``process_allgather`` (the input's size): per round only a few ints may cross processes;
   the rows cross once, at the end (``gather_rows``, pickled bytes);
@@ -96,7 +97,8 @@ def _rows_counters(counters):
     """The counters of the rows' events (decode segments change the schedule's, not these)."""
     from mojax.rollout.agent import _SCHEDULE_COUNTERS
 
-    return {k: v for k, v in counters.items() if k not in _SCHEDULE_COUNTERS}
+    schedule = (*_SCHEDULE_COUNTERS, "segments")  # the continuous engine's: its own schedule
+    return {k: v for k, v in counters.items() if k not in schedule}
 
 
 def main():
@@ -111,6 +113,7 @@ def main():
     import mojax.models as mm
     from mojax.rollout import RolloutSpec, run_rollout
     from mojax.rollout.tools import Calculator
+    from mojax.sampling.continuous import ContinuousSampler
 
     task, tok, cfg, model, prompts = _setup(_TMP.value)
     mesh = Mesh(np.array(jax.devices()).reshape(2, 1, 1), ("data", "fsdp", "tensor"))
@@ -122,10 +125,17 @@ def main():
     with jax.default_device(jax.local_devices()[0]):
         ref = run_rollout(spec, model, tok, task, prompts, tool=Calculator(), **kw)
     out = {"process": jax.process_index(), "runs": {}}
-    for name, s in (("serial", spec), ("overlap", spec.replace(decode_segment=8))):
+    # one engine per process over its own prompts (weights gathered from the learner's mesh)
+    continuous = ContinuousSampler(cfg, sharded.params, slots=4, mesh=mesh)
+    runs = (
+        ("serial", spec, sharded),
+        ("overlap", spec.replace(decode_segment=8), sharded),
+        ("continuous", spec, continuous),
+    )
+    for name, s, sampler in runs:
         s = s.replace(overlap_tools=name == "overlap")
         with _Recorder() as rec:
-            got = run_rollout(s, sharded, tok, task, prompts, mesh=mesh, tool=rec.tool, **kw)
+            got = run_rollout(s, sampler, tok, task, prompts, mesh=mesh, tool=rec.tool, **kw)
         out["runs"][name] = {
             "equal": bool(
                 np.array_equal(got.tokens, ref.tokens)

@@ -100,23 +100,6 @@ def _with_fields(host: HostState, fields: dict[str, Any], **kw) -> HostState:
     )
 
 
-def _across_processes(params, shardings, learner_mesh) -> Any:
-    """``params`` (on the learner's mesh) placed with ``shardings`` (on the sampler's mesh) when
-    both meshes span several processes: JAX reshards across hosts only within one device set, so
-    the learner's mesh first gathers a full copy on each of its devices (one jitted all-gather),
-    then each process copies the slices its sampler devices hold from one of its own learner
-    devices (device-to-device within the process) and assembles the global arrays."""
-    full = jax.jit(lambda p: p, out_shardings=sharding_lib.replicated(learner_mesh))(params)
-
-    def place(x, target):
-        src = x.addressable_shards[0].data
-        index = target.addressable_devices_indices_map(x.shape)
-        bufs = [jax.device_put(src[idx], d) for d, idx in index.items()]
-        return jax.make_array_from_single_device_arrays(x.shape, target, bufs)
-
-    return jax.tree.map(place, full, shardings)
-
-
 class InterruptedAfterUpdate(Interrupted):
     """A signal stopped the generation after step ``host.step``'s update: the updated ``state``,
     the ``host`` after it (without the dropped rollout), the step's ``metrics`` and ``episodes``."""
@@ -166,7 +149,7 @@ class Pipeline:
         elif jax.process_count() == 1:
             out = jax.device_put(params, self.shardings)
         else:
-            out = _across_processes(params, self.shardings, self.gen_run.mesh)
+            out = sharding_lib.copy_across_processes(params, self.shardings, self.gen_run.mesh)
         jax.block_until_ready(out)
         return out, time.perf_counter() - t0
 

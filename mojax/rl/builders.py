@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mojax import learner, models
+from mojax import distributed, learner, models
 from mojax import sharding as sharding_lib
 from mojax.advantages import MethodContext
 from mojax.models import layouts
@@ -135,11 +135,13 @@ def method_kwargs(advantage: Any, task: Task) -> dict[str, Any]:
 def build_sampler(spec: Any, model_config, mesh, rules):
     """The rollout's sampler (``rollout.engine``): the static in-graph sampler on ``mesh``, or the
     continuous-batching sampler (``rollout.slots`` slots over the mesh's row axes, a dense or paged
-    KV cache: ``rollout.kv_cache``), which runs in one process (``mojax.sampling.continuous``)."""
+    KV cache: ``rollout.kv_cache``; with several processes one engine per process over its own
+    devices and rows: ``mojax.sampling.continuous``)."""
     if spec.rollout.engine != "continuous":
         return InGraphSampler(model_config, mesh=mesh, rules=rules)
     r = spec.rollout
-    one_device = mesh is None or mesh.devices.size == 1
+    # several processes: the learner's mesh, which the weights are gathered from
+    one_device = (mesh is None or mesh.devices.size == 1) and distributed.process_count() == 1
     return ContinuousSampler(
         model_config,
         mesh=None if one_device else mesh,

@@ -152,7 +152,7 @@ class RolloutSpec:
     engine: str = option(
         "static",
         help='"static" (every row of a decode call runs until its longest row ends) | '
-        '"continuous" (rollout.slots decode slots refilled as rows end; one process)',
+        '"continuous" (rollout.slots decode slots refilled as rows end; one engine per process)',
     )
     slots: int = option(16, help="decode slots of the continuous engine (its KV cache rows)")
     kv_cache: str = option(

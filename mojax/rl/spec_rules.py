@@ -37,25 +37,20 @@ def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
 
 
 def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:
-    """``rollout.engine='continuous'`` (``mojax.sampling.continuous``): one process; on a mesh of
-    several devices, ``rollout.slots`` a multiple of the devices its rows spread over (the logical
-    "batch" axes) and a dense cache. ``num_devices`` None: not checked (no devices known)."""
+    """``rollout.engine='continuous'`` (``mojax.sampling.continuous``): on a mesh of several
+    devices, ``rollout.slots`` a multiple of the devices its rows spread over (the logical
+    "batch" axes) and a dense cache. With several processes each runs its own engine on its own
+    devices (all on "data"), so the same holds for one process's devices. ``num_devices`` None:
+    not checked (no devices known)."""
     r = spec.rollout
     if r.engine != "continuous" or num_devices is None:
         return []
-    import math
-
     import jax
 
-    c = Checker({})
     if num_devices == "auto":
-        procs = jax.process_count()
-        c.require(
-            procs == 1,
-            "rollout.engine",
-            f"'continuous' runs in one process (its host loop reads every slot); this run has "
-            f"{procs} processes: use 'static'",
-        )
+        if jax.process_count() > 1:  # one engine per process, over its devices on "data"
+            local = {"data": jax.local_device_count(), "fsdp": 1, "tensor": 1}
+            return _engine_shard_errors(spec, local)
         num_devices = jax.device_count()
     m = spec.mesh
     try:
@@ -63,8 +58,16 @@ def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:
             m.data, m.fsdp, m.tensor, num_devices=int(num_devices) - m.sampler
         )
     except ValueError:
-        return c.errors  # the mesh's own error is reported by _mesh_errors
-    sizes = dict(zip(sharding.MESH_AXES, shape))
+        return []  # the mesh's own error is reported by _mesh_errors
+    return _engine_shard_errors(spec, dict(zip(sharding.MESH_AXES, shape)))
+
+
+def _engine_shard_errors(spec: Any, sizes: dict[str, int]) -> list[str]:
+    """The slots over the engine's mesh ``sizes`` (axis -> devices), and its cache."""
+    import math
+
+    r, c = spec.rollout, Checker({})
+    shape = tuple(sizes.values())
     axes = dict(spec.rules).get("batch") or ()
     shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
     c.require(

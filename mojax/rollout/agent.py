@@ -243,7 +243,11 @@ def run_rollout(
     b = prompts.shape[0] * g
     name = getattr(task, "name", task)
     sampler = as_sampler(sampler, mesh, rules)
-    layout = distributed.row_layout(sampler.row_sharding, b)
+    continuous = continuous_agent.applies(sampler)
+    if continuous:  # several processes: one engine each, over its own prompt groups
+        layout = distributed.group_layout(b, g)
+    else:
+        layout = distributed.row_layout(sampler.row_sharding, b)
     owned = layout.owner == distributed.process_index()
     runner = ToolRunner(spec, tool, pool, owned, name, gather=layout.shared)
     rows = [Row(call_budget=spec.first_budget(), local=bool(x)) for x in layout.local]
@@ -255,7 +259,7 @@ def run_rollout(
     first = _first_call(spec, prompts, prompt_lengths, key, g, cache_slots, decode)
     try:
         poll()
-        if continuous_agent.applies(sampler):  # tool turns enter the running decode
+        if continuous:  # tool turns enter the running decode
             first["max_new_tokens"] = spec.max_new_tokens  # a whole turn: no rounds to pause for
             out = continuous_agent.drive(
                 spec, sampler, rows, runner, tokenizer, task, first, counters, poll

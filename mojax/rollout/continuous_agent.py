@@ -24,8 +24,12 @@ is decoded in one piece (``decode_segment`` pauses belong to the static sampler'
 row's room in the cache is its own slot's (``max_total_len``), where the static sampler's rows
 share one write position and end with ``budget`` when the longest row's context fills it.
 
-One process: the continuous sampler runs in one (``mojax.sampling.continuous``); this process
-owns every row, runs every call and all-gathers nothing.
+Several processes: each process runs its own session over the rows of its own block of prompt
+groups (``distributed.group_layout``, ``own_groups``), on its own devices, and runs those rows'
+calls; nothing crosses processes while they decode (each has its own number of segments), and
+``run_rollout`` all-gathers the finished rows once (``gather_rows``). ``poll`` (a preemption
+check agrees across processes) is then called once, after the session, instead of after every
+segment. Files: none.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import collections
 
 import numpy as np
 
+from mojax import distributed
 from mojax.rollout.calls import ToolRunner, observations, parse_calls
 from mojax.rollout.rows import WAIT_FALSE_STOP, WAIT_TOOL, DecodeView, Row, settle
 from mojax.rollout.spec import RolloutSpec
@@ -58,8 +63,11 @@ def drive(
     """Runs the whole rollout on one session (module docstring); returns its ``SamplingOutput``.
 
     ``generate_kwargs``: the first decode call's arguments (``ContinuousSampler.open``), its
-    ``max_new_tokens`` the whole first turn. ``poll`` is called after every segment."""
-    session = sampler.open(**generate_kwargs)
+    ``max_new_tokens`` the whole first turn. ``poll`` is called after every segment (several
+    processes: once, at the end)."""
+    alone = distributed.process_count() == 1
+    own = None if alone else distributed.own_groups(len(generate_kwargs["prompt_tokens"]))
+    session = sampler.open(**generate_kwargs, own=own)
     state = session.state
     for row in rows:
         row.start_call(0, spec.max_new_tokens)
@@ -68,12 +76,15 @@ def drive(
             finished = session.step(more_coming=runner.pending)
         else:  # every slot idle, calls running: wait for the first to end
             finished = np.zeros((0,), np.int64)
-        poll()
+        if alone:
+            poll()
         view = DecodeView(state.tokens, state.length.astype(np.int64), state.finish_reason, 0)
         tool_rows, _ = settle(spec, rows, view, tokenizer, counters, only=finished)
         runner.start(rows, parse_calls(spec, rows, tool_rows, task, counters))
         results = runner.ready(wait=not session.busy)
         _requeue(spec, session, rows, results, tokenizer, task, counters)
+    if not alone:
+        poll()  # the same number of times on every process
     counters["decode_calls"] = 1
     counters["segments"] += session.segments
     return state.output()

@@ -44,8 +44,23 @@ sampler's row axes; ``slots`` a multiple of their size), the weights on their le
 (``param_shardings``), and every segment is one SPMD program over the mesh: data-parallel decode,
 with the slots' stop checks reduced across devices each step. The host loop stays one loop: it reads
 the slots' small state (``done``, ``end``) and the finished rows' buffers, all addressable in one
-process, and ``row_sharding`` stays None (its outputs are host arrays of every row). Several
-processes (and a paged cache on a mesh) are refused: their hosts would each need every slot's state.
+process, and ``row_sharding`` stays None (its outputs are host arrays of every row). A paged cache
+on a mesh of several devices is refused.
+
+Several processes: each process runs its own engine, on its own devices, over its own rows.
+* Weights: ``update_weights`` (every process together) gathers the learner's global weights
+  (``mesh``, the learner's mesh) into a full copy on each of this process's devices
+  (``sharding.copy_across_processes``: one jitted all-gather). The engine's mesh is this
+  process's devices, all on "data" (``sharding.process_local_mesh``; one device: no mesh), so
+  its weights are replicated over them and its slots split over them.
+* Rows: each process queues the rows of its own block of prompt groups
+  (``distributed.own_groups``; ``open(own=...)``), with their global row ids, so each row draws
+  from the stream it would draw from in one process: the same tokens. Its host loop reads only
+  its own slots; nothing crosses processes while it decodes.
+* ``generate`` and ``append_and_continue`` all-gather the finished rows once at the end
+  (``distributed.gather_rows``), so they return every row on every process, as in one process.
+  A rollout (``mojax.rollout.continuous_agent``) gathers once, after its last turn.
+* Files: none.
 
 Shape legend: P prompts, G samples per prompt, B = P*G rows, N slots, Tb prompt bucket, R response
 slots, C cache slots, J stop ids per row.
@@ -107,6 +122,13 @@ class ContinuousSampler:
         num_pages: int = 0,
         prefill_prompts: int = 0,
     ):
+        # several processes: ``mesh`` is the learner's (weights come from it); the engine runs
+        # on this process's devices
+        self.source_mesh = mesh if distributed.process_count() > 1 else None
+        self.local_mesh = None
+        if distributed.process_count() > 1:
+            self.local_mesh = sharding_lib.process_local_mesh()
+            mesh = self.local_mesh if self.local_mesh.devices.size > 1 else None
         _check_mesh(mesh, rules, int(slots), kv_cache)
         if int(slots) < 1 or int(segment_tokens) < 0:
             raise ValueError(
@@ -144,7 +166,18 @@ class ContinuousSampler:
             self._set_model(self.model.replace(params=params))
 
     def _set_model(self, model: QwenModel) -> None:
-        if self.mesh is not None:  # a no-op for weights already on their learner shardings
+        leaves = jax.tree.leaves(model.params)
+        spread = any(isinstance(x, jax.Array) and not x.is_fully_addressable for x in leaves)
+        if spread:  # several processes: a full copy on this process's devices (all together)
+            if self.source_mesh is None:
+                raise ValueError(
+                    "ContinuousSampler: the weights span several processes; pass the learner's "
+                    "mesh as mesh= so they can be gathered"
+                )
+            shardings = param_shardings(self.config, self.local_mesh, self.rules)
+            params = sharding_lib.copy_across_processes(model.params, shardings, self.source_mesh)
+            model = model.replace(params=params)
+        elif self.mesh is not None:  # a no-op for weights already on their learner shardings
             shardings = param_shardings(self.config, self.mesh, self.rules)
             model = model.replace(params=jax.device_put(model.params, shardings))
         self.model = model
@@ -162,36 +195,57 @@ class ContinuousSampler:
         if self.model is None:
             raise ValueError("ContinuousSampler: call update_weights(params) before sampling")
 
-    def open(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, **kwargs):
+    def open(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, own=None, **kwargs):
         """A ``generate`` call as a ``ContinuousSession`` the caller steps (rows queued, nothing
         decoded yet); same arguments as ``generate``. A multi-turn rollout steps it and requeues
-        each tool row as its observation is ready (``mojax.rollout.continuous_agent``)."""
+        each tool row as its observation is ready (``mojax.rollout.continuous_agent``).
+        ``own``: the prompts ``[lo, hi)`` whose rows this session decodes (default all; with
+        several processes this process's block, ``distributed.own_groups``)."""
         self._check_model()
+        if own is None and self.source_mesh is not None:
+            own = distributed.own_groups(len(prompt_tokens))
         checked = []  # the page pool ``_pages`` built and checked before the prefill (or None)
         state, work, params, caps = continuous_rows.start(
             self.model, prompt_tokens, key, max_new_tokens, num_samples, kwargs,
             lambda st, wk: checked.append(self._pages(st, wk)), self._prefill,
-            self.prefill_prompts or -(-self.num_slots // max(int(num_samples), 1)),
+            self.prefill_prompts or -(-self.num_slots // max(int(num_samples), 1)), own,
         )  # fmt: skip
         return ContinuousSession(self, state, work, params, caps, checked[0])
 
     def generate(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, **kwargs):
-        """``mojax.sampling.generate`` (same arguments and output) over the slots."""
+        """``mojax.sampling.generate`` (same arguments and output) over the slots; with several
+        processes each decodes its own prompts' rows, then every row is all-gathered."""
         session = self.open(
             prompt_tokens, key=key, max_new_tokens=max_new_tokens, num_samples=num_samples, **kwargs
         )
         session.run()
-        return session.state.output()
+        return self._gathered(session.state).output()
 
     def append_and_continue(self, state, obs_tokens, obs_lengths, resume, **kwargs):
         """``mojax.sampling.append_and_continue`` (same arguments and output) over the slots; the
-        resumed rows enter slots with the prefill of their whole context."""
+        resumed rows enter slots with the prefill of their whole context (with several
+        processes each resumes its own prompts' rows, then every row is all-gathered)."""
         self._check_model()
         state, work, params, caps = continuous_rows.resume(
             self.model, state, obs_tokens, obs_lengths, resume, kwargs
         )
+        if self.source_mesh is not None:
+            mine = distributed.group_layout(state.batch, state.num_samples).local
+            work.queue = [r for r in work.queue if mine[r]]
         ContinuousSession(self, state, work, params, caps, self._pages(state, work)).run()
-        return state.output()
+        return self._gathered(state).output()
+
+    def _gathered(self, state: ContinuousState) -> ContinuousState:
+        """``state`` with every process's rows (one all-gather; one process: as is)."""
+        if self.source_mesh is None:
+            return state
+        layout = distributed.group_layout(state.batch, state.num_samples)
+        arrays, _ = distributed.gather_rows(
+            layout, {k: getattr(state, k) for k in continuous_rows.ROW_BUFFERS}, {}
+        )
+        for k, v in arrays.items():
+            setattr(state, k, v)
+        return state
 
     def _pages(self, state: ContinuousState, work: Work) -> pages_lib.PagedSlots | None:
         """The call's page pool (a paged cache), checked against the queued rows; None (dense).
@@ -211,11 +265,6 @@ class ContinuousSampler:
 
 def _check_mesh(mesh, rules, num_slots: int, kv_cache: str) -> None:
     """One clear error for a setting the continuous sampler cannot run (module docstring)."""
-    if distributed.process_count() > 1:
-        raise ValueError(
-            "config.rollout.engine='continuous' runs in one process (its host loop reads every "
-            f"slot); this run has {distributed.process_count()} processes (use 'static')"
-        )
     if mesh is None:
         return
     if kv_cache != "dense":

@@ -24,6 +24,8 @@ from mojax.sampling import api, buckets, slots
 from mojax.sampling.processors import SamplingParams, uses_stop_controls
 from mojax.sampling.state import RUNNING, SamplingOutput
 
+#: a ``ContinuousState``'s per-row buffers ([B, ...] each)
+ROW_BUFFERS = ("tokens", "logprobs", "sampled", "length", "finish_reason")
 _SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p", "logprobs", "draw")
 _SAMPLING_DEFAULTS = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 _GENERATE_KEYS = _SAMPLING_KEYS + (
@@ -132,7 +134,9 @@ class PromptPrefill:
     chunks of the rows being placed are held (``chunk`` >= P: one prefill of every prompt). The
     last chunk is padded with copies of its last prompt, so every chunk runs one program.
 
-    ``tokens`` int32 [P, Tb], ``mask`` bool [P, Tb], ``last`` int32 [P]; ``num_samples`` G."""
+    ``tokens`` int32 [P, Tb], ``mask`` bool [P, Tb], ``last`` int32 [P]; ``num_samples`` G;
+    ``first``, ``end``: the prompts whose rows this call places (a process's own block of
+    prompts with several processes; default all), chunked from ``first``."""
 
     tokens: np.ndarray
     mask: np.ndarray
@@ -141,17 +145,20 @@ class PromptPrefill:
     num_samples: int
     cache_dtype: str | None
     prefill: Any
+    first: int = 0
+    end: int | None = None
     left: dict = dataclasses.field(default_factory=dict)  # chunk -> its rows not yet placed
     live: dict = dataclasses.field(default_factory=dict)  # chunk -> (logits, cache)
 
     def chunk_of(self, rows: np.ndarray) -> np.ndarray:
-        return (np.asarray(rows) // self.num_samples) // self.chunk
+        return (np.asarray(rows) // self.num_samples - self.first) // self.chunk
 
     def get(self, model, c: int):
         """``(logits [k, V], cache [k, Tb])`` of chunk ``c`` (prefilled on first use)."""
         if c not in self.live:
-            p = self.tokens.shape[0]
-            lo, hi = c * self.chunk, min((c + 1) * self.chunk, p)
+            p = self.tokens.shape[0] if self.end is None else self.end
+            lo = self.first + c * self.chunk
+            hi = min(lo + self.chunk, p)
             idx = np.minimum(np.arange(lo, lo + self.chunk), hi - 1)
             self.live[c] = self.prefill(
                 model, self.tokens[idx], self.mask[idx], self.last[idx],
@@ -186,11 +193,13 @@ def start(
     check=None,
     prefill=None,
     prompt_chunk: int = 0,
+    own: tuple[int, int] | None = None,
 ):
     """``(state, work, params, caps)`` of a ``generate`` call (module docstring); ``check(state,
     work)`` runs on the queued rows before anything is prefilled; ``prefill``: the sampler's
     ``slots.prefill_rows`` (with its mesh), default one device; ``prompt_chunk``: prompts per
-    prefill (``PromptPrefill``; 0: all P at once)."""
+    prefill (``PromptPrefill``; 0: all P at once); ``own``: prompts ``[lo, hi)`` whose rows are
+    queued (a process's own block; default all P). The state holds every row either way."""
     prefill = prefill or slots.prefill_rows
     kw, params = _options(kwargs, _GENERATE_KEYS, "generate")
     padded, lengths, max_new, g = api._prompt_arrays(
@@ -229,13 +238,16 @@ def start(
         max_total_len=c,
         cache_dtype=dtype,
     )
-    work = Work(list(range(b)), max_new, min_new, stop_at, None)
+    lo, hi = (0, p) if own is None else (int(own[0]), int(own[1]))
+    if not 0 <= lo <= hi <= p:
+        raise ValueError(f"own prompts [{lo}, {hi}) must lie within the {p} prompts")
+    work = Work(list(range(lo * g, hi * g)), max_new, min_new, stop_at, None)
     if check is not None:
         check(state, work)  # before anything compiles
     mask = np.arange(tb)[None, :] < np.asarray(lengths)[:, None]
-    chunk = min(int(prompt_chunk) or p, p)
+    chunk = max(min(int(prompt_chunk) or p, hi - lo), 1)
     last = (np.asarray(lengths) - 1).astype(np.int32)
-    work.prompts = PromptPrefill(padded, mask, last, chunk, g, dtype, prefill)
+    work.prompts = PromptPrefill(padded, mask, last, chunk, g, dtype, prefill, lo, hi)
     return state, work, params, _caps(kw, tb, c)
 
 
@@ -354,7 +366,7 @@ def _place(
     again = int(take[0]) in work.preempted
     if chunk is not None:
         logits, cache = work.prompts.get(model, int(chunk))
-        src = rows // state.num_samples - int(chunk) * work.prompts.chunk
+        src = rows // state.num_samples - work.prompts.first - int(chunk) * work.prompts.chunk
         width = state.prompts.shape[1]
         work.prompts.placed(int(chunk), take.size)
     else:

@@ -14,8 +14,9 @@ requeues each tool row as soon as its observation is ready.
 Each row keeps its own random stream (call key, row id, response position), so what a row samples
 does not depend on when it is requeued or which slot it decodes in.
 
-One process: the session reads the slots' small state and the finished rows' buffers after each
-segment (``mojax.sampling.continuous``).
+The session reads its slots' small state and the finished rows' buffers after each segment: all
+on this process's devices (with several processes each runs its own session over its own rows;
+``mojax.sampling.continuous``).
 
 Shape legend: B rows, N slots, R response slots, C cache slots, J stop ids per row.
 """
@@ -31,7 +32,6 @@ from mojax.sampling.continuous_rows import ContinuousState, Work
 from mojax.sampling.processors import SamplingParams
 from mojax.sampling.state import RUNNING
 
-_ROW_FIELDS = ("tokens", "logprobs", "sampled", "length", "finish_reason")
 _PREEMPT_FIELDS = ("tokens", "logprobs", "sampled", "length", "num_new")
 
 
@@ -172,7 +172,7 @@ class ContinuousSession:
         done = np.asarray(self.s.done) & (held >= 0)
         if not done.any():
             return np.zeros((0,), np.int64), np.zeros((0,), np.int64)
-        fields = {name: np.asarray(getattr(self.s, name)) for name in _ROW_FIELDS}
+        fields = {name: np.asarray(getattr(self.s, name)) for name in continuous_rows.ROW_BUFFERS}
         freed = np.flatnonzero(done)
         rows = held[freed].copy()
         for slot, row in zip(freed, rows, strict=True):
