@@ -81,7 +81,7 @@ def worker(args):
             outs.append(out)
         return [np.asarray(o.tokens) for o in outs], [np.asarray(o.lengths) for o in outs]
 
-    sampler = ContinuousSampler.of(model, slots=args.slots)
+    sampler = ContinuousSampler.of(model, slots=args.slots, refill=args.refill)
 
     def continuous():
         out = sampler.generate(
@@ -106,6 +106,8 @@ def main(argv=None):
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--slots", type=int, default=16, help="cache rows of both sides")
+    ap.add_argument("--refill", type=int, default=1,
+                    help="continuous: freed slots that end a segment while rows wait")  # fmt: skip
     ap.add_argument("--mean_len", type=float, default=64.0)
     ap.add_argument("--max_len", type=int, default=512)
     ap.add_argument("--min_prompt", type=int, default=12)

@@ -154,6 +154,7 @@ def _rollout() -> ml_collections.ConfigDict:
         page_size=16,
         num_pages=0,
         prefill_prompts=0,
+        refill_slots=1,
     )
 
 

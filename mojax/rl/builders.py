@@ -151,6 +151,7 @@ def build_sampler(spec: Any, model_config, mesh, rules):
         page_size=r.page_size,
         num_pages=r.num_pages,
         prefill_prompts=r.prefill_prompts,
+        refill=r.refill_slots,
     )
 
 

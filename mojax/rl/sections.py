@@ -169,6 +169,11 @@ class RolloutSpec:
         help="prompts per prompt prefill of the continuous engine (0 = enough to fill the slots, "
         "ceil(rollout.slots / rollout.num_samples))",
     )
+    refill_slots: int = option(
+        1,
+        help="while rows wait, a continuous-engine segment ends once this many slots have freed "
+        "(more: fewer segment boundaries, slots idle until one; the tokens do not change)",
+    )
 
     def __post_init__(self):
         c = _checker("rollout", self)
@@ -197,6 +202,12 @@ class RolloutSpec:
         c.in_range("rollout.page_size", 1)
         c.in_range("rollout.num_pages", 0)
         c.in_range("rollout.prefill_prompts", 0)
+        c.in_range("rollout.refill_slots", 1)
+        c.require(
+            self.refill_slots <= self.slots,
+            "rollout.refill_slots",
+            f"{self.refill_slots} must be <= rollout.slots={self.slots}",
+        )
         c.require(
             self.kv_cache != "paged" or self.engine == "continuous",
             "rollout.kv_cache",

@@ -104,6 +104,9 @@ class ContinuousSampler:
       num_pages: pages in a paged cache's pool (0: N x ceil(C / page_size), the dense capacity).
       prefill_prompts: prompts per prompt prefill (0: enough rows to fill every slot, ceil(N /
         G)); a chunk is prefilled when its first row enters a slot and dropped after its last.
+      refill: while rows wait, a segment ends when this many slots have freed (1: at the first;
+        more: fewer segment boundaries, each a host round trip and a placement, for slots left
+        idle until the boundary). The tokens do not depend on it.
     """
 
     row_sharding = None
@@ -121,6 +124,7 @@ class ContinuousSampler:
         page_size: int = 16,
         num_pages: int = 0,
         prefill_prompts: int = 0,
+        refill: int = 1,
     ):
         # several processes: ``mesh`` is the learner's (weights come from it); the engine runs
         # on this process's devices
@@ -130,9 +134,10 @@ class ContinuousSampler:
             self.local_mesh = sharding_lib.process_local_mesh()
             mesh = self.local_mesh if self.local_mesh.devices.size > 1 else None
         _check_mesh(mesh, rules, int(slots), kv_cache)
-        if int(slots) < 1 or int(segment_tokens) < 0:
+        if int(slots) < 1 or int(segment_tokens) < 0 or not 1 <= int(refill) <= int(slots):
             raise ValueError(
-                f"slots must be >= 1, segment_tokens >= 0; got {slots}, {segment_tokens}"
+                f"slots must be >= 1, segment_tokens >= 0, 1 <= refill <= slots; got {slots}, "
+                f"{segment_tokens}, {refill}"
             )
         if kv_cache not in KV_CACHES or int(page_size) < 1 or int(num_pages) < 0:
             raise ValueError(
@@ -143,7 +148,7 @@ class ContinuousSampler:
         self.mesh, self.rules = mesh, tuple(rules)
         self.num_slots, self.segment_tokens = int(slots), int(segment_tokens)
         self.kv_cache, self.page_size, self.num_pages = kv_cache, int(page_size), int(num_pages)
-        self.prefill_prompts = int(prefill_prompts)
+        self.prefill_prompts, self.refill = int(prefill_prompts), int(refill)
         self.pages: pages_lib.PagedSlots | None = None  # the last call's pages (its log)
         self.model = self.decode_model = None
         if params is not None:

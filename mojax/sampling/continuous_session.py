@@ -94,7 +94,7 @@ class ContinuousSession:
             self.s,
             self.state.key,
             self.budget,
-            jnp.asarray(bool(work.queue) or bool(more_coming)),
+            jnp.asarray(self._refill(more_coming), jnp.int32),
             params=self.params,
             cap=min(cap, c),
         )
@@ -104,6 +104,14 @@ class ContinuousSession:
         if self.pages is not None:
             self.pages.release(freed)
         return np.sort(rows)
+
+    def _refill(self, more_coming: bool) -> int:
+        """How many finished slots end the next segment: the sampler's ``refill`` while rows
+        wait (fewer when fewer wait), 1 when only requeued rows may come, else 0 (never)."""
+        waiting = len(self.work.queue)
+        if waiting:
+            return min(self.sampler.refill, waiting)
+        return 1 if more_coming else 0
 
     def requeue(self, rows, obs, max_new, *, min_new_tokens=0, force_stop_at=0) -> None:
         """Queues finished ``rows`` again (at the queue's front, in row order), each with its

@@ -16,8 +16,8 @@ the host allocator (``mojax.sampling.pages``) sets at each segment boundary.
   slots past the chunk invalid) and ``end``; the slot's response buffers and per-row settings.
 * ``segment``: the decode loop of ``mojax.sampling.decode`` (``_decode_step``: per-row random
   streams, stops, budgets) over the slots, on a cache prefix of ``cap`` slots, until every slot is
-  done, a running slot's write position reaches ``cap``, ``budget`` steps ran, or (``stop_on_free``)
-  a slot finished.
+  done, a running slot's write position reaches ``cap``, ``budget`` steps ran, or ``stop_on_free``
+  slots finished (the caller's refill threshold; 0: never).
 
 Shape legend: N slots, n placed rows, W chunk width, R response slots, C cache slots, V vocab,
 J stop ids per row.
@@ -180,17 +180,25 @@ def place(s: SamplingState, part, logits, src, slots, rows: dict) -> SamplingSta
 @functools.partial(jax.jit, static_argnames=("params", "cap"), donate_argnames=("s",))
 def segment(model, s: SamplingState, key, budget, stop_on_free, *, params: SamplingParams, cap):
     """Decodes the slots (see the module docstring); ``model`` already unstacked for the decode
-    layout. ``key`` is the call's key (every row's stream derives from it and its ``row_id``)."""
+    layout. ``key`` is the call's key (every row's stream derives from it and its ``row_id``).
+    ``stop_on_free``: int32, the segment ends once that many slots have finished in it (0: never;
+    a bool is 0 / 1)."""
     max_len = s.cache.max_len
     step = functools.partial(_decode_step, model, params, max_len)
     part = s.replace(cache=state_lib.truncate_cache(s.cache, cap), key=key)
     done0, step0 = part.done, part.step
+    refill = jnp.asarray(stop_on_free, jnp.int32)
 
     def cond(x):
         running = ~x.done
         room = jnp.max(jnp.where(running, x.cache.end, 0)) < cap
-        freed = jnp.any(x.done & ~done0)
-        return jnp.any(running) & room & (x.step - step0 < budget) & ~(stop_on_free & freed)
+        freed = jnp.sum(x.done & ~done0, dtype=jnp.int32)
+        return (
+            jnp.any(running)
+            & room
+            & (x.step - step0 < budget)
+            & ~((refill > 0) & (freed >= refill))
+        )
 
     part = jax.lax.while_loop(cond, step, part)
     return part.replace(cache=state_lib.write_back_cache(s.cache, part.cache))

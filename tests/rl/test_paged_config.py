@@ -80,3 +80,15 @@ def test_prefill_prompts_reaches_the_continuous_sampler():
     assert builders.build_sampler(spec, mm.get_variant("tiny-qwen3"), None, ()).prefill_prompts == 3
     with pytest.raises(ConfigError, match="config.rollout.prefill_prompts"):
         spec_lib.validate(_config(engine="continuous", prefill_prompts=-1), num_devices=1)
+
+
+def test_refill_slots_reaches_the_continuous_sampler():
+    c = _config(engine="continuous", slots=4, refill_slots=3)
+    spec = spec_lib.validate(c, num_devices=1)
+    import mojax.models as mm
+
+    assert builders.build_sampler(spec, mm.get_variant("tiny-qwen3"), None, ()).refill == 3
+    with pytest.raises(ConfigError, match=r"config.rollout.refill_slots: 5 must be <= rollout"):
+        spec_lib.validate(_config(engine="continuous", slots=4, refill_slots=5), num_devices=1)
+    with pytest.raises(ConfigError, match="config.rollout.refill_slots"):
+        spec_lib.validate(_config(engine="continuous", refill_slots=0), num_devices=1)

@@ -44,6 +44,32 @@ def test_continuous_equals_static_over_turns(model, num_slots):
         assert_same(got, ref)
 
 
+def test_refill_ends_fewer_segments_with_the_same_tokens(model, monkeypatch):
+    """``refill``: a segment ends once 3 slots have freed (not at the first): fewer segments, the
+    static sampler's tokens (first call and appended turns)."""
+    from mojax.sampling import slots as slots_lib
+
+    toks, kw, turns, refs = continuous_scene(model, STOPS, SHAPES)
+    counts, segment = [], slots_lib.segment
+
+    def counting(*args, **kwargs):
+        counts[-1] += 1
+        return segment(*args, **kwargs)
+
+    monkeypatch.setattr(slots_lib, "segment", counting)
+    for refill in (1, 3):
+        counts.append(0)
+        sampler = ContinuousSampler.of(model, slots=3, refill=refill)
+        got = sampler.generate(toks, **kw)
+        assert_same(got, refs[0])
+        for (obs, obs_len, resume, more), ref in zip(turns, refs[1:]):
+            got = sampler.append_and_continue(got.state, obs, obs_len, resume, **more)
+            assert_same(got, ref)
+    assert counts[1] < counts[0], counts
+    with pytest.raises(ValueError, match="1 <= refill <= slots"):
+        ContinuousSampler(model.config, slots=2, refill=3)
+
+
 def test_a_rows_tokens_do_not_depend_on_the_batch(model):
     """Per-row random streams: the rows of a sub-batch (same row ids) draw the same tokens."""
     toks, lens = prompts()
