@@ -66,7 +66,7 @@ fi
 # PARTS=decode_rollout: also continuous vs static batching on a long-tailed length distribution
 if [ "$PARTS" = decode_rollout ] || [ "$PARTS" = rollout ]; then
 step rollout_tail "${ROLLOUT_S:-240}" $PY benchmarks/rollout_tail.py --variant qwen2.5-0.5b \
-  --prompts 16 --samples 4 --slots 16 --mean_len 32 --max_len 256
+  --prompts 16 --samples 4 --slots 16 --mean_len 32 --max_len 256 --refills "${REFILLS:-1,4}"
 cat "$OUT/rollout_tail.log"
 fi
 # PARTS=paged: the continuous sampler's dense KV cache against the paged one (gather path and the

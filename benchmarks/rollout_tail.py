@@ -19,6 +19,7 @@ static / continuous (target >= 2x on CPU).
 Usage::
 
     python benchmarks/rollout_tail.py                                  # CPU, tiny-qwen3
+    python benchmarks/rollout_tail.py --refills=1,4,8                  # + refill thresholds
     python benchmarks/rollout_tail.py --prompts=4 --samples=2 --slots=4 --mean_len=6 \\
         --max_len=24 --force                                          # smoke test
 """
@@ -90,7 +91,7 @@ def worker(args):
         )  # fmt: skip
         return [np.asarray(out.tokens)], [np.asarray(out.lengths)]
 
-    run = {"static": static, "continuous": continuous}[args.worker]
+    run = static if args.worker == "static" else continuous  # continuous, continuous_r<k>
     toks, lens = run()  # compiles every program the timed call runs
     got = np.concatenate(lens)
     assert (got == drawn).all(), "rows did not end at their drawn lengths"
@@ -108,6 +109,8 @@ def main(argv=None):
     ap.add_argument("--slots", type=int, default=16, help="cache rows of both sides")
     ap.add_argument("--refill", type=int, default=1,
                     help="continuous: freed slots that end a segment while rows wait")  # fmt: skip
+    ap.add_argument("--refills", default="1",
+                    help="comma list: one continuous side per refill threshold")  # fmt: skip
     ap.add_argument("--mean_len", type=float, default=64.0)
     ap.add_argument("--max_len", type=int, default=512)
     ap.add_argument("--min_prompt", type=int, default=12)
@@ -134,12 +137,17 @@ def main(argv=None):
           f"{drawn.mean():.1f}, max {drawn.max()}, {drawn.sum()} tokens")  # fmt: skip
     argv = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--force"]
     extra = {"JAX_COMPILATION_CACHE_DIR": args.jax_cache} if args.jax_cache else {}
-    sides = {"static": argv, "continuous": argv}
+    sides = {"static": argv}
+    for k in (int(x) for x in args.refills.split(",")):
+        sides["continuous" if k == 1 else f"continuous_r{k}"] = [*argv, f"--refill={k}"]
     runs = _harness.alternate(__file__, sides, args.rounds, env=_harness.worker_env(extra))
     for side, res in runs.items():  # each side samples the same tokens in every round
         if len({r["checksum"] for r in res}) != 1:
             raise SystemExit(f"{side}: the rounds sampled different tokens")
-    _harness.report("whole work", runs, "secs", "static", ["continuous"], unit="s", scale=1.0,
+    cont = [name for name in sides if name != "static"]
+    if len({runs[name][0]["checksum"] for name in cont}) != 1:  # refill moves no token
+        raise SystemExit("the continuous sides sampled different tokens")
+    _harness.report("whole work", runs, "secs", "static", cont, unit="s", scale=1.0,
                     target=args.target)  # fmt: skip
     for side, res in runs.items():
         lo, med, hi = _harness.spread([r["tokens"] / r["secs"] for r in res])
