@@ -190,14 +190,16 @@ def process_local_mesh() -> Mesh:
     return make_mesh(data=-1, fsdp=1, tensor=1, devices=jax.local_devices())
 
 
-def copy_across_processes(params, shardings, source_mesh: Mesh):
+def copy_across_processes(params, shardings, source_mesh: Mesh, cast=None):
     """``params`` (global arrays on ``source_mesh``) placed with ``shardings`` (on another mesh,
     e.g. a sampler's, or one process's own devices) when the meshes span several processes: JAX
     reshards across hosts only within one device set, so ``source_mesh`` first gathers a full copy
     on each of its devices (one jitted all-gather, every process takes part), then each process
     copies the slices its target devices hold from one of its own source devices
-    (device-to-device within the process) and assembles the target arrays."""
-    full = jax.jit(lambda p: p, out_shardings=replicated(source_mesh))(params)
+    (device-to-device within the process) and assembles the target arrays. ``cast``: applied to
+    ``params`` inside the all-gather (e.g. to the compute dtype: fewer bytes moved and held)."""
+    cast = cast or (lambda p: p)
+    full = jax.jit(cast, out_shardings=replicated(source_mesh))(params)
 
     def place(x, target):
         src = x.addressable_shards[0].data

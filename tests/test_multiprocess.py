@@ -10,6 +10,7 @@ to the uninterrupted 2-process run.
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -448,6 +449,9 @@ def test_paper_scale_dry_run_on_two_processes(tmp_path, qwen2_tokenizer_dir):
                 "data=2,fsdp=4",
                 f"--config.tokenizer.path={qwen2_tokenizer_dir}",
                 "--config.dry_run=true",
+                # one engine per process: its own bf16 copy of the weights on each device
+                "--config.rollout.engine=continuous",
+                "--config.rollout.slots=64",
             ],
         ),
     ]
@@ -457,6 +461,9 @@ def test_paper_scale_dry_run_on_two_processes(tmp_path, qwen2_tokenizer_dir):
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     assert "(8 devices, 2 processes)" in p.stdout and "1.544B params" in p.stdout
     assert p.stdout.count("lowered with explicit shardings: OK") == 1  # process 0 reports
+    copy = float(re.search(r"engine_weights\s+([0-9.]+)", p.stdout).group(1))
+    params = float(re.search(r"\(([0-9.]+)B params", p.stdout).group(1)) * 1e9
+    assert abs(copy - params * 2 / 1024**3) < 0.01, copy  # bf16, whole, on every device
 
 
 def test_local_cluster_stops_the_others_when_one_fails(tmp_path):

@@ -13,7 +13,9 @@ devices stand in for accelerators: ``XLA_FLAGS=--xla_force_host_platform_device_
   the cache, counted as one more cache). With ``rollout.engine=continuous`` the same program for
   ``rollout.slots`` rows instead (the slots decoding), plus two chunks of the prompt prefill
   (``mojax.sampling.slots.prefill`` on ceil(N / G) prompts split over the batch axes), held while
-  their rows enter slots.
+  their rows enter slots. With several processes the continuous engine is each process's own:
+  those programs are compiled on the process's devices, and its full copy of the weights (in the
+  compute dtype, replicated on each device) is counted as held (``engine_weights``).
 
 Each compiled program's ``memory_analysis()`` is XLA's own buffer assignment for one device:
 arguments, outputs, aliased (donated) bytes and temporaries (activations, gradients, logits chunks,
@@ -183,12 +185,36 @@ def dry_run(spec, sampler: bool = True) -> dict[str, float]:
     }
     peak = persistent + train_transient + max(batch, 0)
     if sampler:
-        sampler_transient = _sampler_transient(spec, mesh, rules, state, mc, prompt_len, out)
+        engine = _per_process_engine(spec, state, mc)
+        s_mesh, s_state = (mesh, state) if engine is None else engine
+        if engine is not None:  # the engine's own copy of the weights, held between steps
+            copy = _bytes_per_device(s_state.params)
+            out["engine_weights_gib_per_device"] = copy / GIB
+            persistent, peak = persistent + copy, peak + copy
+        sampler_transient = _sampler_transient(spec, s_mesh, rules, s_state, mc, prompt_len, out)
         peak = max(peak, persistent + sampler_transient)
     out["peak_gib_per_device"] = peak / GIB
     if jax.process_index() == 0:  # every process compiles; process 0 reports
         _report(spec, mesh, mc, out, prompt_len, how)
     return out
+
+
+def _per_process_engine(spec, state, mc):
+    """Several processes and ``rollout.engine=continuous``: ``(mesh, state)`` of each process's
+    own engine (``mojax.sampling.continuous``): this process's devices, all on "data"
+    (``sharding.process_local_mesh``), and the policy's weights replicated on each of them in the
+    compute dtype (``ContinuousSampler.compute_copy``); None otherwise."""
+    if spec.rollout.engine != "continuous" or jax.process_count() == 1:
+        return None
+    local = sharding_lib.process_local_mesh()
+    replicated = sharding_lib.replicated(local)
+
+    def copy(x):
+        cast = mc.lora is None and jax.numpy.issubdtype(x.dtype, jax.numpy.floating)
+        return jax.ShapeDtypeStruct(x.shape, mc.jnp_dtype if cast else x.dtype, sharding=replicated)
+
+    params = jax.tree.map(copy, learner.policy_params(state))
+    return local, state.replace(params=params, frozen=None)
 
 
 def _sampler_transient(spec, mesh, rules, state, mc, prompt_len, out) -> int:

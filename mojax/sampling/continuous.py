@@ -49,8 +49,8 @@ on a mesh of several devices is refused.
 
 Several processes: each process runs its own engine, on its own devices, over its own rows.
 * Weights: ``update_weights`` (every process together) gathers the learner's global weights
-  (``mesh``, the learner's mesh) into a full copy on each of this process's devices
-  (``sharding.copy_across_processes``: one jitted all-gather). The engine's mesh is this
+  (``mesh``, the learner's mesh) into a full copy on each of this process's devices, in the
+  compute dtype (``compute_copy``; ``sharding.copy_across_processes``: one jitted all-gather). The engine's mesh is this
   process's devices, all on "data" (``sharding.process_local_mesh``; one device: no mesh), so
   its weights are replicated over them and its slots split over them.
 * Rows: each process queues the rows of its own block of prompt groups
@@ -69,6 +69,7 @@ slots, C cache slots, J stop ids per row.
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 
 from mojax import distributed
 from mojax import sharding as sharding_lib
@@ -180,7 +181,9 @@ class ContinuousSampler:
                     "mesh as mesh= so they can be gathered"
                 )
             shardings = param_shardings(self.config, self.local_mesh, self.rules)
-            params = sharding_lib.copy_across_processes(model.params, shardings, self.source_mesh)
+            params = sharding_lib.copy_across_processes(
+                model.params, shardings, self.source_mesh, cast=self.compute_copy
+            )
             model = model.replace(params=params)
         elif self.mesh is not None:  # a no-op for weights already on their learner shardings
             shardings = param_shardings(self.config, self.mesh, self.rules)
@@ -188,6 +191,16 @@ class ContinuousSampler:
         self.model = model
         per_layer = layouts_lib.of(self.config).decode_per_layer
         self.decode_model = unstack_layers(self.model) if per_layer else self.model
+
+    def compute_copy(self, params):
+        """``params`` as this process's engine holds them: floating weights in the compute dtype
+        (``config.dtype``; every use casts a weight to it, so the forward is unchanged), except
+        under LoRA (its quantised base dequantises from its own dtypes)."""
+        dtype = self.config.jnp_dtype
+        if self.config.lora is not None:
+            return params
+        floating = lambda x: jnp.issubdtype(x.dtype, jnp.floating)
+        return jax.tree.map(lambda x: x.astype(dtype) if floating(x) else x, params)
 
     def _prefill(self, model, tokens, mask, last_index, *, cache_dtype=None):
         """``slots.prefill_rows`` on this sampler's mesh (rows split over its batch axes)."""

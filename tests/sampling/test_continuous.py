@@ -202,3 +202,25 @@ def test_prompts_are_prefilled_in_chunks_as_their_rows_enter(model, monkeypatch,
     fresh = [c for c, new, _ in calls if new]
     assert fresh == list(range(-(-4 // chunk)))  # every chunk prefilled once, in order
     assert max(n for _, _, n in calls) <= 2
+
+
+def test_the_compute_dtype_copy_samples_the_same_tokens():
+    """``compute_copy`` (the weights a per-process engine holds: fp32 master weights cast to the
+    bf16 compute dtype) gives the same tokens and log-probs as the fp32 weights: every use casts
+    a weight to the compute dtype."""
+    cfg = mm.get_variant("tiny-qwen3", dtype="bfloat16", param_dtype="float32")
+    params = mm.init_params(cfg, jax.random.key(2))
+    sampler = ContinuousSampler(cfg, slots=4)
+    copy = sampler.compute_copy(params)
+    leaves = jax.tree.leaves(copy)
+    assert all(x.dtype == jnp.bfloat16 for x in leaves)
+    assert sum(x.nbytes for x in leaves) * 2 == sum(x.nbytes for x in jax.tree.leaves(params))
+    toks, lens = prompts()
+    kw = dict(key=jax.random.key(8), temperature=1.0, prompt_lengths=lens, max_new_tokens=16)
+    kw.update(SHAPES)
+    sampler.update_weights(params)
+    ref = sampler.generate(toks, **kw)
+    sampler.update_weights(copy)
+    got = sampler.generate(toks, **kw)
+    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+    np.testing.assert_array_equal(np.asarray(got.logprobs), np.asarray(ref.logprobs))
