@@ -18,6 +18,9 @@ keys ``<= p``). ``impl`` is ``Layouts.paged_attention`` (``mojax.models.layouts`
   bf16 cache only (``tpu_kernel_fits``; other caches take the gather path);
   ``"pallas_tpu_interpret"`` runs it in the TPU interpreter.
 
+A cache of several shards (a mesh: one pool per shard of rows) takes the gather path, per shard;
+the kernels read one pool (running them per device under ``shard_map`` is not built).
+
 Shape legend: N rows, T tokens, H query heads, K kv heads, G = H / K, D head dim, Np pool pages,
 Ps page size, Pr pages per row.
 """
@@ -156,10 +159,10 @@ def paged_layer(q, kk, vv, cache: PagedKVCache, layer, write, q_idx, lengths, *,
     k = kk.shape[2]
     page, offset = write
     cache = cache.replace(
-        k=write_layer(cache.k, layer, kk, page, offset),
-        v=write_layer(cache.v, layer, vv, page, offset),
+        k=write_layer(cache.k, layer, kk, page, offset, cache.shards),
+        v=write_layer(cache.v, layer, vv, page, offset, cache.shards),
     )
-    kernel = _kernel(impl, cache, d) if t == 1 else None
+    kernel = _kernel(impl, cache, d) if t == 1 and cache.shards == 1 else None
     if kernel is not None:
         out = kernel(
             q[:, 0].astype(dtype),
@@ -170,8 +173,10 @@ def paged_layer(q, kk, vv, cache: PagedKVCache, layer, write, q_idx, lengths, *,
         )
         visible = (lengths > 0)[:, None, None, None]  # a row with no key: zeros, as ``attend``
         return jnp.where(visible, out[:, None], jnp.zeros((), dtype)).astype(dtype), cache
-    keys = gather_layer(cache.k, layer, cache.page_table).astype(dtype)  # [N, K, S, D]
-    values = gather_layer(cache.v, layer, cache.page_table).astype(dtype)
+    keys = gather_layer(cache.k, layer, cache.page_table, cache.shards).astype(
+        dtype
+    )  # [N, K, S, D]
+    values = gather_layer(cache.v, layer, cache.page_table, cache.shards).astype(dtype)
     s = keys.shape[2]
     slots = jnp.arange(s)[None, None, :]
     visible = (slots <= q_idx[:, :, None]) & (slots < lengths[:, None, None])  # [N, T, S]

@@ -18,6 +18,13 @@ cache slots of a row, K kv heads, D head dim)::
                                    included): the sampler's segment bookkeeping reads it
     max_len     C (static)         the slots a ``KVCache`` row would have; Pr = ceil(C / Ps)
 
+On a mesh (``shards`` S > 1, the continuous sampler's slots split over the mesh's batch axes) the
+pool is S pools of ``Np / S`` pages, one per shard of slots, laid end to end on the page axis and
+sharded over the same axes: slot ``n`` (of shard ``n // (N / S)``) takes pages of its shard's pool
+only, and its page table holds shard-local ids (``Np / S``: none). Reads and writes run per shard
+(a ``vmap`` over the shard axis, which XLA partitions without collectives), so a device holds
+and touches its own shard's pages only; placing prefilled rows scatters with global ids.
+
 Unlike ``KVCache`` (``mojax.models.cache``) a row's pages hold its real tokens only, packed from
 position 0: a cached call writes the chunk's real tokens at ``lengths + cumsum(token_mask) - 1`` and
 drops its padding, so a row's keys are exactly ``[0, lengths)`` (what the paged-attention kernels
@@ -46,10 +53,16 @@ class PagedKVCache:
     lengths: jax.Array  # int32 [N]
     end: jax.Array  # int32 [N]
     max_len: int = flax.struct.field(pytree_node=False)
+    shards: int = flax.struct.field(pytree_node=False, default=1)
 
     @property
     def num_pages(self) -> int:
         return layer_pool(self.k, 0).shape[1]
+
+    @property
+    def local_pages(self) -> int:
+        """Pages of one shard's pool (``Np / S``; the page table's "none" id)."""
+        return self.num_pages // self.shards
 
     @property
     def page_size(self) -> int:
@@ -77,10 +90,20 @@ class PagedKVCache:
 
 
 def init_paged_cache(
-    config, rows: int, max_len: int, num_pages: int, page_size: int, dtype=None, per_layer=False
+    config,
+    rows: int,
+    max_len: int,
+    num_pages: int,
+    page_size: int,
+    dtype=None,
+    per_layer=False,
+    shards: int = 1,
 ) -> PagedKVCache:
     """An empty paged cache: ``num_pages`` pages of ``page_size`` slots, ``rows`` rows of up to
-    ``max_len`` slots, no page owned by any row (``per_layer``: one pool array per layer)."""
+    ``max_len`` slots, no page owned by any row (``per_layer``: one pool array per layer;
+    ``shards``: that many pools of ``num_pages / shards`` pages, module docstring)."""
+    if num_pages % shards or rows % shards:
+        raise ValueError(f"{num_pages} pages and {rows} rows must split into {shards} shards")
     dtype = jnp.dtype(dtype or config.dtype)
     shape = (config.num_kv_heads, num_pages, page_size, config.head_dim)
     per_row = -(-max_len // page_size)
@@ -93,10 +116,11 @@ def init_paged_cache(
     return PagedKVCache(
         k=pool(),
         v=pool(),
-        page_table=jnp.full((rows, per_row), num_pages, jnp.int32),
+        page_table=jnp.full((rows, per_row), num_pages // shards, jnp.int32),
         lengths=jnp.zeros((rows,), jnp.int32),
         end=jnp.zeros((rows,), jnp.int32),
         max_len=max_len,
+        shards=shards,
     )
 
 
@@ -108,14 +132,15 @@ def token_positions(cache: PagedKVCache, token_mask: jax.Array) -> jax.Array:
 
 
 def physical_pages(cache: PagedKVCache, positions: jax.Array, write: jax.Array):
-    """``(page, offset)`` int32 [N, T] of ``positions``; ``page`` is Np (a dropped write) where
-    ``write`` is False, the position is past the table, or the row owns no page there."""
+    """``(page, offset)`` int32 [N, T] of ``positions`` (shard-local pages); ``page`` is
+    ``local_pages`` (a dropped write) where ``write`` is False, the position is past the table,
+    or the row owns no page there."""
     ps, pr = cache.page_size, cache.page_table.shape[1]
     logical = positions // ps
     inside = write & (positions >= 0) & (logical < pr)
     rows = jnp.arange(positions.shape[0])[:, None]
     page = cache.page_table[rows, jnp.clip(logical, 0, pr - 1)]
-    return jnp.where(inside, page, cache.num_pages), positions % ps
+    return jnp.where(inside, page, cache.local_pages), positions % ps
 
 
 def layer_pool(pool, layer) -> jax.Array:
@@ -134,44 +159,92 @@ def _int_layer(layer) -> int:
     return layer
 
 
-def write_layer(pool, layer, new: jax.Array, page: jax.Array, offset: jax.Array):
-    """Scatters ``new [N, T, K, D]`` into the pool (``[L, K, Np, Ps, D]`` or L x ``[K, Np, Ps,
-    D]``) at ``layer`` and ``(page, offset) [N, T]`` (page Np: dropped). Only N*T*K slots are
-    written; returns the pool."""
+def _by_shard(x: jax.Array, shards: int, axis: int) -> jax.Array:
+    """``x`` with its ``axis`` split into ``[shards, size / shards]`` and the shard axis first."""
+    shape = x.shape[:axis] + (shards, x.shape[axis] // shards) + x.shape[axis + 1 :]
+    return jnp.moveaxis(x.reshape(shape), axis, 0)
+
+
+def _from_shards(x: jax.Array, axis: int) -> jax.Array:
+    """The inverse of ``_by_shard``."""
+    x = jnp.moveaxis(x, 0, axis)
+    return x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2 :])
+
+
+def _scatter(pool_layer, new, page, offset):
+    """One layer's ``[K, Np', Ps, D]`` with ``new [N, T, K, D]`` at ``(page, offset)`` (page
+    out of range: dropped)."""
     k = new.shape[2]
     at = (jnp.arange(k)[None, None, :], page[..., None], offset[..., None])
+    return pool_layer.at[at].set(new.astype(pool_layer.dtype), mode="drop")
+
+
+def write_layer(pool, layer, new: jax.Array, page: jax.Array, offset: jax.Array, shards: int = 1):
+    """Scatters ``new [N, T, K, D]`` into the pool (``[L, K, Np, Ps, D]`` or L x ``[K, Np, Ps,
+    D]``) at ``layer`` and ``(page, offset) [N, T]`` (shard-local pages; ``local_pages``:
+    dropped), each shard's rows into its own pool. Only N*T*K slots are written; returns the
+    pool."""
     if isinstance(pool, tuple):
         i = _int_layer(layer)
-        one = pool[i].at[at].set(new.astype(pool[i].dtype), mode="drop")
+        one = _write_one(pool[i], new, page, offset, shards)
         return pool[:i] + (one,) + pool[i + 1 :]
     layer = jnp.asarray(layer, jnp.int32)
-    return pool.at[(layer, *at)].set(new.astype(pool.dtype), mode="drop")
+    if shards == 1:
+        k = new.shape[2]
+        at = (jnp.arange(k)[None, None, :], page[..., None], offset[..., None])
+        return pool.at[(layer, *at)].set(new.astype(pool.dtype), mode="drop")
+    one = _write_one(pool[layer], new, page, offset, shards)
+    return jax.lax.dynamic_update_index_in_dim(pool, one, layer, 0)
 
 
-def gather_layer(pool, layer, page_table: jax.Array) -> jax.Array:
-    """One layer's pages of every row, in row order: ``[N, K, Pr*Ps, D]`` (a missing page reads
-    pool page Np - 1: its slots are past the row's length, masked by the caller)."""
+def _write_one(pool_layer, new, page, offset, shards: int):
+    if shards == 1:
+        return _scatter(pool_layer, new, page, offset)
+    parts = [_by_shard(x, shards, 0) for x in (new, page, offset)]
+    out = jax.vmap(_scatter)(_by_shard(pool_layer, shards, 1), *parts)
+    return _from_shards(out, 1)
+
+
+def gather_layer(pool, layer, page_table: jax.Array, shards: int = 1) -> jax.Array:
+    """One layer's pages of every row, in row order: ``[N, K, Pr*Ps, D]``, each shard's rows from
+    its own pool (a missing page reads its pool's last page: its slots are past the row's length,
+    masked by the caller)."""
     n, pr = page_table.shape
     heads_, num_pages, ps, d = layer_pool(pool, 0).shape
-    pages = jnp.minimum(page_table, num_pages - 1)[:, None, :]  # [N, 1, Pr]
     heads = jnp.arange(heads_)[None, :, None]
     if isinstance(pool, tuple):
-        got = pool[_int_layer(layer)][heads, pages]
-    else:
+        one = pool[_int_layer(layer)]
+    elif shards == 1:  # index the stacked pool directly: no copy of the layer's slice
+        pages = jnp.minimum(page_table, num_pages - 1)[:, None, :]  # [N, 1, Pr]
         got = pool[jnp.asarray(layer, jnp.int32), heads, pages]
+        return got.reshape(n, heads_, pr * ps, d)  # [N, K, Pr, Ps, D] -> rows
+    else:
+        one = pool[jnp.asarray(layer, jnp.int32)]
+    local = num_pages // shards
+    take = lambda p, table: p[heads, jnp.minimum(table, local - 1)[:, None, :]]
+    if shards == 1:
+        got = take(one, page_table)
+    else:
+        got = _from_shards(
+            jax.vmap(take)(_by_shard(one, shards, 1), _by_shard(page_table, shards, 0)), 0
+        )
     return got.reshape(n, heads_, pr * ps, d)  # [N, K, Pr, Ps, D] -> rows
 
 
 def place_rows(full: PagedKVCache, part: KVCache, src: jax.Array, rows: jax.Array) -> PagedKVCache:
     """``full`` with rows ``src [n]`` of a prefilled ``KVCache`` ``part`` (``[L, n', W, K, D]``)
     written to rows ``rows [n]`` (index N: dropped): each row's real slots packed from position 0
-    into the pages its (already set) page table names; ``lengths`` its real tokens, ``end`` W."""
+    into the pages its (already set) page table names, in its shard's pool (one scatter with
+    global page ids); ``lengths`` its real tokens, ``end`` W."""
     mask = part.slot_mask[src]  # [n, W]
     n = full.lengths.shape[0]
     keep = rows < n
     table = full.page_table[jnp.minimum(rows, n - 1)]
     target = full.replace(page_table=table, lengths=jnp.zeros_like(rows))
     page, offset = physical_pages(target, token_positions(target, mask), mask & keep[:, None])
+    # shard-local pages -> global ids in the pools laid end to end (none -> Np: dropped)
+    shard = (jnp.minimum(rows, n - 1) // (n // full.shards))[:, None]
+    page = jnp.where(page < full.local_pages, page + shard * full.local_pages, full.num_pages)
     k, v = full.k, full.v
     for layer in range(part.k.shape[0]):  # L
         k = write_layer(k, layer, part.k[layer, src], page, offset)

@@ -38,8 +38,8 @@ def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
 
 def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:
     """``rollout.engine='continuous'`` (``mojax.sampling.continuous``): on a mesh of several
-    devices, ``rollout.slots`` a multiple of the devices its rows spread over (the logical
-    "batch" axes) and a dense cache. With several processes each runs its own engine on its own
+    devices, ``rollout.slots`` (and a paged cache's ``rollout.num_pages``) a multiple of the
+    devices its rows spread over (the logical "batch" axes). With several processes each runs its own engine on its own
     devices (all on "data"), so the same holds for one process's devices. ``num_devices`` None:
     not checked (no devices known)."""
     r = spec.rollout
@@ -67,7 +67,6 @@ def _engine_shard_errors(spec: Any, sizes: dict[str, int]) -> list[str]:
     import math
 
     r, c = spec.rollout, Checker({})
-    shape = tuple(sizes.values())
     axes = dict(spec.rules).get("batch") or ()
     shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
     c.require(
@@ -77,9 +76,10 @@ def _engine_shard_errors(spec: Any, sizes: dict[str, int]) -> list[str]:
         f"(its 'batch' axes, mesh {sizes})",
     )
     c.require(
-        math.prod(shape) == 1 or r.kv_cache == "dense",
-        "rollout.kv_cache",
-        f"'paged' runs on one device; this mesh has {math.prod(shape)} (use 'dense')",
+        r.kv_cache != "paged" or r.num_pages % shards == 0,
+        "rollout.num_pages",
+        f"{r.num_pages} must be a multiple of the {shards} devices the mesh spreads rows over "
+        "(one pool of pages per device)",
     )
     return c.errors
 

@@ -45,7 +45,9 @@ sampler's row axes; ``slots`` a multiple of their size), the weights on their le
 with the slots' stop checks reduced across devices each step. The host loop stays one loop: it reads
 the slots' small state (``done``, ``end``) and the finished rows' buffers, all addressable in one
 process, and ``row_sharding`` stays None (its outputs are host arrays of every row). A paged cache
-on a mesh of several devices is refused.
+on a mesh is one pool per shard of slots (``mojax.models.paged_cache``: each device holds and
+reads its own slots' pages; ``num_pages`` splits evenly), read by the gather path (the Pallas
+kernels run on one device's pool).
 
 Several processes: each process runs its own engine, on its own devices, over its own rows.
 * Weights: ``update_weights`` (every process together) gathers the learner's global weights
@@ -134,7 +136,7 @@ class ContinuousSampler:
         if distributed.process_count() > 1:
             self.local_mesh = sharding_lib.process_local_mesh()
             mesh = self.local_mesh if self.local_mesh.devices.size > 1 else None
-        _check_mesh(mesh, rules, int(slots), kv_cache)
+        _check_mesh(mesh, rules, int(slots), kv_cache, int(num_pages))
         if int(slots) < 1 or int(segment_tokens) < 0 or not 1 <= int(refill) <= int(slots):
             raise ValueError(
                 f"slots must be >= 1, segment_tokens >= 0, 1 <= refill <= slots; got {slots}, "
@@ -275,24 +277,25 @@ class ContinuousSampler:
         c = state.max_total_len
         per_slot = -(-c // self.page_size)
         num_pages = self.num_pages or self.num_slots * per_slot
-        pool = pages_lib.PagePool(num_pages, self.page_size, self.num_slots, c)
+        shards = 1 if self.mesh is None else sharding_lib.num_shards(self.mesh, self.rules, "batch")
+        pool = pages_lib.PagePool(num_pages, self.page_size, self.num_slots, c, shards)
         self.pages = pages_lib.PagedSlots(pool, self.segment_tokens or self.page_size, c)
         self.pages.check(state, work)
         return self.pages
 
 
-def _check_mesh(mesh, rules, num_slots: int, kv_cache: str) -> None:
+def _check_mesh(mesh, rules, num_slots: int, kv_cache: str, num_pages: int = 0) -> None:
     """One clear error for a setting the continuous sampler cannot run (module docstring)."""
     if mesh is None:
         return
-    if kv_cache != "dense":
-        raise ValueError(
-            "config.rollout.kv_cache='paged' runs on one device; on a mesh of "
-            f"{mesh.devices.size} devices use kv_cache='dense'"
-        )
     shards = sharding_lib.num_shards(mesh, rules, "batch")
     if num_slots % shards:
         raise ValueError(
             f"config.rollout.slots={num_slots} must be a multiple of the {shards} devices the "
             "mesh spreads rows over (its 'batch' axes)"
+        )
+    if kv_cache == "paged" and num_pages % shards:
+        raise ValueError(
+            f"config.rollout.num_pages={num_pages} must be a multiple of the {shards} devices the "
+            "mesh spreads rows over (one pool of pages per device)"
         )

@@ -52,7 +52,9 @@ class ContinuousSession:
         self.params, self.caps, self.pages = params, caps, pages
         r, c, j = state.tokens.shape[1], state.max_total_len, state.stop_ids.shape[1]
         steps = sampler.segment_tokens or np.iinfo(np.int32).max
-        layout = None if pages is None else (pages.pool.num_pages, sampler.page_size)
+        layout = None
+        if pages is not None:
+            layout = (pages.pool.num_pages, sampler.page_size, pages.pool.shards)
         s = slots.empty_slots(sampler.model, sampler.num_slots, r, c, j, state.cache_dtype, layout)
         if sampler.mesh is not None:
             s = jax.device_put(s, slots.slot_shardings(s, sampler.mesh, sampler.rules))

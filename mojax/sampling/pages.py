@@ -19,7 +19,9 @@ gets a copy of at each segment boundary; ``PagedSlots`` is how the continuous sa
 * a slot whose row ended **releases** its pages.
 
 Pages in use are therefore at most ``ceil(live tokens / Ps) + ceil(budget / Ps)`` per running slot,
-not slots x cache width. Host-only state; the continuous sampler runs on one process.
+not slots x cache width. On a mesh the pool is one pool per shard of slots (``PagePool``'s
+``shards``): a slot grows, and rows are preempted, within its own shard's pool. Host-only state:
+each process's engine has its own (``mojax.sampling.continuous``).
 
 Shape legend: N slots, Np pool pages, Ps page size, Pr pages per slot.
 """
@@ -36,30 +38,49 @@ def pages_for(tokens, page_size: int):
 
 
 class PagePool:
-    """Free list and page table of ``num_pages`` pages shared by ``slots`` slots.
+    """Free lists and page table of ``num_pages`` pages shared by ``slots`` slots.
+
+    ``shards`` (a mesh, ``mojax.models.paged_cache``): the slots split into that many contiguous
+    shards, each with its own pool of ``num_pages / shards`` pages; a slot takes pages of its
+    shard's pool only, and the table holds shard-local ids.
 
     Attributes:
-      table: int32 [N, Pr], each slot's pages in token order (``num_pages`` where it owns none).
+      table: int32 [N, Pr], each slot's pages in token order (``local_pages`` where it owns none).
       owned, limit: int [N], pages each slot owns / may own at most (its row's bound).
-      peak: the most pages in use so far.
+      peak: the most pages in use so far (all shards).
     """
 
-    def __init__(self, num_pages: int, page_size: int, slots: int, max_len: int):
-        self.num_pages, self.page_size = int(num_pages), int(page_size)
+    def __init__(self, num_pages: int, page_size: int, slots: int, max_len: int, shards=1):
+        if int(num_pages) % int(shards) or int(slots) % int(shards):
+            raise ValueError(
+                f"{num_pages} pages and {slots} slots must split evenly into the {shards} shards "
+                "of the mesh's batch axes"
+            )
+        self.num_pages, self.page_size, self.shards = int(num_pages), int(page_size), int(shards)
+        self.local_pages = self.num_pages // self.shards
+        self.slots_per_shard = int(slots) // self.shards
         self.pages_per_slot = int(pages_for(max_len, page_size))
-        self.table = np.full((slots, self.pages_per_slot), self.num_pages, np.int32)
+        self.table = np.full((slots, self.pages_per_slot), self.local_pages, np.int32)
         self.owned = np.zeros((slots,), np.int64)
         self.limit = np.zeros((slots,), np.int64)
-        self._free = list(range(self.num_pages - 1, -1, -1))  # pop() gives the lowest page
+        # per shard; pop() gives the lowest page
+        self._free = [list(range(self.local_pages - 1, -1, -1)) for _ in range(self.shards)]
         self.peak = 0
+
+    def shard(self, slot: int) -> int:
+        return int(slot) // self.slots_per_shard
 
     @property
     def in_use(self) -> int:
-        return self.num_pages - len(self._free)
+        return self.num_pages - self.free_pages
 
     @property
     def free_pages(self) -> int:
-        return len(self._free)
+        return sum(len(f) for f in self._free)
+
+    def free_in(self, shard: int) -> int:
+        """Free pages of one shard's pool."""
+        return len(self._free[shard])
 
     def bound_pages(self, tokens) -> np.ndarray:
         """Pages a row of at most ``tokens`` tokens may need (capped at a slot's page table)."""
@@ -78,27 +99,27 @@ class PagePool:
 
     def grow(self, slot: int, tokens: int) -> None:
         """``slot`` owns the pages of its first ``tokens`` tokens (within its limit)."""
-        more = self.need(slot, tokens)
-        if more > self.free_pages:
-            raise ValueError(f"slot {slot} needs {more} pages, {self.free_pages} are free")
+        more, free = self.need(slot, tokens), self._free[self.shard(slot)]
+        if more > len(free):
+            raise ValueError(f"slot {slot} needs {more} pages, {len(free)} are free in its shard")
         for _ in range(more):
-            self.table[slot, self.owned[slot]] = self._free.pop()
+            self.table[slot, self.owned[slot]] = free.pop()
             self.owned[slot] += 1
         self.peak = max(self.peak, self.in_use)
 
     def release(self, slot: int) -> None:
-        """Returns ``slot``'s pages to the free list."""
+        """Returns ``slot``'s pages to its shard's free list."""
         n = int(self.owned[slot])
-        self._free.extend(int(p) for p in self.table[slot, :n][::-1])
-        self.table[slot] = self.num_pages
+        self._free[self.shard(slot)].extend(int(p) for p in self.table[slot, :n][::-1])
+        self.table[slot] = self.local_pages
         self.owned[slot] = self.limit[slot] = 0
 
     def all_free(self) -> bool:
-        """Every page is back on the free list and no slot owns any."""
+        """Every page is back on its free list and no slot owns any."""
         return (
-            sorted(self._free) == list(range(self.num_pages))
+            all(sorted(f) == list(range(self.local_pages)) for f in self._free)
             and not self.owned.any()
-            and (self.table == self.num_pages).all()
+            and (self.table == self.local_pages).all()
         )
 
 
@@ -134,11 +155,13 @@ class PagedSlots:
             return
         _, bound = self.bounds(state, work, rows)
         need = self.pool.bound_pages(bound)
-        big = need > self.pool.num_pages
+        big = need > self.pool.local_pages
         if big.any():
             i = int(np.argmax(big))
+            shards = self.pool.shards
+            per = f" ({self.pool.local_pages} per shard of {shards})" if shards > 1 else ""
             raise ValueError(
-                f"config.rollout.num_pages={self.pool.num_pages} pages of "
+                f"config.rollout.num_pages={self.pool.num_pages} pages{per} of "
                 f"config.rollout.page_size={self.pool.page_size} tokens cannot hold row "
                 f"{int(rows[i])} ({int(bound[i])} tokens: its context and max_new_tokens need "
                 f"{int(need[i])} pages); raise config.rollout.num_pages"
@@ -148,40 +171,55 @@ class PagedSlots:
         return sum(self.pool.need(int(x), int(lengths[x]) + self.budget) for x in slots)
 
     def admit(self, rows: np.ndarray, free: np.ndarray, state, work, s, held) -> int:
-        """Opens slots ``free`` (in order) for the leading ``rows`` while the free pages, less the
-        running slots' growth, hold each one's context plus one segment; returns how many."""
+        """Opens free slots for the leading ``rows`` while the free pages, less the running slots'
+        growth, hold each one's context plus one segment; returns how many. Each row takes the
+        free slot whose shard has the most spare pages (the lowest such slot; with one shard the
+        next free slot): the chosen slots are written, in order, to the front of ``free``."""
         if not rows.size:
             return 0
         lengths = np.asarray(s.cache.lengths)
-        spare = self.pool.free_pages - self._growth(lengths, np.flatnonzero(held >= 0))
+        running = np.flatnonzero(held >= 0)
+        pool = self.pool
+        spare = [
+            pool.free_in(k) - self._growth(lengths, [x for x in running if pool.shard(x) == k])
+            for k in range(pool.shards)
+        ]
         context, bound = self.bounds(state, work, rows)
-        for i in range(len(rows)):
+        for i in range(min(len(rows), len(free))):
+            j = i + max(range(len(free) - i), key=lambda m: (spare[pool.shard(free[i + m])], -m))
+            slot = int(free[j])
             first = min(int(bound[i]), int(context[i]) + self.budget)
-            if int(self.pool.bound_pages(first)) > spare:
+            if int(pool.bound_pages(first)) > spare[pool.shard(slot)]:
                 return i
-            slot = int(free[i])
-            self.pool.open(slot, int(bound[i]))
-            self.pool.grow(slot, first)
-            spare -= int(self.pool.owned[slot])
+            free[i], free[j] = free[j], free[i]
+            pool.open(slot, int(bound[i]))
+            pool.grow(slot, first)
+            spare[pool.shard(slot)] -= int(pool.owned[slot])
             self.order[slot], self._placed = self._placed, self._placed + 1
-        return len(rows)
+        return min(len(rows), len(free))
 
     def before_segment(self, s, held: np.ndarray) -> np.ndarray:
-        """Grows every running slot by one segment, preempting the most recently placed rows
-        while the free pages cannot cover the growth; logs the pages in use against the live
-        tokens. Returns the preempted slots (their pages released; the caller requeues them)."""
+        """Grows every running slot by one segment, preempting, in each shard, its most recently
+        placed rows while its free pages cannot cover its growth; logs the pages in use against
+        the live tokens. Returns the preempted slots (their pages released; the caller requeues
+        them)."""
         lengths = np.asarray(s.cache.lengths).astype(np.int64)
-        running = sorted(np.flatnonzero(held >= 0), key=lambda x: self.order[x])
-        out = []
-        while len(running) > 1 and self._growth(lengths, running) > self.pool.free_pages:
-            slot = int(running.pop())
-            self.pool.release(slot)
-            out.append(slot)
-        for slot in running:
-            self.pool.grow(int(slot), int(lengths[slot]) + self.budget)
+        pool, out, kept = self.pool, [], []
+        for k in range(pool.shards):
+            running = sorted(
+                (x for x in np.flatnonzero(held >= 0) if pool.shard(x) == k),
+                key=lambda x: self.order[x],
+            )
+            while len(running) > 1 and self._growth(lengths, running) > pool.free_in(k):
+                slot = int(running.pop())
+                pool.release(slot)
+                out.append(slot)
+            kept += running
+        for slot in kept:
+            pool.grow(int(slot), int(lengths[slot]) + self.budget)
         self.preemptions += len(out)
-        self.log.append((self.pool.in_use, int(lengths[running].sum()), len(running)))
-        return np.asarray(out, np.int64)
+        self.log.append((pool.in_use, int(lengths[kept].sum()), len(kept)))
+        return np.asarray(sorted(out), np.int64)
 
     def release(self, slots: np.ndarray) -> None:
         for slot in slots:

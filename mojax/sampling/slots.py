@@ -76,11 +76,15 @@ def empty_slots(
     """N empty slots (all ``done``, ``row_id`` -1). Slot 0 of each cache row is marked valid (zero
     keys and values) so an empty slot's attention is finite; ``place`` overwrites the row.
 
-    ``pages``: ``(num_pages, page_size)`` for a ``PagedKVCache`` (no slot owns a page; an empty
-    slot holds no key, and its attention is zeros)."""
+    ``pages``: ``(num_pages, page_size)`` or ``(num_pages, page_size, shards)`` for a
+    ``PagedKVCache`` (no slot owns a page; an empty slot holds no key, and its attention is
+    zeros; ``shards`` pools on a mesh)."""
     if pages is not None:
         per_layer = layouts.of(model.config).decode_per_layer
-        cache = init_paged_cache(model.config, n, c, *pages, cache_dtype, per_layer)
+        num_pages, page_size, *shards = pages
+        cache = init_paged_cache(
+            model.config, n, c, num_pages, page_size, cache_dtype, per_layer, *shards
+        )
         cache = cache.replace(end=jnp.ones((n,), jnp.int32))
     else:
         cache = init_cache(model.config, n, c, cache_dtype)
@@ -115,7 +119,8 @@ def empty_slots(
 def slot_shardings(s: SamplingState, mesh, rules):
     """``NamedSharding`` per leaf of the slot state ``s`` on ``mesh``: the slot axis (N) over the
     mesh axes of logical "batch" (as the static sampler's rows), every other axis whole; the
-    call key and the scalars replicated. A stacked ``KVCache`` holds its slots on axis 1."""
+    call key and the scalars replicated. A stacked ``KVCache`` holds its slots on axis 1; a
+    ``PagedKVCache``'s pools lie over the same axes on their page axis (one shard's pool each)."""
     from jax.sharding import NamedSharding, PartitionSpec
 
     from mojax import sharding as sharding_lib
@@ -129,6 +134,9 @@ def slot_shardings(s: SamplingState, mesh, rules):
     elif isinstance(c, LayerKVCache):
         cache = LayerKVCache(k=tuple(on(0) for _ in c.k), v=tuple(on(0) for _ in c.v),
                              slot_mask=on(0), end=on(0))  # fmt: skip
+    elif isinstance(c, PagedKVCache):  # each shard's pool on its devices (its page axis)
+        pool = lambda x: tuple(on(1) for _ in x) if isinstance(x, tuple) else on(2)
+        cache = c.replace(k=pool(c.k), v=pool(c.v), page_table=on(0), lengths=on(0), end=on(0))
     else:
         raise ValueError(f"slot_shardings: no mesh layout for a {type(c).__name__}")
     rows = {f: on(0) for f in s.__dataclass_fields__ if f not in ("cache", "key", "step", "pad_id")}

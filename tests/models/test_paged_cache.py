@@ -32,7 +32,13 @@ from mojax.models.paged_attention import (
     pallas_tpu,
     tpu_kernel_fits,
 )
-from mojax.models.paged_cache import PagedKVCache, gather_layer, init_paged_cache, place_rows
+from mojax.models.paged_cache import (
+    PagedKVCache,
+    gather_layer,
+    init_paged_cache,
+    place_rows,
+    write_layer,
+)
 from mojax.models.qwen import Qwen
 
 N, H, K, D, PS, NP, PR = 3, 8, 2, 32, 4, 24, 6  # GQA: 4 query heads per kv head
@@ -263,3 +269,29 @@ def test_scanned_and_unrolled_layers_write_and_read_the_same_pages(model):
     np.testing.assert_array_equal(np.asarray(cs.lengths), [4])
     with pytest.raises(TypeError, match="per-layer page pool needs unrolled layers"):
         run(model, True)
+
+
+def test_sharded_pools_write_and_read_each_rows_own_shard():
+    """``shards=3`` (one row per shard, each with its own pool of Np / 3 pages and shard-local
+    ids): a write lands in the row's shard's pool, and the gather reads it back; the reference is
+    numpy indexing of the pools laid end to end with global ids."""
+    k, _, _ = pool_and_table()
+    per = NP // 3
+    rng = np.random.RandomState(1)
+    table = np.stack([rng.permutation(per)[:PR] for _ in range(N)]).astype(np.int32)
+    table[2, 3:] = per  # "no page" in a shard's pool
+    glob = np.where(table < per, table + np.arange(N)[:, None] * per, NP)
+    new = rng.randn(N, 2, K, D).astype(np.float32)
+    page, offset = table[:, :2], np.asarray([[0, 1]] * N, np.int32)
+    got = write_layer(
+        jnp.asarray(k), 1, jnp.asarray(new), jnp.asarray(page), jnp.asarray(offset), 3
+    )
+    want = k.copy()
+    for row in range(N):
+        for t in range(2):
+            want[1, :, glob[row, t], offset[row, t]] = new[row, t]
+    np.testing.assert_array_equal(np.asarray(got), want)
+    read = np.asarray(gather_layer(got, 1, jnp.asarray(table), 3))  # [N, K, S, D]
+    ref = dense_keys(want, 1, glob).transpose(0, 2, 1, 3)
+    np.testing.assert_array_equal(read[:2], ref[:2])
+    np.testing.assert_array_equal(read[2, :, : 3 * PS], ref[2, :, : 3 * PS])

@@ -55,20 +55,22 @@ def test_the_paged_settings_reach_the_continuous_sampler():
         (dict(slots=6), dict(data=2, fsdp=2), r"config.rollout.slots: 6 must be a multiple of the 4 "
          r"devices the mesh spreads rows over \(its 'batch' axes, mesh \{'data': 2, 'fsdp': 2, "
          r"'tensor': 2\}\)"),
-        (dict(slots=8, kv_cache="paged"), dict(data=-1),
-         r"config.rollout.kv_cache: 'paged' runs on one device; this mesh has 8"),
+        (dict(slots=8, kv_cache="paged", num_pages=30), dict(data=-1),
+         r"config.rollout.num_pages: 30 must be a multiple of the 8 devices the mesh spreads "
+         r"rows over \(one pool of pages per device\)"),
     ],
 )  # fmt: skip
 def test_the_continuous_engine_on_a_mesh_is_checked_before_anything_is_built(rollout, mesh, says):
     """8 devices (a sweep validating for its cluster): slots over the data x fsdp shards, the
-    dense cache; 8 slots on the same mesh validate."""
+    paged cache's pages per device; 8 slots (a dense cache, or 0 pages: the dense capacity) on
+    the same mesh validate."""
     c = _config(engine="continuous", **rollout)
     with c.unlocked():
         c.mesh.update(dict(tensor=2, **mesh) if "fsdp" in mesh else mesh)
     with pytest.raises(ConfigError, match=says):
         spec_lib.validate(c, num_devices=8)
     with c.unlocked():
-        c.rollout.slots, c.rollout.kv_cache = 8, "dense"
+        c.rollout.slots, c.rollout.num_pages = 8, 0
     assert spec_lib.validate(c, num_devices=8).rollout.slots == 8
 
 

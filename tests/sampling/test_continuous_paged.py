@@ -172,3 +172,24 @@ def test_page_pool_opens_grows_and_releases():
         pool.open(2, 4)
     pool.release(1), pool.release(2)
     assert pool.all_free() and pool.peak == 6
+
+
+def test_page_pool_shards_keep_each_slot_in_its_shards_pool():
+    """Two shards (a mesh): slots 0-1 take pages of pool 0, slots 2-3 of pool 1, by shard-local
+    ids; a shard runs short on its own while the other has pages."""
+    pool = PagePool(num_pages=8, page_size=4, slots=4, max_len=16, shards=2)
+    assert pool.local_pages == 4 and (pool.table == 4).all()  # 4: "no page"
+    for slot in (0, 2):
+        pool.open(slot, 16)
+        pool.grow(slot, 12)  # 3 pages
+    np.testing.assert_array_equal(pool.table[[0, 2], :3], [[0, 1, 2], [0, 1, 2]])
+    assert (pool.free_in(0), pool.free_in(1), pool.free_pages) == (1, 1, 2)
+    pool.open(1, 16)
+    with pytest.raises(ValueError, match="slot 1 needs 2 pages, 1 are free in its shard"):
+        pool.grow(1, 8)
+    pool.release(2)
+    assert (pool.free_in(0), pool.free_in(1)) == (1, 4)  # back to its own shard's pool
+    pool.release(0)
+    assert pool.all_free()
+    with pytest.raises(ValueError, match="must split evenly into the 2 shards"):
+        PagePool(num_pages=7, page_size=4, slots=4, max_len=16, shards=2)
