@@ -184,10 +184,15 @@ def replicated(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec())
 
 
-def process_local_mesh() -> Mesh:
-    """A mesh over this process's own devices, all on "data" (a per-process engine's mesh:
-    weights replicated over its devices, rows split over them)."""
-    return make_mesh(data=-1, fsdp=1, tensor=1, devices=jax.local_devices())
+def process_local_mesh(mesh: Mesh | None = None) -> Mesh:
+    """A mesh over this process's own devices (of ``mesh``, e.g. a sampler's own devices;
+    default all of them), all on "data" (a per-process engine's mesh: weights replicated over
+    its devices, rows split over them)."""
+    me = jax.process_index()
+    devices = jax.local_devices() if mesh is None else [
+        d for d in mesh.devices.flat if d.process_index == me
+    ]  # fmt: skip
+    return make_mesh(data=-1, fsdp=1, tensor=1, devices=devices)
 
 
 def copy_across_processes(params, shardings, source_mesh: Mesh, cast=None):

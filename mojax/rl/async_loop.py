@@ -61,7 +61,6 @@ from mojax.rl import inflight as inflight_lib
 from mojax.rl.episodes import rollout_metrics
 from mojax.rl.host_state import HostState
 from mojax.rl.step import Run, advantages, assemble, collect, rl_step
-from mojax.sampling import InGraphSampler
 from mojax.tasks.types import RewardStats
 
 
@@ -126,11 +125,14 @@ class Pipeline:
 
     @classmethod
     def build(cls, run: Run) -> Pipeline:
-        """The sampler (``mojax.sampling.InGraphSampler``) on ``mesh.sampler`` devices
-        (``mojax.sharding.sampler_mesh_from_config``) or on the learner's mesh."""
+        """The run's sampler (``rollout.engine``: ``mojax.rl.builders.build_sampler``) on
+        ``mesh.sampler`` devices (``mojax.sharding.sampler_mesh_from_config``) or on the
+        learner's mesh."""
+        from mojax.rl.builders import build_sampler
+
         own = sharding_lib.sampler_mesh_from_config(run.spec.mesh.as_dict())
         mesh = run.mesh if own is None else own
-        sampler = InGraphSampler(run.model_config, mesh=mesh, rules=run.rules)
+        sampler = build_sampler(run.spec, run.model_config, mesh, run.rules)
         runner = dataclasses.replace(run.runner, sampler=sampler)
         examples = {str(ex.id): ex for ex in run.splits.train}
         if len(examples) != len(run.splits.train):

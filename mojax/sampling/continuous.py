@@ -134,7 +134,7 @@ class ContinuousSampler:
         self.source_mesh = mesh if distributed.process_count() > 1 else None
         self.local_mesh = None
         if distributed.process_count() > 1:
-            self.local_mesh = sharding_lib.process_local_mesh()
+            self.local_mesh = sharding_lib.process_local_mesh(mesh)
             mesh = self.local_mesh if self.local_mesh.devices.size > 1 else None
         _check_mesh(mesh, rules, int(slots), kv_cache, int(num_pages))
         if int(slots) < 1 or int(segment_tokens) < 0 or not 1 <= int(refill) <= int(slots):
