@@ -203,17 +203,17 @@ def _per_process_engine(spec, state, mc):
     """Several processes and ``rollout.engine=continuous``: ``(mesh, state)`` of each process's
     own engine (``mojax.sampling.continuous``): this process's devices, all on "data"
     (``sharding.process_local_mesh``), and the policy's weights replicated on each of them in the
-    compute dtype (``ContinuousSampler.compute_copy``); None otherwise."""
+    compute dtype (``continuous.compute_dtype_params``); None otherwise."""
     if spec.rollout.engine != "continuous" or jax.process_count() == 1:
         return None
+    from mojax.sampling.continuous import compute_dtype_params
+
     local = sharding_lib.process_local_mesh()
     replicated = sharding_lib.replicated(local)
-
-    def copy(x):
-        cast = mc.lora is None and jax.numpy.issubdtype(x.dtype, jax.numpy.floating)
-        return jax.ShapeDtypeStruct(x.shape, mc.jnp_dtype if cast else x.dtype, sharding=replicated)
-
-    params = jax.tree.map(copy, learner.policy_params(state))
+    shapes = jax.eval_shape(lambda p: compute_dtype_params(mc, p), learner.policy_params(state))
+    params = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), shapes
+    )
     return local, state.replace(params=params, frozen=None)
 
 

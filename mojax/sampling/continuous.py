@@ -195,14 +195,8 @@ class ContinuousSampler:
         self.decode_model = unstack_layers(self.model) if per_layer else self.model
 
     def compute_copy(self, params):
-        """``params`` as this process's engine holds them: floating weights in the compute dtype
-        (``config.dtype``; every use casts a weight to it, so the forward is unchanged), except
-        under LoRA (its quantised base dequantises from its own dtypes)."""
-        dtype = self.config.jnp_dtype
-        if self.config.lora is not None:
-            return params
-        floating = lambda x: jnp.issubdtype(x.dtype, jnp.floating)
-        return jax.tree.map(lambda x: x.astype(dtype) if floating(x) else x, params)
+        """``params`` as this process's engine holds them (``compute_dtype_params``)."""
+        return compute_dtype_params(self.config, params)
 
     def _prefill(self, model, tokens, mask, last_index, *, cache_dtype=None):
         """``slots.prefill_rows`` on this sampler's mesh (rows split over its batch axes)."""
@@ -282,6 +276,16 @@ class ContinuousSampler:
         self.pages = pages_lib.PagedSlots(pool, self.segment_tokens or self.page_size, c)
         self.pages.check(state, work)
         return self.pages
+
+
+def compute_dtype_params(config, params):
+    """``params`` with floating weights in the compute dtype (``config.dtype``; every use casts a
+    weight to it, so the forward is unchanged), except under LoRA (its quantised base
+    dequantises from its own dtypes). Also on abstract values (``jax.eval_shape``)."""
+    if config.lora is not None:
+        return params
+    floating = lambda x: jnp.issubdtype(x.dtype, jnp.floating)
+    return jax.tree.map(lambda x: x.astype(config.jnp_dtype) if floating(x) else x, params)
 
 
 def _check_mesh(mesh, rules, num_slots: int, kv_cache: str, num_pages: int = 0) -> None:
