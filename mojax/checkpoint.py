@@ -391,8 +391,17 @@ class Checkpointer:
         raise CorruptCheckpointError("no readable checkpoint:\n  " + "\n  ".join(errors))
 
     def close(self) -> None:
-        """Wait for pending saves and release the manager's threads."""
+        """Wait for pending saves and release the manager's threads.
+
+        Also waits for the manager's start-up clean-up of unfinished temporary directories, which
+        orbax (0.12) runs on a thread of its own and does not join in ``close``: a run that stops
+        right after opening its checkpoints (e.g. on a bad data file) would otherwise leave that
+        thread reading the directory while the interpreter shuts down, and it prints a traceback.
+        """
         self._manager.wait_until_finished()
+        await_cleanup = getattr(self._manager, "_maybe_await_cleanup_tmp_directory", None)
+        if await_cleanup is not None:
+            await_cleanup()
         self._manager.close()
         self._state_reader.close()
         self._host_reader.close()

@@ -7,6 +7,7 @@ good step; the broken step moved aside to ``<step>.corrupt`` so that step can be
 a restore target of the wrong shape (an error, nothing moved).
 """
 
+import asyncio
 import gc
 import math
 import os
@@ -218,6 +219,26 @@ def test_unfinished_tmp_directory_is_ignored(tmp_path):
         state, host, step = ck.restore(small_state(0))
     assert step == 1
     assert_tree_equal(state, small_state(1))
+
+
+def test_close_waits_for_the_start_up_tmp_cleanup(tmp_path, monkeypatch):
+    """orbax cleans unfinished tmp directories on a thread it starts in the manager's constructor
+    and does not join in ``close``; a run that stops at once (a bad data file) exited while that
+    thread still ran and printed a traceback (CI, stop 38). A slowed clean-up makes the race certain.
+    """
+    from orbax.checkpoint._src.path import temporary_paths
+
+    real, finished = temporary_paths.cleanup_temporary_paths, []
+
+    async def slow_cleanup(*args, **kwargs):
+        await asyncio.sleep(1.0)
+        result = await real(*args, **kwargs)
+        finished.append(True)
+        return result
+
+    monkeypatch.setattr(temporary_paths, "cleanup_temporary_paths", slow_cleanup)
+    Checkpointer(tmp_path / "ck").close()
+    assert finished == [True]
 
 
 _KILL_SCRIPT = textwrap.dedent(
