@@ -219,9 +219,42 @@ def results_text(claim: Claim, cells: dict[str, dict[int, str]]) -> str:
         f"- **Outcome:** {kind_verdict(rows, 'outcome')}\n",
         f"## Results (mean ± std over seeds)\n\n{table}\n",
         "## Comparisons\n\n" + comparisons_table(rows) + "\n",
+        identical_text(cells),
         "## Per seed\n\n" + _report.per_seed_table(results, summary) + "\n",
     ]
-    return "\n".join(lines)
+    return "\n".join(line for line in lines if line)
+
+
+def eval_records(rows: list[dict]) -> list[dict]:
+    """A cell's held-out evaluations: per evaluated step, its ``eval/`` values."""
+    out = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in rows]
+    return [e for e in out if e]
+
+
+def identical_arms(cells: dict[str, dict[int, str]]) -> list[tuple[str, str]]:
+    """Pairs of arms whose held-out evaluations are equal, value for value, in every common seed
+    (e.g. an ablation whose removed part never acts in this setting). Training metrics may still
+    differ by round-off; what the page compares is the evaluations."""
+    evals = {a: {s: eval_records(read_metrics(d)) for s, d in c.items()} for a, c in cells.items()}
+    names, pairs = list(evals), []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            seeds = sorted(set(evals[a]) & set(evals[b]))
+            if seeds and all(evals[a][s] and evals[a][s] == evals[b][s] for s in seeds):
+                pairs.append((a, b))
+    return pairs
+
+
+def identical_text(cells: dict[str, dict[int, str]]) -> str:
+    pairs = identical_arms(cells)
+    if not pairs:
+        return ""
+    lines = [
+        f"- `{a}` and `{b}`: every held-out evaluation of every seed is identical; in this "
+        "setting the part that separates them changes nothing."
+        for a, b in pairs
+    ]
+    return "## Identical arms\n\n" + "\n".join(lines) + "\n"
 
 
 def comparisons_table(rows: list[dict]) -> str:

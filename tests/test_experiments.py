@@ -139,3 +139,24 @@ def test_code_commit_ignores_the_archive_the_grid_writes(tmp_path):
     assert _grid.code_commit(str(tmp_path)) == head
     (tmp_path / "code.py").write_text("x = 2\n")
     assert _grid.code_commit(str(tmp_path)) == head + "+dirty"
+
+
+def test_identical_arms_are_named_only_when_every_evaluation_matches(tmp_path):
+    from experiments import _claims
+
+    def cell(arm, seed, evals, train):
+        d = tmp_path / arm / f"s{seed}"
+        d.mkdir(parents=True)
+        rows = [{"step": i, "loss": train + i} for i in range(3)]
+        rows += [{"step": 2, "eval/accuracy": a, "eval/tool_calls": 1.0} for a in evals]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(d)
+
+    cells = {
+        "a": {0: cell("a", 0, [0.5, 0.7], 0.0), 1: cell("a", 1, [0.4, 0.6], 0.0)},
+        "b": {0: cell("b", 0, [0.5, 0.7], 1e-6), 1: cell("b", 1, [0.4, 0.6], 1e-6)},
+        "c": {0: cell("c", 0, [0.5, 0.7], 0.0), 1: cell("c", 1, [0.4, 0.6000001], 0.0)},
+    }
+    assert _claims.identical_arms(cells) == [("a", "b")]  # training round-off is not compared
+    assert "`a` and `b`: every held-out evaluation" in _claims.identical_text(cells)
+    assert _claims.identical_text({"a": cells["a"], "c": cells["c"]}) == ""
