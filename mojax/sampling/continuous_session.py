@@ -96,7 +96,7 @@ class ContinuousSession:
             self.s,
             self.state.key,
             self.budget,
-            jnp.asarray(self._refill(more_coming), jnp.int32),
+            np.int32(self._refill(more_coming)),
             params=self.params,
             cap=min(cap, c),
         )
