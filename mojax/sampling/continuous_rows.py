@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mojax.models.paged_cache import PagedKVCache
 from mojax.sampling import api, buckets, slots
 from mojax.sampling.processors import SamplingParams, uses_stop_controls
 from mojax.sampling.state import RUNNING, SamplingOutput
@@ -388,6 +389,8 @@ def _place(
         fields["num_new"] = np.asarray([work.preempted[int(r)] for r in rows], np.int32)
         for row in take:
             del work.preempted[int(row)]
+    if not isinstance(s.cache, PagedKVCache) and width > s.cache.max_len:
+        s = slots.resize(s, width)  # a dense cache held at a smaller segment cap
     # host arrays go to the jitted call as they are: one transfer each inside its dispatch, where
     # ``jnp.asarray`` would dispatch an eager op per array (12 per placement)
     s = slots.place(s, cache, logits, np.asarray(src, np.int32), dest, fields)

@@ -90,7 +90,9 @@ class ContinuousSession:
             return np.zeros((0,), np.int64)
         top = self.ends[running].max()
         c = self.state.max_total_len
-        cap = next((x for x in self.caps if x > top), c)
+        cap = min(next((x for x in self.caps if x > top), c), c)
+        if self.pages is None and self.s.cache.max_len != cap:  # a dense cache is held at cap
+            self.s = slots.resize(self.s, cap)
         self.s = slots.segment(
             sampler.decode_model,
             self.s,
@@ -98,7 +100,8 @@ class ContinuousSession:
             self.budget,
             np.int32(self._refill(more_coming)),
             params=self.params,
-            cap=min(cap, c),
+            cap=cap,
+            max_len=c,
         )
         self.segments += 1
         self.ends = np.asarray(self.s.cache.end).astype(np.int64)

@@ -14,6 +14,8 @@ the host allocator (``mojax.sampling.pages``) sets at each segment boundary.
   ``prefill_rows`` splits the rows of a prefill over a mesh's batch axes.
 * ``place``: writes n prefilled rows into n slots: the chunk's slots, the whole slot mask row (the
   slots past the chunk invalid) and ``end``; the slot's response buffers and per-row settings.
+* ``resize``: the dense cache held at a segment's cache prefix between segments (a segment whose
+  ``cap`` is the cache's width decodes it in place: no truncated copy in, no write back out).
 * ``segment``: the decode loop of ``mojax.sampling.decode`` (``_decode_step``: per-row random
   streams, stops, budgets) over the slots, on a cache prefix of ``cap`` slots, until every slot is
   done, a running slot's write position reaches ``cap``, ``budget`` steps ran, or ``stop_on_free``
@@ -32,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.models import layouts
-from mojax.models.cache import KVCache, init_cache
+from mojax.models.cache import KVCache, init_cache, pad_slots
 from mojax.models.layer_cache import LayerKVCache, to_layer_major, to_stacked
 from mojax.models.paged_cache import PagedKVCache, init_paged_cache, place_rows
 from mojax.sampling import state as state_lib
@@ -185,13 +187,35 @@ def place(s: SamplingState, part, logits, src, slots, rows: dict) -> SamplingSta
     )
 
 
-@functools.partial(jax.jit, static_argnames=("params", "cap"), donate_argnames=("s",))
-def segment(model, s: SamplingState, key, budget, stop_on_free, *, params: SamplingParams, cap):
+@functools.partial(jax.jit, static_argnames=("width",))
+def resize(s: SamplingState, width: int) -> SamplingState:
+    """``s`` with its dense cache holding ``width`` slots per row: the first ``width`` (every
+    running row's ``end`` is below it) or zero-padded, the new slots invalid. The session keeps
+    the cache at the next segment's ``cap``, so a segment copies nothing in or out; a copy is
+    made only when ``cap`` changes (``ContinuousSession.step``)."""
+    c = s.cache
+    if width <= c.max_len:
+        return s.replace(cache=c.truncate(width))
+    grow = lambda a, axis: pad_slots(a, axis, width)
+    if isinstance(c, LayerKVCache):
+        k, v = tuple(grow(a, 3) for a in c.k), tuple(grow(a, 2) for a in c.v)
+    elif isinstance(c, KVCache):
+        k, v = grow(c.k, 2), grow(c.v, 2)
+    else:
+        raise ValueError(f"resize: a dense cache only, got a {type(c).__name__}")
+    return s.replace(cache=c.replace(k=k, v=v, slot_mask=grow(c.slot_mask, 1)))
+
+
+@functools.partial(jax.jit, static_argnames=("params", "cap", "max_len"), donate_argnames=("s",))
+def segment(
+    model, s: SamplingState, key, budget, stop_on_free, *, params: SamplingParams, cap, max_len=None
+):
     """Decodes the slots (see the module docstring); ``model`` already unstacked for the decode
     layout. ``key`` is the call's key (every row's stream derives from it and its ``row_id``).
     ``stop_on_free``: int32, the segment ends once that many slots have finished in it (0: never;
-    a bool is 0 / 1)."""
-    max_len = s.cache.max_len
+    a bool is 0 / 1). ``max_len``: C, the cache slots a row may fill (default the cache's width;
+    a cache held at ``cap`` by ``resize`` passes the call's C)."""
+    max_len = s.cache.max_len if max_len is None else max_len
     step = functools.partial(_decode_step, model, params, max_len)
     part = s.replace(cache=state_lib.truncate_cache(s.cache, cap), key=key)
     done0, step0 = part.done, part.step

@@ -224,3 +224,45 @@ def test_the_compute_dtype_copy_samples_the_same_tokens():
     got = sampler.generate(toks, **kw)
     np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
     np.testing.assert_array_equal(np.asarray(got.logprobs), np.asarray(ref.logprobs))
+
+
+def test_the_dense_cache_is_held_at_the_segment_cap(model, monkeypatch):
+    """Each segment decodes a cache as wide as its ``cap`` (no copy in or out; the rows' tokens:
+    ``test_continuous_equals_static_over_turns``), and ``slots.resize`` keeps the first slots or
+    pads invalid ones, against numpy."""
+    from mojax.sampling import slots as slots_lib
+
+    toks, kw, _, refs = continuous_scene(model, STOPS, SHAPES)
+    widths, segment = [], slots_lib.segment
+
+    def recording(m, s, *args, **kwargs):
+        widths.append((s.cache.max_len, kwargs["cap"], kwargs["max_len"]))
+        return segment(m, s, *args, **kwargs)
+
+    monkeypatch.setattr(slots_lib, "segment", recording)
+    sampler = ContinuousSampler.of(model, slots=3)
+    assert_same(sampler.generate(toks, **kw), refs[0])
+    long = dict(kw, max_new_tokens=60, min_new_tokens=50, force_stop_at=0)  # outgrow the first cap
+    assert_same(sampler.generate(toks, **long), ms.generate(model, toks, **long))
+    c = SHAPES["max_total_len"]
+    assert widths and all(w == cap and full == c for w, cap, full in widths), widths
+    caps = [cap for _, cap, _ in widths]
+    assert any(a > b for a, b in zip(caps, caps[1:])) and any(a < b for a, b in zip(caps, caps[1:]))
+
+    s = slots_lib.empty_slots(model, 3, 8, c, 2)
+    rng = np.random.default_rng(0)
+    fill = lambda a: jnp.asarray(rng.standard_normal(a.shape), a.dtype) if a.ndim > 2 else a
+    s = s.replace(cache=jax.tree.map(fill, s.cache))
+    s = s.replace(cache=s.cache.replace(slot_mask=jnp.asarray(rng.random((3, c)) < 0.5)))
+    axes = {"k": 3, "v": 2} if isinstance(s.cache.k, tuple) else {"k": 2, "v": 2}
+    for width in (48, c + 32):
+        got = slots_lib.resize(s, width).cache
+        for name, axis in (*axes.items(), ("slot_mask", 1)):
+            for want, have in zip(jax.tree.leaves(getattr(s.cache, name)),
+                                  jax.tree.leaves(getattr(got, name))):  # fmt: skip
+                want = np.asarray(want)
+                pad = [(0, 0)] * want.ndim
+                pad[axis] = (0, max(width - c, 0))
+                want = np.pad(want, pad).take(np.arange(width), axis=axis)
+                np.testing.assert_array_equal(np.asarray(have), want)
+        np.testing.assert_array_equal(np.asarray(got.end), np.asarray(s.cache.end))
