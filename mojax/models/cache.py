@@ -81,6 +81,11 @@ class KVCache:
             k=self.k[:, :, :cap], v=self.v[:, :, :cap], slot_mask=self.slot_mask[:, :cap]
         )
 
+    def pad_to(self, max_len: int) -> KVCache:
+        """Every row zero-padded to ``max_len`` slots (the new slots invalid)."""
+        grow = lambda a, axis: pad_slots(a, axis, max_len)
+        return self.replace(k=grow(self.k, 2), v=grow(self.v, 2), slot_mask=grow(self.slot_mask, 1))
+
     def write_back(self, part: KVCache) -> KVCache:
         """Writes a segment's cache (its first ``cap`` slots) back into this one, in place."""
         if part.max_len == self.max_len:

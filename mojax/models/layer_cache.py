@@ -81,6 +81,15 @@ class LayerKVCache:
             slot_mask=self.slot_mask[:, :cap],
         )
 
+    def pad_to(self, max_len: int) -> LayerKVCache:
+        """Every row zero-padded to ``max_len`` slots (the new slots invalid)."""
+        grow = lambda a, axis: pad_slots(a, axis, max_len)
+        return self.replace(
+            k=tuple(grow(a, 3) for a in self.k),
+            v=tuple(grow(a, 2) for a in self.v),
+            slot_mask=grow(self.slot_mask, 1),
+        )
+
     def write_back(self, part: LayerKVCache) -> LayerKVCache:
         """Writes a segment's cache (its first ``cap`` slots) back into this one, in place."""
         if part.max_len == self.max_len:

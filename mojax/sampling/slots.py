@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.models import layouts
-from mojax.models.cache import KVCache, init_cache, pad_slots
+from mojax.models.cache import KVCache, init_cache
 from mojax.models.layer_cache import LayerKVCache, to_layer_major, to_stacked
 from mojax.models.paged_cache import PagedKVCache, init_paged_cache, place_rows
 from mojax.sampling import state as state_lib
@@ -194,16 +194,9 @@ def resize(s: SamplingState, width: int) -> SamplingState:
     the cache at the next segment's ``cap``, so a segment copies nothing in or out; a copy is
     made only when ``cap`` changes (``ContinuousSession.step``)."""
     c = s.cache
-    if width <= c.max_len:
-        return s.replace(cache=c.truncate(width))
-    grow = lambda a, axis: pad_slots(a, axis, width)
-    if isinstance(c, LayerKVCache):
-        k, v = tuple(grow(a, 3) for a in c.k), tuple(grow(a, 2) for a in c.v)
-    elif isinstance(c, KVCache):
-        k, v = grow(c.k, 2), grow(c.v, 2)
-    else:
+    if not isinstance(c, (KVCache, LayerKVCache)):
         raise ValueError(f"resize: a dense cache only, got a {type(c).__name__}")
-    return s.replace(cache=c.replace(k=k, v=v, slot_mask=grow(c.slot_mask, 1)))
+    return s.replace(cache=c.truncate(width) if width <= c.max_len else c.pad_to(width))
 
 
 @functools.partial(jax.jit, static_argnames=("params", "cap", "max_len"), donate_argnames=("s",))
