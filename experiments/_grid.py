@@ -103,6 +103,7 @@ def _run(argv: list[str], workdir: str) -> float:
     cache = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(workdir))), "jax_cache")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.setdefault("JAX_COMPILATION_CACHE_DIR", cache)
+    env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")  # the many small programs too
     python = [sys.executable, *argv[1:]]
     t0 = time.time()
     with open(os.path.join(workdir, "run.log"), "a") as log:
