@@ -3,11 +3,13 @@
 * ``hf_config`` / ``build_hf``: tiny transformers Qwen2 / Qwen3 models with every weight random (the
   independent reference of the parity tests; torch is imported lazily);
 * ``reference_probs``: a float64 numpy sampling distribution written from the processors' definitions;
-* ``load_config`` / ``shrink``: a method config file by name, and the same run made tiny.
+* ``load_config`` / ``shrink``: a method config file by name, and the same run made tiny;
+* ``compile_cache_env``: a subprocess's compilation cache (the session's, see ``conftest.py``).
 """
 
 import contextlib
 import importlib.util
+import os
 import pathlib
 
 import numpy as np
@@ -139,6 +141,16 @@ def hf_logits(model, tokens, mask):
 
 def max_masked_diff(a, b, mask):
     return float(np.abs(np.where(mask[..., None].astype(bool), a - b, 0.0)).max())
+
+
+def compile_cache_env(default_dir) -> dict[str, str]:
+    """The environment of a subprocess run: the session's compilation cache where there is one,
+    else ``default_dir``; every program kept."""
+    return {
+        "JAX_COMPILATION_CACHE_DIR": os.environ.get("JAX_COMPILATION_CACHE_DIR")
+        or str(default_dir),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
 
 
 @contextlib.contextmanager

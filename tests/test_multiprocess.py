@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+from mojax_test_utils import compile_cache_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 LAUNCHER = [sys.executable, str(REPO / "launch" / "local_cluster.py")]
@@ -89,8 +90,7 @@ def _env(tmp_path, **extra):
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     env.update(
-        JAX_COMPILATION_CACHE_DIR=str(tmp_path.parent / "mp_jax_cache"),
-        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        **compile_cache_env(tmp_path.parent / "mp_jax_cache"),
         MOJAX_DEBUG_HOST_STATE="1",  # every step: host state identical on every process
         **extra,
     )

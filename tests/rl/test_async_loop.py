@@ -22,6 +22,7 @@ import types
 
 import numpy as np
 import pytest
+from mojax_test_utils import compile_cache_env
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -49,8 +50,7 @@ def _cli(workdir, flags, devices=1, module="mojax.main", **kw):
     env.update(
         XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
         JAX_PLATFORMS="cpu",
-        JAX_COMPILATION_CACHE_DIR=str(pathlib.Path(workdir).parent / "jax_cache"),
-        JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+        **compile_cache_env(pathlib.Path(workdir).parent / "jax_cache"),
         PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]),
     )
     cmd = [sys.executable, "-m", module, f"--workdir={workdir}", *flags]

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from mojax_test_utils import load_config, persistent_compilation_cache, shrink
+from mojax_test_utils import compile_cache_env, load_config, persistent_compilation_cache, shrink
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py"))
@@ -155,10 +155,7 @@ def test_kill_9_then_resume_ends_bitwise_identical(tmp_path):
         "--config.paretopo.validate_every=1",
         "--config.sft.batch_size=16",
     ]
-    env = {
-        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "cache"),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-    }
+    env = compile_cache_env(tmp_path / "cache")
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     p = _cli(straight, *flags, env=env)
     out, _ = p.communicate(timeout=900)
@@ -206,10 +203,7 @@ _STOP_FLAGS = [
 def straight_run(tmp_path_factory):
     """The uninterrupted run the interrupted ones are compared with (and its compilation cache)."""
     root = tmp_path_factory.mktemp("straight")
-    env = {
-        "JAX_COMPILATION_CACHE_DIR": str(root / "cache"),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-    }
+    env = compile_cache_env(root / "cache")
     p = _cli(root / "run", *_STOP_FLAGS, env=env)
     out, _ = p.communicate(timeout=900)
     assert p.returncode == 0, out[-3000:]
