@@ -131,11 +131,15 @@ def problem_means(cell: str, value: str) -> dict[str, float]:
 
 # ------------------------------------------------------------------------------------ statistics
 def comparisons(claim: Claim, cells: dict[str, dict[int, str]]) -> list[dict]:
-    """Every comparison of the claim with its by-seed and by-problem statistics, Holm-corrected."""
+    """Every comparison of the claim with its by-seed and by-problem statistics, Holm-corrected.
+    A comparison needs >= 2 seeds run by both arms (a paired t interval); one with fewer (``--quick``
+    runs 1 seed) is left out, and the page says so (``too_few_seeds``)."""
     measures = {m.name: m for m in claim.measures}
     rows = []
     for c in claim.comparisons:
         if c.arm not in cells or c.baseline not in cells:
+            continue
+        if len(set(cells[c.arm]) & set(cells[c.baseline])) < 2:
             continue
         m = measures[c.measure]
         a = {s: m.fn(read_metrics(d)) for s, d in cells[c.arm].items()}
@@ -208,6 +212,23 @@ def prereg_text(claim: Claim) -> str:
     )
 
 
+def too_few_seeds(claim: Claim, cells: dict[str, dict[int, str]]) -> str:
+    """The page's line where some comparison has fewer than 2 seeds run by both of its arms."""
+    few = [
+        f"`{c.arm}` − `{c.baseline}`"
+        for c in claim.comparisons
+        if c.arm in cells
+        and c.baseline in cells
+        and len(set(cells[c.arm]) & set(cells[c.baseline])) < 2
+    ]
+    if not few:
+        return ""
+    return (
+        f"Not compared ({', '.join(sorted(set(few)))}): a paired comparison needs >= 2 seeds run by "
+        "both arms.\n"
+    )
+
+
 def results_text(claim: Claim, cells: dict[str, dict[int, str]]) -> str:
     rows = comparisons(claim, cells)
     summary = {m.name: m.fn for m in claim.measures}
@@ -218,7 +239,7 @@ def results_text(claim: Claim, cells: dict[str, dict[int, str]]) -> str:
         f"## Verdict\n\n- **Mechanism:** {kind_verdict(rows, 'mechanism')}\n"
         f"- **Outcome:** {kind_verdict(rows, 'outcome')}\n",
         f"## Results (mean ± std over seeds)\n\n{table}\n",
-        "## Comparisons\n\n" + comparisons_table(rows) + "\n",
+        "## Comparisons\n\n" + comparisons_table(rows) + "\n" + too_few_seeds(claim, cells),
         identical_text(cells),
         "## Per seed\n\n" + _report.per_seed_table(results, summary) + "\n",
     ]

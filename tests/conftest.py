@@ -46,6 +46,8 @@ def pytest_configure(config):
     environment. Tests and runs build the same tiny-model programs again and again; a program
     compiled once is read back (measured on tests/learner, 2 workers: 223 s without, 146 s with).
     Every small program is kept (minimum compile time 0)."""
+    if hasattr(config.option, "loadscopereorder"):  # xdist: hand out files in collection order
+        config.option.loadscopereorder = False  # (its default sorts them by their test counts)
     if hasattr(config, "workerinput") or os.environ.get(_CACHE_ENV):
         return
     path = tempfile.mkdtemp(prefix="mojax-test-jax-cache-")
@@ -62,8 +64,9 @@ def pytest_unconfigure(config):
 
 
 # The longest test files (measured: their module fixtures and subprocess runs take minutes), run
-# first: pytest-xdist's ``--dist loadfile`` hands out files in collection order, so a long file
-# collected last would run alone at the end while the other worker idles.
+# first: pytest-xdist's ``--dist loadfile`` hands out files in collection order (``pytest_configure``
+# turns off its reordering by test count, which put test_experiments.py 9 minutes late), so a long
+# file collected last would run alone at the end while the other worker idles.
 _LONG_FIRST = ("test_experiments.py", "test_multiprocess.py", "test_notebook.py")
 
 

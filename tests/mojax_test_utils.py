@@ -155,11 +155,13 @@ def compile_cache_env(default_dir) -> dict[str, str]:
 
 @contextlib.contextmanager
 def persistent_compilation_cache(path):
-    """jax's persistent compilation cache in ``path`` for the block. The setting is process-wide,
-    so it is put back and the cache closed afterwards: the tests that follow in the same process
-    compile without it."""
+    """jax's persistent compilation cache in ``path`` (the session's where ``conftest.py`` made
+    one) for the block. The setting is process-wide, so it is put back and the cache closed
+    afterwards: the tests that follow in the same process compile as before."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
+
+    path = os.environ.get("JAX_COMPILATION_CACHE_DIR") or path
 
     before = (
         jax.config.jax_compilation_cache_dir,

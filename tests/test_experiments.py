@@ -41,13 +41,15 @@ def _section(page: str, title: str) -> str:
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     """The ParetoPO claim in quick mode: GRPO + dynamic sampling and ParetoPO, 2 seeds, 2 RL steps;
-    the pre-registration written first."""
+    the pre-registration written first. Its 6 runs take ~9 minutes: the tests that read them are
+    in the slow set."""
     root = tmp_path_factory.mktemp("paretopo_quick")
     prereg = _run_script("paretopo_front", root, "--prereg", "--seeds=0,1")
     page = _run_script("paretopo_front", root, "--methods=grpo_ds,paretopo", "--seeds=0,1")
     return root, prereg, page
 
 
+@pytest.mark.slow
 def test_page_keeps_the_pre_registration_and_adds_results(quick):
     root, prereg, page = quick
     assert "## Verdict" not in prereg
@@ -62,6 +64,7 @@ def test_page_keeps_the_pre_registration_and_adds_results(quick):
     assert "`paretopo` − `grpo_ds`" in _section(page, "Comparisons")
 
 
+@pytest.mark.slow
 def test_cells_are_archived_with_their_held_out_samples(quick):
     root, _, _ = quick
     work = os.path.join(root, "grpo_ds", "s0")
@@ -74,6 +77,7 @@ def test_cells_are_archived_with_their_held_out_samples(quick):
     assert len(archived.splitlines()) == 16 * 4  # 16 held-out problems x 4 samples
 
 
+@pytest.mark.slow
 def test_cell_restored_the_shared_sft_warm_start(quick):
     root, _, _ = quick
     assert _grid.trained_sft(os.path.join(root, "sft", "s0"))
@@ -84,6 +88,7 @@ def test_cell_restored_the_shared_sft_warm_start(quick):
         assert cell_eval[k] == sft_eval[k], k
 
 
+@pytest.mark.slow
 def test_a_grid_resumes_without_rerunning_done_cells(quick):
     root, _, _ = quick
     log = os.path.join(root, "grpo_ds", "s0", "run.log")
@@ -93,6 +98,7 @@ def test_a_grid_resumes_without_rerunning_done_cells(quick):
     assert os.path.getmtime(log) == before
 
 
+@pytest.mark.slow
 def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
     """A cell's command (``cmd.txt``), run in a fresh workdir (which then trains its own SFT warm
     start instead of restoring the shared copy), gives bit-identical eval numbers."""
@@ -120,8 +126,13 @@ def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
     ],
 )
 def test_other_claims_run_in_quick_mode(name, flags, tmp_path):
-    page = _run_script(name, tmp_path, "--seeds=0,1", *flags)  # a paired comparison needs 2
+    """Each script's grid at its ``--quick`` default, 1 seed: its page has every section and says
+    that no comparison was made (a paired comparison needs 2 seeds; the statistics of a 2-seed page
+    are the ParetoPO tests' above)."""
+    page = _run_script(name, tmp_path, *flags)
     assert "## Verdict" in page and "## Per seed" in page and "## Pre-registration" in page
+    assert "a paired comparison needs >= 2 seeds run by both arms" in _section(page, "Comparisons")
+    assert "**Mechanism:** no comparison" in _section(page, "Verdict")
 
 
 def test_code_commit_ignores_the_archive_the_grid_writes(tmp_path):
