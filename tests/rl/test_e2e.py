@@ -141,6 +141,7 @@ def _metrics_without_time(workdir):
 
 
 @pytest.mark.slow
+@pytest.mark.full  # not in CI: the staleness-1 kill -9 (test_async_loop) is bitwise too
 def test_kill_9_then_resume_ends_bitwise_identical(tmp_path):
     flags = [
         "--config=configs/paretopo.py",
