@@ -172,3 +172,28 @@ def test_identical_arms_are_named_only_when_every_evaluation_matches(tmp_path):
     assert _claims.identical_arms(cells) == [("a", "b")]  # training round-off is not compared
     assert "`a` and `b`: every held-out evaluation" in _claims.identical_text(cells)
     assert _claims.identical_text({"a": cells["a"], "c": cells["c"]}) == ""
+
+
+def test_comparisons_need_two_seeds_of_both_arms(tmp_path):
+    """``--quick`` runs 1 seed: its comparisons are left out (the paired t needs 2 pairs, and
+    raised before) and the page says why; with 2 seeds the comparison is made."""
+    from types import SimpleNamespace
+
+    from experiments import _claims
+
+    def cell(arm, seed, acc):
+        d = tmp_path / arm / f"s{seed}"
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text(json.dumps({"step": 2, "eval/accuracy": acc}) + "\n")
+        return str(d)
+
+    measure = _claims.Measure("acc", "outcome", lambda rows: rows[-1]["eval/accuracy"])
+    claim = SimpleNamespace(measures=[measure], comparisons=[_claims.Comparison("a", "b", "acc")])
+    one = {"a": {0: cell("a", 0, 0.5)}, "b": {0: cell("b", 0, 0.25)}}
+    assert _claims.comparisons(claim, one) == []
+    assert "(`a` − `b`): a paired comparison needs >= 2" in _claims.too_few_seeds(claim, one)
+    assert _claims.kind_verdict([], "outcome") == "no comparison"
+    two = {k: {**v, 1: cell(k, 1, acc)} for (k, v), acc in zip(one.items(), (0.75, 0.25))}
+    (row,) = _claims.comparisons(claim, two)
+    assert row["by_seed"].n == 2 and row["by_seed"].mean == pytest.approx(0.375)
+    assert _claims.too_few_seeds(claim, two) == ""
