@@ -55,8 +55,40 @@ def has_modules(python: str, *modules: str) -> bool:
 MARKER = "EXIT_MEMORY = 3"
 
 
+def _parent(pid: int) -> int:
+    """The parent pid of ``pid`` (0 when it is gone)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state
+
+
+def _ancestors(pid: int) -> list[int]:
+    chain = []
+    while pid > 1:
+        pid = _parent(pid)
+        chain.append(pid)
+    return chain
+
+
+def _from_a_sibling(pid: int) -> bool:
+    """Whether ``pid`` descends from another test process of this session (another xdist worker,
+    whose own sandboxes may run at the same time): its ancestry meets one of this process's
+    ancestors before it meets this process. Our own processes, and orphans reparented to init,
+    are not."""
+    mine = set(_ancestors(os.getpid())) - {0, 1}
+    for p in _ancestors(pid):
+        if p == os.getpid():
+            return False
+        if p in mine:
+            return True
+    return False
+
+
 def pids_with_cmdline(text: str) -> list[int]:
-    """Host pids whose command line contains ``text``."""
+    """Host pids whose command line contains ``text``, except another xdist worker's (the check
+    ran on the whole host, and a concurrent test's live sandbox failed it)."""
     pids = []
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
@@ -64,7 +96,7 @@ def pids_with_cmdline(text: str) -> list[int]:
                 cmdline = pathlib.Path(f"/proc/{entry.name}/cmdline").read_bytes()
             except OSError:
                 continue
-            if text.encode() in cmdline:
+            if text.encode() in cmdline and not _from_a_sibling(int(entry.name)):
                 pids.append(int(entry.name))
     return pids
 
