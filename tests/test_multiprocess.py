@@ -185,6 +185,7 @@ def test_distributed_helpers_on_two_processes(tmp_path):
         assert jd["counts"] == {"failures": 1, "skipped": 0}
 
 
+@pytest.mark.slow  # ~3 min: 2 processes compile the static and the continuous engines
 def test_rollout_on_two_processes_reads_only_its_rows(tmp_path):
     """A calculator rollout on a 2-process mesh (data = 2) equals the unsharded rollout; each
     process ran exactly its own rows' tool calls; per round only a few ints crossed processes (the
