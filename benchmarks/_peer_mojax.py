@@ -6,7 +6,9 @@ prefill per prompt), the shared Python reward, ``mojax.advantages.grpo`` (``std_
 ``mojax.rl.batch.assemble_batch`` (+ ``mojax.learner.packing.pack_batch`` for the ``tail``
 distribution, as ``ppo``'s trainer does with ``packing.enabled``) and the jitted sharded PPO step
 (``mojax.learner.make_train_step``: token-mean PPO-clip, ε 0.2, AdamW, global-norm clip 1, one
-epoch, one mini-batch, one micro-batch, KL 0, the sampler's log-probs as π_old).
+epoch, one mini-batch, KL 0, the sampler's log-probs as π_old); one micro-batch, or with
+``--micro_rows R`` micro-batches of R rows (``ppo.microbatch_tokens = R x T``; the gradients summed
+in-graph before the one AdamW update).
 
 Sides ``mojax-rows`` / ``mojax-batch``: the same with ``ppo.logprob_compact = "rows"`` (chunks of
 16 positions per row) / ``"batch"`` (chunks of 1024 positions over the batch; ``--compact_chunk``
@@ -55,7 +57,8 @@ def main(args) -> None:
     tx = learner.make_optimizer(opt)
     compact = args.worker.split("-", 1)[1] if "-" in args.worker else "off"
     chunk = args.compact_chunk or {"off": None, "rows": 16, "batch": 1024}[compact]
-    ppo = learner.PPOConfig(clip_low=0.2, clip_high=0.2, agg="token-mean", microbatch_tokens=None,
+    micro = args.micro_rows * total_len if args.micro_rows else None  # rows x T per micro-batch
+    ppo = learner.PPOConfig(clip_low=0.2, clip_high=0.2, agg="token-mean", microbatch_tokens=micro,
                             shuffle=False, log_entropy=False, logprob_chunk=chunk,
                             logprob_compact=compact)  # fmt: skip
     train_step = learner.make_train_step(config, tx, ppo, mesh)
@@ -87,4 +90,4 @@ def main(args) -> None:
                   rows=float(batch["tokens"].shape[0]), loss=loss,
                   compiles=float(train_step.trace_count - traces))  # fmt: skip
     _harness.emit(timer.result(args.warmup, side=args.worker, devices=str(jax.devices()[0]),
-                               logprob_chunk=chunk or 0))  # fmt: skip
+                               logprob_chunk=chunk or 0, micro_rows=args.micro_rows))  # fmt: skip

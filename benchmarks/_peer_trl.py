@@ -3,7 +3,9 @@
 Runs under its own virtualenv (``/work/venvs/trl``: torch CPU, transformers, trl). One
 ``trainer.train()`` of ``--warmup + --steps`` optimizer steps; each step generates P x G
 completions (``per_device_train_batch_size = generation_batch_size = P * G``,
-``num_generations = G``, one step per generation, no gradient accumulation), scores them with the
+``num_generations = G``, one step per generation; with ``--micro_rows R``,
+``per_device_train_batch_size = R`` and ``gradient_accumulation_steps = steps_per_generation =
+P x G / R``, so one generation batch of P x G is still one optimizer step), scores them with the
 shared Python reward (``completion_ids``), and takes one AdamW step (``beta = 0``: no reference
 model; ``loss_type`` TRL's default "dapo", token-mean; ε 0.2; constant lr; max grad norm 1).
 
@@ -34,9 +36,11 @@ def main(args) -> None:
     assert tok(texts[0], add_special_tokens=False)["input_ids"] == prompts[0], "tokenizer mismatch"
     gen_kwargs = {"min_new_tokens": n} if args.dist == "fixed" else {}
     total = args.warmup + args.steps
+    micro = args.micro_rows or p * g  # rows per forward / backward; P x G per optimizer step
     cfg = trl.GRPOConfig(
-        output_dir=args.ckpt + "/trl_out", per_device_train_batch_size=p * g, num_generations=g,
-        gradient_accumulation_steps=1, steps_per_generation=1, max_completion_length=n,
+        output_dir=args.ckpt + "/trl_out", per_device_train_batch_size=micro, num_generations=g,
+        gradient_accumulation_steps=p * g // micro, steps_per_generation=p * g // micro,
+        max_completion_length=n,
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, epsilon=0.2, learning_rate=inp["lr"],
         lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0, max_steps=total,
         shuffle_dataset=False, logging_steps=1, report_to="none", save_strategy="no",
@@ -89,4 +93,4 @@ def main(args) -> None:
     assert len(timer.rows) == total, f"{len(timer.rows)} steps timed, expected {total}"
     _harness.emit(timer.result(args.warmup, side="trl", torch=torch.__version__,
                                trl=trl.__version__, threads=torch.get_num_threads(),
-                               eos_id=EOS_ID))  # fmt: skip
+                               eos_id=EOS_ID, micro_rows=micro))  # fmt: skip

@@ -62,6 +62,10 @@ Forced differences (what the APIs impose; the rest is matched):
   ``--max_prompt + --new_tokens`` (``fixed``) or packs the sequences into rows of ``T`` tokens
   (``tail``, ``mojax.learner.packing``; the row count rounded up to a multiple of 16 so few shapes
   compile; ``compiles`` in its result counts compilations inside the timed steps).
+* Micro-batches (``--micro_rows R``, default off: the whole batch in one forward and backward):
+  mojax ``ppo.microbatch_tokens = R x T``, TRL ``per_device_train_batch_size = R`` with gradient
+  accumulation over P x G / R micro-steps; both still one optimizer update per step. Tunix is left
+  out of such runs (the flag refuses the side).
 * Compilation: mojax and Tunix jit the update (compiled in the warm-up steps); TRL runs eager.
 * Weight copy: Tunix's actor and rollout share one model on one mesh, so its learner copies no
   weights between steps (it reports ``synced``); mojax's sampler reads the learner's params.
@@ -79,6 +83,7 @@ about 40 minutes)::
     bash benchmarks/peer_envs.sh                       # once: /work/venvs/trl, /work/venvs/tunix
     python benchmarks/rl_step_peers.py                 # both distributions, mojax / TRL / Tunix
     python benchmarks/rl_step_peers.py --sides mojax,mojax-rows,mojax-batch   # compaction
+    python benchmarks/rl_step_peers.py --dists fixed --sides mojax-batch,trl --micro_rows 16
     python benchmarks/rl_step_peers.py --vocab 512 --hidden 64 --ffn 128 --layers 2 --heads 4 \\
         --kv_heads 2 --head_dim 16 --prompts 2 --samples 2 --new_tokens 8 --min_prompt 4 \\
         --max_prompt 8 --steps 1 --warmup 1 --rounds 1 --force   # smoke test (~3 minutes)
@@ -130,6 +135,12 @@ def parse(argv=None):
         help="of mojax, trl, tunix and mojax-rows / mojax-batch (mojax with ppo.logprob_compact)",
     )
     ap.add_argument("--compact_chunk", type=int, default=0, help="mojax-rows/-batch: logprob_chunk")
+    ap.add_argument(
+        "--micro_rows",
+        type=int,
+        default=0,
+        help="rows per micro-batch of the one update, mojax and TRL (0 = the whole batch at once)",
+    )
     ap.add_argument("--mojax_python", default=sys.executable)
     ap.add_argument("--trl_python", default="/work/venvs/trl/bin/python")
     ap.add_argument("--tunix_python", default="/work/venvs/tunix/bin/python")
@@ -264,6 +275,10 @@ def main(argv=None) -> int:
     print(_harness.machine_info(), flush=True)
     _harness.check_load(args.force, args.rounds)
     sides = [s for s in args.sides.split(",") if s]
+    rows = args.prompts * args.samples
+    if args.micro_rows and ("tunix" in sides or rows % args.micro_rows):
+        sys.exit(f"--micro_rows {args.micro_rows}: must divide P x G = {rows}, and is implemented "
+                 "for mojax and TRL only (drop the tunix side)")  # fmt: skip
     pythons = {s: args.mojax_python for s in sides if s.startswith("mojax")}
     pythons.update(trl=args.trl_python, tunix=args.tunix_python)
     env = _harness.worker_env({"JAX_PLATFORMS": "cpu", "TOKENIZERS_PARALLELISM": "false"})
@@ -285,7 +300,7 @@ def main(argv=None) -> int:
         for dist in args.dists.split(","):
             argv_w = ["--ckpt", os.path.join(ckpt, dist), "--dist", dist, "--steps",
                       str(args.steps), "--warmup", str(args.warmup), "--compact_chunk",
-                      str(args.compact_chunk)]  # fmt: skip
+                      str(args.compact_chunk), "--micro_rows", str(args.micro_rows)]  # fmt: skip
             print(f"\n-- distribution {dist}", flush=True)
             runs = _harness.alternate(
                 __file__, {s: argv_w for s in sides}, args.rounds, env=env,
