@@ -18,7 +18,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))  # fmt: skip
+_BENCHMARKS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"
+)
+if _BENCHMARKS not in sys.path:  # appended: benchmark scripts never shadow another module
+    sys.path.append(_BENCHMARKS)
 
 import target_bound  # noqa: E402
 
