@@ -44,7 +44,8 @@ Forced differences (what the APIs impose; the rest is matched):
   G times, left-padded to ``max_prompt_length``, a ``kv_cache_size`` cache, sampling by top-p with
   ``top_p = 1.0``: the sampler is greedy unless top-p or top-k is set); mojax with
   ``mojax.sampling.generate`` (one shared prefill per prompt for its G samples, temperature
-  sampling by Gumbel-max).
+  sampling by Gumbel-max, or with ``--mojax_draw inverse_cdf`` by one uniform per row against the
+  cumulative distribution: the same distribution, one random number per row instead of V).
 * Fixed length: TRL masks ``<eos>`` until ``min_new_tokens`` (the distribution differs at one
   token, the cost does not); Tunix and mojax stop on no id at all.
 * GRPO advantages: all three normalise by the group's unbiased std (TRL ``+ 1e-4``, Tunix and mojax
@@ -135,6 +136,11 @@ def parse(argv=None):
         help="of mojax, trl, tunix and mojax-rows / mojax-batch (mojax with ppo.logprob_compact)",
     )
     ap.add_argument("--compact_chunk", type=int, default=0, help="mojax-rows/-batch: logprob_chunk")
+    ap.add_argument(
+        "--mojax_draw",
+        default="gumbel",
+        help='mojax sides: "gumbel" (the default) or "inverse_cdf" (rollout.draw; same distribution)',
+    )
     ap.add_argument(
         "--micro_rows",
         type=int,
@@ -300,7 +306,8 @@ def main(argv=None) -> int:
         for dist in args.dists.split(","):
             argv_w = ["--ckpt", os.path.join(ckpt, dist), "--dist", dist, "--steps",
                       str(args.steps), "--warmup", str(args.warmup), "--compact_chunk",
-                      str(args.compact_chunk), "--micro_rows", str(args.micro_rows)]  # fmt: skip
+                      str(args.compact_chunk), "--micro_rows", str(args.micro_rows),
+                      "--mojax_draw", args.mojax_draw]  # fmt: skip
             print(f"\n-- distribution {dist}", flush=True)
             runs = _harness.alternate(
                 __file__, {s: argv_w for s in sides}, args.rounds, env=env,
