@@ -70,7 +70,8 @@ def main(args) -> None:
         policy = mm.QwenModel(config, learner.policy_params(state))
         out = ms.generate(
             policy, tokens, prompt_lengths=lengths, key=jax.random.fold_in(key, step),
-            max_new_tokens=n, num_samples=g, stop_token_ids=stop, temperature=1.0, draw=args.mojax_draw,
+            max_new_tokens=n, num_samples=g, stop_token_ids=stop, temperature=1.0,
+            draw=args.mojax_draw,
         )  # fmt: skip
         out_tokens, out_lens = np.asarray(out.tokens), np.asarray(out.lengths)
         t1 = now()
@@ -90,4 +91,5 @@ def main(args) -> None:
                   rows=float(batch["tokens"].shape[0]), loss=loss,
                   compiles=float(train_step.trace_count - traces))  # fmt: skip
     _harness.emit(timer.result(args.warmup, side=args.worker, devices=str(jax.devices()[0]),
-                               logprob_chunk=chunk or 0, micro_rows=args.micro_rows, draw=args.mojax_draw))  # fmt: skip
+                               logprob_chunk=chunk or 0, micro_rows=args.micro_rows,
+                               draw=args.mojax_draw))  # fmt: skip

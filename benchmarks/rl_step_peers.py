@@ -139,6 +139,7 @@ def parse(argv=None):
     ap.add_argument(
         "--mojax_draw",
         default="gumbel",
+        choices=("gumbel", "inverse_cdf"),
         help='mojax sides: "gumbel" (the default) or "inverse_cdf" (rollout.draw; same distribution)',
     )
     ap.add_argument(

@@ -60,13 +60,6 @@ CASES = {
     "tiny-16x8": ("tiny-qwen3", 16, 8, 128, 1.0, 5.0),
 }
 
-#: rl_step_peers.py's default shape (33.6M parameters, tied embeddings) and its ``fixed`` rows
-RL_STEP = dict(
-    vocab_size=16384, hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8,
-    num_kv_heads=4, head_dim=64, prompts=16, samples=8, new_tokens=64, min_prompt=16,
-    max_prompt=48, target=2.0,
-)  # fmt: skip
-
 
 # --------------------------------------------------------------------------------------------------
 # counting
@@ -133,11 +126,18 @@ def sampler_case(name: str) -> tuple[dict, np.ndarray, float]:
 
 
 def rl_step_flops() -> tuple[float, float]:
-    """(generation, update) FLOPs of rl_step_peers.py's ``fixed`` step (its prompt lengths: the
-    first draw of ``RandomState(0).randint(min_prompt, max_prompt + 1, prompts)``)."""
-    s = RL_STEP
-    lengths = np.random.RandomState(0).randint(s["min_prompt"], s["max_prompt"] + 1, s["prompts"])
-    args = (s, lengths, s["samples"], s["new_tokens"])
+    """(generation, update) FLOPs of rl_step_peers.py's ``fixed`` step at its default arguments (its
+    prompt lengths: the first draw of ``RandomState(0).randint(min_prompt, max_prompt + 1, P)``,
+    as its ``prepare_worker`` draws them)."""
+    import rl_step_peers
+
+    a = rl_step_peers.parse([])
+    shape = dict(
+        vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.ffn, num_layers=a.layers,
+        num_heads=a.heads, num_kv_heads=a.kv_heads, head_dim=a.head_dim,
+    )  # fmt: skip
+    lengths = np.random.RandomState(0).randint(a.min_prompt, a.max_prompt + 1, a.prompts)
+    args = (shape, lengths, a.samples, a.new_tokens)
     return _forward(*args), _train(*args)
 
 
@@ -222,7 +222,9 @@ def rl_step_report(args, peaks: list[float]) -> None:
     if args.mojax_step:
         frac = 100 * gflop / args.mojax_step / peak
         print(f"  mojax step {args.mojax_step:.2f} s: {frac:.0f}% of the peak over the whole step")
-    print("\n".join(_verdict(gflop, args.trl_step, RL_STEP["target"], peak)))
+    import rl_step_peers
+
+    print("\n".join(_verdict(gflop, args.trl_step, rl_step_peers.TARGETS["trl"], peak)))
 
 
 def main(argv=None) -> int:
