@@ -18,6 +18,10 @@ Where the rest goes, from three contrasts and the compiled program:
 * ``perlayer``: unrolled layers with one cache array per layer (``Layouts.decode_per_layer``):
   no inner ``while`` over the layers (a scanned layer is one loop iteration, with its own host test,
   per layer per token);
+* ``fused``: per-layer decode with each layer's q/k/v as one product and gate/up as one
+  (``Layouts.fuse_decode_projections``, ``mojax.models.fused``): three launches fewer per layer;
+  ``unfused`` is the backend's layouts with that switched off, ``fused_oneq`` adds the CPU's
+  multiply-reduce attention for a decode step (``Layouts.one_query_reduce``);
 * ``kernels``: the launches per decode step read from the optimised HLO (fusions, library calls,
   copies in the decode loop's body, and in the layer loop's body times L).
 
@@ -130,6 +134,14 @@ def _model(variant, layout, dtype):
     lay = layouts.for_backend()
     if layout == "perlayer":
         lay = dataclasses.replace(lay, decode_per_layer=True)
+    elif layout == "fused":  # one product for q/k/v and one for gate/up (``mojax.models.fused``)
+        lay = dataclasses.replace(lay, decode_per_layer=True, fuse_decode_projections=True)
+    elif layout == "fused_oneq":  # and a decode step's attention as multiply-reduces
+        lay = dataclasses.replace(
+            lay, decode_per_layer=True, fuse_decode_projections=True, one_query_reduce=True
+        )
+    elif layout == "unfused":
+        lay = dataclasses.replace(lay, fuse_decode_projections=False)
     cfg = cfg.replace(layouts=lay)
     params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(0))
     return QwenModel(config=cfg, params=params)
@@ -272,7 +284,9 @@ def main(argv=None):
         "0.5b:perlayer:cmdbuf,1.5b:perlayer:cmdbuf",
     )
     ap.add_argument("--variant", default="0.5b")
-    ap.add_argument("--layout", default="gpu", choices=["gpu", "perlayer"])
+    ap.add_argument(
+        "--layout", default="gpu", choices=["gpu", "perlayer", "fused", "fused_oneq", "unfused"]
+    )
     ap.add_argument("--batches", default="1,64,256")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--new_tokens", type=int, default=64)

@@ -52,7 +52,7 @@ step mismatch "${MISMATCH_S:-120}" $PY benchmarks/mismatch.py --variant qwen2.5-
 step async_overlap "${ASYNC_S:-300}" $PY benchmarks/async_overlap.py --mode gpu --steps 6 \
   --warmup 2 --sft_steps 20 --rounds 3
 fi
-[ "${PARTS#decode}" != "$PARTS" ] || [ "$PARTS" = rollout ] || for f in $([ "$PARTS" = all ] && echo ceilings sampler train_step breakdown mismatch async_overlap) \
+[ "${PARTS#decode}" != "$PARTS" ] || [ "$PARTS" = rollout ] || [ "$PARTS" = fused ] || for f in $([ "$PARTS" = all ] && echo ceilings sampler train_step breakdown mismatch async_overlap) \
   mfu_15b_t2048 mfu_15b_t4096 mfu_7b_lora_t2048 mfu_7b_lora_t4096; do
   echo "----- $f"; grep -vE "^  round |^\s*$" "$OUT/$f.log" | tail -n 40
 done
@@ -77,4 +77,14 @@ step paged_cache "${PAGED_S:-480}" $PY benchmarks/paged_cache.py --variant qwen2
   --dtype bfloat16 --prompts 16 --samples 4 --slots 16 --mean_len 32 --max_len 256 \
   --page_size 16 --num_pages 160 --impls gather,pallas_gpu
 cat "$OUT/paged_kernel.log" "$OUT/paged_cache.log"
+fi
+# PARTS=fused: decode with the fused q/k/v and gate/up products (Layouts.fuse_decode_projections)
+# against the unfused per-layer decode, then a profiler trace of one step's kernels
+if [ "$PARTS" = fused ]; then
+step gpu_decode_fused "${DECODE_S:-330}" $PY benchmarks/gpu_decode.py --batches 1,64,256 \
+  --configs "${FUSED_CONFIGS:-0.5b:unfused,0.5b:fused,1.5b:unfused,1.5b:fused,0.5b:fused_oneq}"
+cat "$OUT/gpu_decode_fused.log"
+step gpu_profile "${PROFILE_S:-170}" $PY benchmarks/gpu_profile.py --batch 64 \
+  --configs "${PROFILE_CONFIGS:-0.5b:unfused,0.5b:fused,1.5b:fused}"
+cat "$OUT/gpu_profile.log"
 fi

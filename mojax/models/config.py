@@ -112,6 +112,9 @@ class QwenConfig:
         (``mojax.models.without_padding_rows`` drops the rows for an HF export).
       lora: LoRA / QLoRA adapters on the projections (``mojax.models.lora.LoraConfig``; None = a
         dense model). Not part of ``config.json``.
+      fused_projections: the params hold each layer's q/k/v kernels as one ``qkv_proj`` and its
+        gate/up kernels as one ``gate_up_proj`` (``mojax.models.fused``: a decode-time layout, one
+        matmul launch where there were three and two). Not part of ``config.json``.
     """
 
     model_type: str = "qwen3"
@@ -140,6 +143,7 @@ class QwenConfig:
     layouts: Any = None
     real_vocab_size: int | None = None
     lora: Any = None
+    fused_projections: bool = False
 
     def __post_init__(self):
         if self.model_type not in SUPPORTED_ARCHITECTURES.values():

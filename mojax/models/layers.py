@@ -343,14 +343,8 @@ class Attention(nn.Module):
     @nn.compact
     def __call__(self, x, positions, q_idx, k_valid, write_idx, kv, layer):
         cfg = self.config
-        e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        bias = 2 if cfg.qkv_bias else 0
-        q = Projection(cfg, 1, (e, h, d), ("embed", "heads", "head_dim"), bias,
-                       name="q_proj")(x)  # fmt: skip
-        kk = Projection(cfg, 1, (e, k, d), ("embed", "kv_heads", "head_dim"), bias,
-                        name="k_proj")(x)  # fmt: skip
-        vv = Projection(cfg, 1, (e, k, d), ("embed", "kv_heads", "head_dim"), bias,
-                        name="v_proj")(x)  # fmt: skip
+        h, k, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        q, kk, vv = self._qkv(x)
         if cfg.qk_norm:
             q = RMSNorm(cfg, "head_dim", name="q_norm")(q)
             kk = RMSNorm(cfg, "head_dim", name="k_norm")(kk)
@@ -394,6 +388,24 @@ class Attention(nn.Module):
         out = attend_fn(qg, keys, values, visible, cfg.jnp_dtype).reshape(b, t, h, d)
         return self._out(out), kv
 
+    def _qkv(self, x):
+        """q ``[B, T, H, D]``, k and v ``[B, T, K, D]``: three products, or one over the fused
+        kernel (``config.fused_projections``, ``mojax.models.fused``)."""
+        cfg = self.config
+        e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        bias = 2 if cfg.qkv_bias else 0
+        if cfg.fused_projections:
+            qkv = Projection(cfg, 1, (e, h + 2 * k, d), ("embed", None, "head_dim"), bias,
+                             name="qkv_proj")(x)  # fmt: skip
+            return qkv[..., :h, :], qkv[..., h : h + k, :], qkv[..., h + k :, :]
+        q = Projection(cfg, 1, (e, h, d), ("embed", "heads", "head_dim"), bias,
+                       name="q_proj")(x)  # fmt: skip
+        kk = Projection(cfg, 1, (e, k, d), ("embed", "kv_heads", "head_dim"), bias,
+                        name="k_proj")(x)  # fmt: skip
+        vv = Projection(cfg, 1, (e, k, d), ("embed", "kv_heads", "head_dim"), bias,
+                        name="v_proj")(x)  # fmt: skip
+        return q, kk, vv
+
     def _out(self, out):
         cfg = self.config
         h, d, e = cfg.num_heads, cfg.head_dim, cfg.hidden_size
@@ -435,8 +447,13 @@ class MLP(nn.Module):
     def __call__(self, x):
         cfg = self.config
         e, f = cfg.hidden_size, cfg.intermediate_size
-        gate = Projection(cfg, 1, (e, f), ("embed", "mlp"), name="gate_proj")(x)
-        up = Projection(cfg, 1, (e, f), ("embed", "mlp"), name="up_proj")(x)
+        if cfg.fused_projections:  # one product over the stacked kernels (``mojax.models.fused``)
+            gate_up = Projection(cfg, 1, (e, 2, f), ("embed", None, "mlp"),
+                                 name="gate_up_proj")(x)  # fmt: skip
+            gate, up = gate_up[..., 0, :], gate_up[..., 1, :]
+        else:
+            gate = Projection(cfg, 1, (e, f), ("embed", "mlp"), name="gate_proj")(x)
+            up = Projection(cfg, 1, (e, f), ("embed", "mlp"), name="up_proj")(x)
         hidden = constrain(jax.nn.silu(gate) * up, "batch", "length", "mlp")
         y = Projection(cfg, 1, (f, e), ("mlp", "embed"), name="down_proj")(hidden)
         return constrain(y, "batch", "length", "embed")

@@ -44,6 +44,9 @@ class Layouts:
         row's pages gathered, then the cache attention above), ``"pallas_gpu"`` or
         ``"pallas_tpu"`` (JAX's Pallas paged-attention kernels for a decode step); see
         ``mojax.models.paged_attention``.
+      fuse_decode_projections: the decode loop runs each layer's q/k/v as one product and its
+        gate/up as one (``mojax.models.fused``; the params are rewritten once before the loop):
+        fewer kernel launches per token where a decode step is launch-bound.
     """
 
     one_query_reduce: bool = False
@@ -53,6 +56,7 @@ class Layouts:
     learner_unrolled: bool = False
     attention: str = "reference"
     paged_attention: str = "gather"
+    fuse_decode_projections: bool = False
 
     def __post_init__(self):
         from mojax.models.attention import IMPLS

@@ -75,6 +75,7 @@ import jax.numpy as jnp
 
 from mojax import distributed
 from mojax import sharding as sharding_lib
+from mojax.models import fused
 from mojax.models import layouts as layouts_lib
 from mojax.models.qwen import (
     DEFAULT_LOGICAL_AXIS_RULES,
@@ -192,7 +193,7 @@ class ContinuousSampler:
             model = model.replace(params=jax.device_put(model.params, shardings))
         self.model = model
         per_layer = layouts_lib.of(self.config).decode_per_layer
-        self.decode_model = unstack_layers(self.model) if per_layer else self.model
+        self.decode_model = fused.for_decode(unstack_layers(model) if per_layer else model)
 
     def compute_copy(self, params):
         """``params`` as this process's engine holds them (``compute_dtype_params``)."""

@@ -30,7 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from mojax.models import layouts
+from mojax.models import fused, layouts
 from mojax.models.cache import CACHE_LOGICAL_AXES, KVCache, init_cache
 from mojax.models.layer_cache import (
     LAYER_CACHE_LOGICAL_AXES,
@@ -152,6 +152,7 @@ def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ..
     if layouts.of(model.config).decode_per_layer:
         model = unstack_layers(model)
         s = s.replace(cache=_constrain_cache(to_layer_major(s.cache)))
+    model = fused.for_decode(model)
     max_len = s.cache.max_len
     step = functools.partial(_decode_step, model, params, max_len)
     for cap in caps:

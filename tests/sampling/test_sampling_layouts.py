@@ -21,6 +21,11 @@ LAYOUTS = {
     "portable": layouts.PORTABLE,
     "gpu": dataclasses.replace(layouts.GPU, attention="reference"),
     "cpu": layouts.CPU,
+    # the q/k/v and gate/up products fused in the decode loop (``mojax.models.fused``)
+    "gpu_fused": dataclasses.replace(
+        layouts.GPU, attention="reference", fuse_decode_projections=True
+    ),
+    "cpu_fused": dataclasses.replace(layouts.CPU, fuse_decode_projections=True),
 }
 
 
@@ -56,7 +61,7 @@ def test_layouts_give_the_same_rollout(temperature):
     ref_outs = _rollout(_model("portable"), temperature)
     want = [np.asarray(o.tokens) for o in ref_outs]
     want_lp = [np.asarray(o.logprobs) for o in ref_outs]
-    for name in ("gpu", "cpu"):
+    for name in ("gpu", "cpu", "gpu_fused", "cpu_fused"):
         outs = _rollout(_model(name), temperature)
         for w, wl, o in zip(want, want_lp, outs):
             np.testing.assert_array_equal(np.asarray(o.tokens), w, err_msg=name)
