@@ -1,6 +1,7 @@
 """The decode layouts give the same rollout: the portable one (scanned layers, stacked cache), the
-GPU's (unrolled layers with the per-layer cache, einsum attention; its cuDNN prefill swapped for the
-reference attention, which is what runs on this CPU) and the CPU's (multiply-reduce attention).
+GPU's (unrolled layers with the per-layer cache, einsum attention, fused q/k/v and gate/up products;
+its cuDNN prefill swapped for the reference attention, which is what runs on this CPU) and the CPU's
+(multiply-reduce attention), each also with the projections' fusion switched the other way.
 
 Reference: the portable layout's own rollout, itself checked against an uncached greedy loop in
 ``test_sampling_decode.py``; greedy tokens against that loop here too.
@@ -21,9 +22,9 @@ LAYOUTS = {
     "portable": layouts.PORTABLE,
     "gpu": dataclasses.replace(layouts.GPU, attention="reference"),
     "cpu": layouts.CPU,
-    # the q/k/v and gate/up products fused in the decode loop (``mojax.models.fused``)
-    "gpu_fused": dataclasses.replace(
-        layouts.GPU, attention="reference", fuse_decode_projections=True
+    # the GPU's decode without, the CPU's with the fused q/k/v and gate/up (``mojax.models.fused``)
+    "gpu_unfused": dataclasses.replace(
+        layouts.GPU, attention="reference", fuse_decode_projections=False
     ),
     "cpu_fused": dataclasses.replace(layouts.CPU, fuse_decode_projections=True),
 }
@@ -32,6 +33,8 @@ LAYOUTS = {
 def test_gpu_layouts_decode_per_layer():
     assert layouts.for_backend("gpu").decode_per_layer
     assert not layouts.for_backend("gpu").one_query_reduce
+    assert layouts.for_backend("gpu").fuse_decode_projections
+    assert not layouts.for_backend("cpu").fuse_decode_projections
 
 
 def _model(name):
@@ -61,7 +64,7 @@ def test_layouts_give_the_same_rollout(temperature):
     ref_outs = _rollout(_model("portable"), temperature)
     want = [np.asarray(o.tokens) for o in ref_outs]
     want_lp = [np.asarray(o.logprobs) for o in ref_outs]
-    for name in ("gpu", "cpu", "gpu_fused", "cpu_fused"):
+    for name in ("gpu", "cpu", "gpu_unfused", "cpu_fused"):
         outs = _rollout(_model(name), temperature)
         for w, wl, o in zip(want, want_lp, outs):
             np.testing.assert_array_equal(np.asarray(o.tokens), w, err_msg=name)
