@@ -12,11 +12,15 @@ in-graph before the one AdamW update).
 
 Sides ``mojax-rows`` / ``mojax-batch``: the same with ``ppo.logprob_compact = "rows"`` (chunks of
 16 positions per row) / ``"batch"`` (chunks of 1024 positions over the batch; ``--compact_chunk``
-overrides either): only the loss positions are projected onto the vocabulary.
+overrides either): only the loss positions are projected onto the vocabulary. A ``-fused`` suffix
+(``mojax-fused``, ``mojax-batch-fused``): each layer's q/k/v and gate/up products fused in the
+sampler's decode loop and in the learner's forward and backward
+(``Layouts.fuse_decode_projections`` / ``fuse_learner_projections``, ``mojax.models.fused``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import _harness
@@ -37,6 +41,7 @@ def main(args) -> None:
     from mojax import sharding as shl
     from mojax.advantages.grpo import grpo
     from mojax.learner import packing
+    from mojax.models import layouts
     from mojax.rl.batch import assemble_batch
 
     inp = load_inputs(args.ckpt)
@@ -55,7 +60,13 @@ def main(args) -> None:
     mesh = shl.make_mesh(1, 1, 1)
     opt = learner.OptimizerConfig(learning_rate=inp["lr"], max_grad_norm=1.0, weight_decay=0.0)
     tx = learner.make_optimizer(opt)
-    compact = args.worker.split("-", 1)[1] if "-" in args.worker else "off"
+    options = args.worker.split("-")[1:]  # e.g. mojax-batch-fused
+    compact = next((o for o in options if o in ("rows", "batch")), "off")
+    if "fused" in options:  # fused q/k/v and gate/up products in the sampler and the learner
+        lay = dataclasses.replace(layouts.for_backend(), fuse_decode_projections=True,
+                                  fuse_learner_projections=True)  # fmt: skip
+        config = config.replace(layouts=lay)
+        model = model.replace(config=config)
     chunk = args.compact_chunk or {"off": None, "rows": 16, "batch": 1024}[compact]
     micro = args.micro_rows * total_len if args.micro_rows else None  # rows x T per micro-batch
     ppo = learner.PPOConfig(clip_low=0.2, clip_high=0.2, agg="token-mean", microbatch_tokens=micro,

@@ -133,7 +133,8 @@ def parse(argv=None):
     ap.add_argument(
         "--sides",
         default=",".join(SIDES),
-        help="of mojax, trl, tunix and mojax-rows / mojax-batch (mojax with ppo.logprob_compact)",
+        help="of mojax, trl, tunix and mojax-rows / mojax-batch (mojax with ppo.logprob_compact); "
+        "a -fused suffix fuses q/k/v and gate/up (mojax-fused, mojax-batch-fused)",
     )
     ap.add_argument("--compact_chunk", type=int, default=0, help="mojax-rows/-batch: logprob_chunk")
     ap.add_argument(
