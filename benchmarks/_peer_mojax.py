@@ -14,8 +14,7 @@ Sides ``mojax-rows`` / ``mojax-batch``: the same with ``ppo.logprob_compact = "r
 16 positions per row) / ``"batch"`` (chunks of 1024 positions over the batch; ``--compact_chunk``
 overrides either): only the loss positions are projected onto the vocabulary. A ``-fused`` suffix
 (``mojax-fused``, ``mojax-batch-fused``): each layer's q/k/v and gate/up products fused in the
-sampler's decode loop and in the learner's forward and backward
-(``Layouts.fuse_decode_projections`` / ``fuse_learner_projections``, ``mojax.models.fused``).
+sampler's decode loop (``Layouts.fuse_decode_projections``, ``mojax.models.fused``).
 """
 
 from __future__ import annotations
@@ -62,9 +61,8 @@ def main(args) -> None:
     tx = learner.make_optimizer(opt)
     options = args.worker.split("-")[1:]  # e.g. mojax-batch-fused
     compact = next((o for o in options if o in ("rows", "batch")), "off")
-    if "fused" in options:  # fused q/k/v and gate/up products in the sampler and the learner
-        lay = dataclasses.replace(layouts.for_backend(), fuse_decode_projections=True,
-                                  fuse_learner_projections=True)  # fmt: skip
+    if "fused" in options:  # fused q/k/v and gate/up products in the sampler's decode loop
+        lay = dataclasses.replace(layouts.for_backend(), fuse_decode_projections=True)
         config = config.replace(layouts=lay)
         model = model.replace(config=config)
     chunk = args.compact_chunk or {"off": None, "rows": 16, "batch": 1024}[compact]

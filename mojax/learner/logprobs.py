@@ -25,7 +25,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from mojax.models import Qwen, QwenConfig, QwenModel, fused, layouts
+from mojax.models import Qwen, QwenConfig, QwenModel, layouts
 from mojax.models.qwen import head_logits, output_head, unstack_layers
 
 
@@ -258,8 +258,6 @@ def token_logprobs(
         # layers stay scanned: XLA CPU schedules an unrolled model's recomputations early, all
         # layers' activations live at once, and remat would save nothing
         body = unstack_layers(body)
-    if layouts.of(config).fuse_learner_projections:  # the gradient flows back through the concat
-        body = fused.fuse_projections(body)
     hidden = Qwen(body.config).apply(
         {"params": body.params},
         tokens,

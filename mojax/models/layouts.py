@@ -48,8 +48,6 @@ class Layouts:
       fuse_decode_projections: the decode loop runs each layer's q/k/v as one product and its
         gate/up as one (``mojax.models.fused``; the params are rewritten once before the loop):
         fewer kernel launches per token where a decode step is launch-bound.
-      fuse_learner_projections: the learner's forward (and so its backward) runs the same fused
-        products; the gradient flows back through the concatenation into the separate kernels.
     """
 
     one_query_reduce: bool = False
@@ -60,7 +58,6 @@ class Layouts:
     attention: str = "reference"
     paged_attention: str = "gather"
     fuse_decode_projections: bool = False
-    fuse_learner_projections: bool = False
 
     def __post_init__(self):
         from mojax.models.attention import IMPLS

@@ -59,34 +59,3 @@ def test_fuse_is_traceable():
         return fused.fuse_projections(m)(tokens)
 
     np.testing.assert_allclose(np.asarray(logits(model)), np.asarray(model(tokens)), atol=2e-5)
-
-
-@pytest.mark.parametrize("base", ["portable", "cpu"])
-def test_fused_learner_gives_the_same_gradients(base):
-    """The learner's log-probs with ``fuse_learner_projections``: the same values and the same
-    gradients with respect to the separate (stacked) kernels, through the concatenation."""
-    import dataclasses
-
-    from mojax.learner.logprobs import token_logprobs
-    from mojax.models import layouts
-
-    model = mm.from_pretrained("tiny-qwen2", dtype="float32", seed=3)
-    lay = {"portable": layouts.PORTABLE, "cpu": layouts.CPU}[base]
-    tokens = jnp.asarray([[5, 9, 3, 7, 2, 8], [4, 1, 8, 2, 6, 11]], jnp.int32)
-    weights = jnp.linspace(-1.0, 1.0, 12).reshape(2, 6)
-
-    def loss_and_grad(fuse):
-        cfg = model.config.replace(layouts=dataclasses.replace(lay, fuse_learner_projections=fuse))
-
-        def loss(params):
-            lp, _ = token_logprobs(cfg, params, tokens)
-            return jnp.sum(lp * weights)
-
-        return jax.value_and_grad(loss)(model.params)
-
-    want, want_g = loss_and_grad(False)
-    got, got_g = loss_and_grad(True)
-    np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
-    assert jax.tree.structure(got_g) == jax.tree.structure(want_g)
-    for g, w in zip(jax.tree.leaves(got_g), jax.tree.leaves(want_g)):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=1e-6, rtol=1e-4)

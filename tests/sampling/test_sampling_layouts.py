@@ -1,7 +1,7 @@
 """The decode layouts give the same rollout: the portable one (scanned layers, stacked cache), the
 GPU's (unrolled layers with the per-layer cache, einsum attention, fused q/k/v and gate/up products;
 its cuDNN prefill swapped for the reference attention, which is what runs on this CPU) and the CPU's
-(multiply-reduce attention), each also with the projections' fusion switched the other way.
+(multiply-reduce attention), also with the fused projections.
 
 Reference: the portable layout's own rollout, itself checked against an uncached greedy loop in
 ``test_sampling_decode.py``; greedy tokens against that loop here too.
@@ -22,10 +22,7 @@ LAYOUTS = {
     "portable": layouts.PORTABLE,
     "gpu": dataclasses.replace(layouts.GPU, attention="reference"),
     "cpu": layouts.CPU,
-    # the GPU's decode without, the CPU's with the fused q/k/v and gate/up (``mojax.models.fused``)
-    "gpu_unfused": dataclasses.replace(
-        layouts.GPU, attention="reference", fuse_decode_projections=False
-    ),
+    # the CPU's with the fused q/k/v and gate/up (``mojax.models.fused``; the GPU's are fused)
     "cpu_fused": dataclasses.replace(layouts.CPU, fuse_decode_projections=True),
 }
 
@@ -64,7 +61,7 @@ def test_layouts_give_the_same_rollout(temperature):
     ref_outs = _rollout(_model("portable"), temperature)
     want = [np.asarray(o.tokens) for o in ref_outs]
     want_lp = [np.asarray(o.logprobs) for o in ref_outs]
-    for name in ("gpu", "cpu", "gpu_unfused", "cpu_fused"):
+    for name in ("gpu", "cpu", "cpu_fused"):
         outs = _rollout(_model(name), temperature)
         for w, wl, o in zip(want, want_lp, outs):
             np.testing.assert_array_equal(np.asarray(o.tokens), w, err_msg=name)
