@@ -15,8 +15,10 @@ from mojax.models.lora import LoraConfig
 from mojax.models.qwen import unstack_layers
 
 
-@pytest.mark.parametrize("variant", ["tiny-qwen2", "tiny-qwen3"])
-@pytest.mark.parametrize("unrolled", [False, True])
+@pytest.mark.parametrize(
+    "variant, unrolled",
+    [("tiny-qwen2", True), ("tiny-qwen3", False)],  # bias and q/k norm
+)
 def test_fused_projections_give_the_same_logits(variant, unrolled):
     model = mm.from_pretrained(variant, dtype="float32", seed=2)
     if unrolled:
