@@ -1,14 +1,16 @@
 """Fused projections for the decode loop: one matmul for q/k/v and one for gate/up.
 
-A decode step at small batch is bound by how many kernels it launches, not by the bytes it reads
-(``docs/performance.md`` section 6: 426 launches per step of qwen2.5-0.5b on an H200, ~18 per
-layer). Each layer's q, k and v products read the same input, and so do its gate and up products;
-concatenated along their outputs they are one product each, three launches fewer per layer. The
+A GPU decode step at small batch is a chain of many small kernels that each run far below the
+memory bandwidth (``docs/performance.md`` section 6: ~430 kernels per step of qwen2.5-0.5b on an
+H200, the GPU busy the whole step). Each layer's q, k and v products read the same input, and so
+do its gate and up products; concatenated along their outputs they are one wider product each,
+which XLA runs nearer the bandwidth (0.5B batch 1 -19%, 1.5B batch 64 -7%). The
 values are the same products (each output column's reduction is over the same E inputs), so up to
 the matmul library's choice of blocking for the wider product they equal the separate ones.
 
 :func:`fuse_projections` rewrites the params once, before a decode loop (inside its jit, or once
-per weight update for the continuous sampler): per layer (stacked on a leading L axis or not)
+per weight update for the continuous sampler; the static sampler's jit fuses again on each
+call, a copy of those weights per call): per layer (stacked on a leading L axis or not)
 
 * ``self_attn/{q,k,v}_proj/kernel [E, H|K, D]`` -> ``self_attn/qkv_proj/kernel [E, H + 2K, D]``
   (and the biases ``[H + 2K, D]``), the q heads first, then k, then v;

@@ -47,7 +47,7 @@ class Layouts:
         ``mojax.models.paged_attention``.
       fuse_decode_projections: the decode loop runs each layer's q/k/v as one product and its
         gate/up as one (``mojax.models.fused``; the params are rewritten once before the loop):
-        fewer kernel launches per token where a decode step is launch-bound.
+        wider products, which the GPU runs nearer the bandwidth (``docs/performance.md`` section 6).
     """
 
     one_query_reduce: bool = False
