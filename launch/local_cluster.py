@@ -7,8 +7,10 @@ Each process gets ``--coordinator_address=localhost:PORT --num_processes=N --pro
 (``mojax.main`` hands them to ``jax.distributed.initialize``), ``devices_per_process`` forced CPU
 devices (``XLA_FLAGS=--xla_force_host_platform_device_count``) and gloo CPU collectives, so the
 global mesh has ``N * devices_per_process`` devices exactly as on a cluster. Output lines are
-prefixed with ``[i]``. When one process fails, the others are stopped (like ``srun
---kill-on-bad-exit``), and the exit code is the first failure's (0 when all succeed).
+prefixed with ``[i]``. When one process fails, the launcher says which and how (``[launcher]
+process 0 exited with code 134 (SIGABRT)``), the others are stopped (like ``srun
+--kill-on-bad-exit``), and the exit code is the first failure's (0 when all succeed; ``128 + n`` for
+a process killed by signal ``n``, as a shell reports it).
 """
 
 from __future__ import annotations
@@ -82,11 +84,18 @@ def run(command: list[str], num_processes: int, devices: int = 1, port: int = 0,
         t.start()
     code = 0
     try:
-        while [p.poll() for p in procs].count(None):  # poll every process, every time
-            failed = [p.returncode for p in procs if p.returncode not in (None, 0)]
+        while True:  # poll every process, every time
+            polled = [p.poll() for p in procs]
+            failed = [i for i, r in enumerate(polled) if r not in (None, 0)]
             if failed and not code:
-                code = failed[0]
+                i = failed[0]
+                code = exit_code(polled[i])
+                pumps[i].join(timeout=2)  # its last lines come before the launcher's
+                out.write(f"[launcher] {describe(i, polled[i])}; stopping the others\n")
+                out.flush()
                 _stop(procs, signal.SIGTERM)
+            if None not in polled:
+                break
             time.sleep(0.2)
     except KeyboardInterrupt:
         _stop(procs, signal.SIGINT)
@@ -94,7 +103,23 @@ def run(command: list[str], num_processes: int, devices: int = 1, port: int = 0,
     finally:
         for t in pumps:
             t.join(timeout=5)
-    return code or next((p.returncode for p in procs if p.returncode), 0)
+    return code
+
+
+def exit_code(returncode: int) -> int:
+    """A process's exit status as a shell reports it: ``128 + n`` when signal ``n`` killed it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def describe(i: int, returncode: int) -> str:
+    """``process i exited with code c`` (and the signal's name when a signal killed it)."""
+    text = f"process {i} exited with code {exit_code(returncode)}"
+    if returncode < 0:
+        try:
+            text += f" ({signal.Signals(-returncode).name})"
+        except ValueError:
+            text += f" (signal {-returncode})"
+    return text
 
 
 def _stop(procs, sig) -> None:

@@ -4,7 +4,8 @@
   independent reference of the parity tests; torch is imported lazily);
 * ``reference_probs``: a float64 numpy sampling distribution written from the processors' definitions;
 * ``load_config`` / ``shrink``: a method config file by name, and the same run made tiny;
-* ``compile_cache_env``: a subprocess's compilation cache (the session's, see ``conftest.py``).
+* ``compile_cache_env``: a subprocess's compilation cache (the session's, see ``conftest.py``);
+* ``cluster_tail``: a failed ``launch/local_cluster.py`` run's last lines, per process.
 """
 
 import contextlib
@@ -151,6 +152,17 @@ def compile_cache_env(default_dir) -> dict[str, str]:
         or str(default_dir),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     }
+
+
+def cluster_tail(text: str, lines: int = 25) -> str:
+    """The last ``lines`` lines of each process of a ``launch/local_cluster.py`` run's output
+    (``[i] ...``) and the launcher's own (which process failed, and how): a failure message that
+    shows the process that died, not only the one that timed out waiting for it."""
+    groups: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        tag = line.split(" ", 1)[0] if line.startswith("[") else "[?]"
+        groups.setdefault(tag, []).append(line)
+    return "\n".join("\n".join(g[-lines:]) for _, g in sorted(groups.items()))
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 import pytest
-from mojax_test_utils import compile_cache_env
+from mojax_test_utils import cluster_tail, compile_cache_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 LAUNCHER = [sys.executable, str(REPO / "launch" / "local_cluster.py")]
@@ -106,7 +106,7 @@ def one_process(tmp_path, workdir, flags, devices=2):
     p = subprocess.run(
         _main(workdir, flags), cwd=REPO, env=env, capture_output=True, text=True, timeout=1200
     )
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert p.returncode == 0, cluster_tail(p.stdout + p.stderr)
     return p.stdout
 
 
@@ -124,7 +124,7 @@ def two_processes(tmp_path, workdir, flags, *, wait=True):
     if not wait:
         return p
     out, _ = p.communicate(timeout=1200)
-    assert p.returncode == 0, out[-4000:]
+    assert p.returncode == 0, cluster_tail(out)
     return out
 
 
@@ -150,7 +150,7 @@ def test_distributed_helpers_on_two_processes(tmp_path):
     p = subprocess.run(
         cmd, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=300
     )
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert p.returncode == 0, cluster_tail(p.stdout + p.stderr)
     results = {}
     for line in p.stdout.splitlines():
         if "RESULT " in line:
@@ -197,7 +197,7 @@ def test_rollout_on_two_processes_reads_only_its_rows(tmp_path):
     p = subprocess.run(
         cmd, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=600
     )
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert p.returncode == 0, cluster_tail(p.stdout + p.stderr)
     results = [
         json.loads(x.split("RESULT ", 1)[1]) for x in p.stdout.splitlines() if "RESULT " in x
     ]
@@ -337,15 +337,15 @@ def test_sigterm_to_one_process_stops_both_at_the_same_point_and_resumes(
     assert len(one) == 1, one
     os.kill(one[0], signal.SIGTERM)
     out, _ = p.communicate(timeout=1200)
-    assert p.returncode == 143, out[-4000:]
+    assert p.returncode == 143, cluster_tail(out)
     said = {
         i: re.search(rf"\[{i}\] mojax: stopped by SIGTERM (after[^;]*?step (\d+)[^;]*);", out)
         for i in (0, 1)
     }
-    assert said[1], out[-4000:]
+    assert said[1], cluster_tail(out)
     # process 0 says the same, unless the launcher stopped it first: like srun
     # --kill-on-bad-exit, it stops the others once one has exited (both had saved, at a barrier)
-    assert said[0] is None or said[0].group(1) == said[1].group(1), out[-4000:]
+    assert said[0] is None or said[0].group(1) == said[1].group(1), cluster_tail(out)
     step = int(said[1].group(2))
     assert str(step) in os.listdir(stopped / "checkpoints") and not (stopped / "done").exists()
     two_processes(tmp_path, stopped, flags)
@@ -391,7 +391,7 @@ def test_two_processes_with_staleness_1_equal_one_process(tmp_path):
         text=True,
         timeout=1500,
     )
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert p.returncode == 0, cluster_tail(p.stdout + p.stderr)
     one_process(tmp_path, tmp_path / "one", _ASYNC, devices=4)
     a, b = metrics(tmp_path / "one"), metrics(tmp_path / "two")
     assert_same_metrics(a, b)
@@ -442,7 +442,7 @@ def test_slurm_environment_is_auto_detected(tmp_path):
         )
     outs = [p.communicate(timeout=1200)[0] for p in procs]
     for p, out in zip(procs, outs, strict=True):
-        assert p.returncode == 0, out[-4000:]
+        assert p.returncode == 0, cluster_tail(out)
     assert [r["step"] for r in metrics(tmp_path / "w")] == [0, 1]
     assert "mojax: done" in outs[0] and "mojax: done" not in outs[1]  # process 0 reports
 
@@ -470,7 +470,7 @@ def test_paper_scale_dry_run_on_two_processes(tmp_path, qwen2_tokenizer_dir):
     p = subprocess.run(
         cmd, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=900
     )
-    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    assert p.returncode == 0, cluster_tail(p.stdout + p.stderr)
     assert "(8 devices, 2 processes)" in p.stdout and "1.544B params" in p.stdout
     assert p.stdout.count("lowered with explicit shardings: OK") == 1  # process 0 reports
     copy = float(re.search(r"engine_weights\s+([0-9.]+)", p.stdout).group(1))

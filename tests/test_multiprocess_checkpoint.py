@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from mojax_test_utils import cluster_tail
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 LAUNCHER = [sys.executable, str(REPO / "launch" / "local_cluster.py")]
@@ -40,7 +41,7 @@ def run_two(tmp_path, scenario) -> dict:
                 os.kill(pid, signal.SIGKILL)
         out, _ = p.communicate()
         pytest.fail(f"the processes hung (killed after 120 s):\n{out[-3000:]}")
-    assert p.returncode == 0, out[-4000:]
+    assert p.returncode == 0, cluster_tail(out)
     results = {}
     for line in out.splitlines():
         if "RESULT " in line:

@@ -135,17 +135,40 @@ def write_indices(cache: KVCache, num_tokens: int) -> jax.Array:
 
 def update_slot_mask(cache: KVCache, token_mask: jax.Array) -> jax.Array:
     """bool [B, C]: the slot mask after writing a chunk with ``token_mask [B, T]``."""
-    b, t = token_mask.shape
-    idx = write_indices(cache, t)
-    rows = jnp.arange(b)[:, None]
-    return cache.slot_mask.at[rows, idx].set(token_mask.astype(bool), mode="drop")
+    idx = write_indices(cache, token_mask.shape[1])
+    return set_rows(cache.slot_mask, 0, idx, token_mask.astype(bool))
 
 
 def write_layer(kv: jax.Array, layer, new: jax.Array, idx: jax.Array) -> jax.Array:
     """Scatters ``new [B, T, K, D]`` into ``kv [L, B, C, K, D]`` at ``layer`` and slots ``idx [B,
     T]``.
 
-    Only B*T slots are written (in place inside a donated loop carry), not the whole layer.
+    Only B*T slots are written (in place inside a donated loop carry), not the whole layer; each
+    row's write is its own (``set_rows``): no collective where the rows are split over devices.
     """
-    rows = jnp.arange(new.shape[0])[:, None]
-    return kv.at[layer, rows, idx].set(new.astype(kv.dtype), mode="drop")
+
+    def one(kv_row, idx_row, new_row):  # [L, C, K, D], [T], [T, K, D]
+        return kv_row.at[layer, idx_row].set(new_row.astype(kv.dtype), mode="drop")
+
+    return jax.vmap(one, in_axes=(1, 0, 0), out_axes=1)(kv, idx, new)
+
+
+def set_rows(x: jax.Array, slot_axis: int, idx: jax.Array, new: jax.Array) -> jax.Array:
+    """``x [B, ...]`` with ``new [B, T, ...]`` written at slots ``idx [B, T]`` (or one slot each,
+    ``idx [B]``, ``new [B, ...]``) of axis ``slot_axis`` of each row ``x[b]``; writes past the end
+    are dropped.
+
+    The same values as ``x.at[rows, ..., idx].set(new)``, but as one write per row (a ``vmap``:
+    a scatter whose row axis is a batch axis), which XLA's SPMD partitioner keeps on the devices
+    that hold the rows. The scatter with explicit row indices is partitioned by all-gathering
+    every row's update onto every device: one collective per write, per layer and per decode
+    step on a sampler whose rows are split over devices.
+    """
+
+    def one(x_row, idx_row, new_row):
+        at = (slice(None),) * slot_axis + (idx_row,)
+        if jnp.ndim(idx_row):  # new_row [T, ...]: the T axis where the indexed axis was
+            new_row = jnp.moveaxis(new_row, 0, slot_axis)
+        return x_row.at[at].set(new_row.astype(x.dtype), mode="drop")
+
+    return jax.vmap(one)(x, idx, new)

@@ -33,7 +33,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from mojax.models.cache import KVCache, pad_slots, put_prefix
+from mojax.models.cache import KVCache, pad_slots, put_prefix, set_rows
 
 #: Logical axis names of one layer's arrays (map them with the model's logical axis rules).
 LAYER_CACHE_LOGICAL_AXES = {
@@ -146,8 +146,6 @@ def write_layer(
             f"got layer={layer!r}. Use mojax.models.unstack_layers, or a stacked KVCache"
         )
     ks, vs = list(kv[0]), list(kv[1])
-    rows = jnp.arange(new_k.shape[0])[:, None]
-    # advanced indices split by slices: the update's axes are [B, T] then [K, D]
-    ks[layer] = ks[layer].at[rows, :, :, idx].set(new_k.astype(ks[layer].dtype), mode="drop")
-    vs[layer] = vs[layer].at[rows, :, idx].set(new_v.astype(vs[layer].dtype), mode="drop")
+    ks[layer] = set_rows(ks[layer], 2, idx, new_k)  # a row's keys [K, D, C]: slots on axis 2
+    vs[layer] = set_rows(vs[layer], 1, idx, new_v)  # a row's values [K, C, D]: slots on axis 1
     return ks[layer], vs[layer], (tuple(ks), tuple(vs))

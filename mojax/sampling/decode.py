@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from mojax.models import fused, layouts
-from mojax.models.cache import CACHE_LOGICAL_AXES, KVCache, init_cache
+from mojax.models.cache import CACHE_LOGICAL_AXES, KVCache, init_cache, set_rows
 from mojax.models.layer_cache import (
     LAYER_CACHE_LOGICAL_AXES,
     LayerKVCache,
@@ -105,7 +105,7 @@ def _forward(model: QwenModel, tokens, mask, cache, last_index):
 
 def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: SamplingState):
     """One token for every running row (see the module docstring)."""
-    b, r = s.tokens.shape
+    r = s.tokens.shape[1]
     active = ~s.done
     bias = None
     if params.stop_controls:  # static: a call without min_new_tokens / force_stop_at skips it
@@ -113,7 +113,6 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
     keys = row_keys(s.key, s.row_id, s.length)
     tok, lp = sample_step(s.logits, keys, params, bias=bias, per_row=True)
     tok = jnp.where(active, tok, s.pad_id)
-    rows = jnp.arange(b)
     idx = jnp.where(active, s.length, r)  # out of range -> dropped for finished rows
     length = s.length + active
     num_new = s.num_new + active
@@ -127,9 +126,9 @@ def _decode_step(model: QwenModel, params: SamplingParams, max_len: int, s: Samp
     s = s.replace(
         cache=cache,
         logits=jnp.where(active[:, None], logits, s.logits),
-        tokens=s.tokens.at[rows, idx].set(tok, mode="drop"),
-        logprobs=s.logprobs.at[rows, idx].set(lp, mode="drop"),
-        sampled=s.sampled.at[rows, idx].set(True, mode="drop"),
+        tokens=set_rows(s.tokens, 0, idx, tok),  # one row's write each: no collective
+        logprobs=set_rows(s.logprobs, 0, idx, lp),
+        sampled=set_rows(s.sampled, 0, idx, jnp.ones_like(active)),
         length=length,
         num_new=num_new,
         done=s.done | is_stop | hit_len,
@@ -254,19 +253,18 @@ def _continue_jit(
     """The compiled core of ``append_and_continue``: one batched append, then the decode loop."""
     with _rules_context(mesh, rules):
         s = state.replace(cache=cache)
-        b, r = s.tokens.shape
+        r = s.tokens.shape[1]
         to = obs_tokens.shape[1]
         obs_lengths = jnp.where(resume, obs_lengths, 0)
         mask = jnp.arange(to)[None, :] < obs_lengths[:, None]  # [B, To]
         logits, cache = _forward(model, obs_tokens, mask, s.cache, jnp.maximum(obs_lengths - 1, 0))
         idx = jnp.where(mask, s.length[:, None] + jnp.arange(to)[None, :], r)
-        rows = jnp.arange(b)[:, None]
         s = s.replace(
             cache=cache,
             logits=jnp.where((obs_lengths > 0)[:, None], logits, s.logits),
-            tokens=s.tokens.at[rows, idx].set(obs_tokens.astype(jnp.int32), mode="drop"),
-            logprobs=s.logprobs.at[rows, idx].set(0.0, mode="drop"),
-            sampled=s.sampled.at[rows, idx].set(False, mode="drop"),
+            tokens=set_rows(s.tokens, 0, idx, obs_tokens),
+            logprobs=set_rows(s.logprobs, 0, idx, jnp.zeros(idx.shape)),
+            sampled=set_rows(s.sampled, 0, idx, jnp.zeros(idx.shape, bool)),
             length=s.length + obs_lengths,
             num_new=jnp.where(resume, 0, s.num_new),
             max_new=jnp.where(resume, max_new, s.max_new),
