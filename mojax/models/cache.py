@@ -144,31 +144,44 @@ def write_layer(kv: jax.Array, layer, new: jax.Array, idx: jax.Array) -> jax.Arr
     T]``.
 
     Only B*T slots are written (in place inside a donated loop carry), not the whole layer; each
-    row's write is its own (``set_rows``): no collective where the rows are split over devices.
+    row's write is its own (``scatter_rows``): no collective where the rows are split over devices.
     """
-
-    def one(kv_row, idx_row, new_row):  # [L, C, K, D], [T], [T, K, D]
-        return kv_row.at[layer, idx_row].set(new_row.astype(kv.dtype), mode="drop")
-
-    return jax.vmap(one, in_axes=(1, 0, 0), out_axes=1)(kv, idx, new)
+    return scatter_rows(kv, 1, 2, idx, new, fixed={0: layer})
 
 
 def set_rows(x: jax.Array, slot_axis: int, idx: jax.Array, new: jax.Array) -> jax.Array:
     """``x [B, ...]`` with ``new [B, T, ...]`` written at slots ``idx [B, T]`` (or one slot each,
     ``idx [B]``, ``new [B, ...]``) of axis ``slot_axis`` of each row ``x[b]``; writes past the end
-    are dropped.
+    are dropped. See ``scatter_rows``."""
+    return scatter_rows(x, 0, slot_axis + 1, idx, new)
 
-    The same values as ``x.at[rows, ..., idx].set(new)``, but as one write per row (a ``vmap``:
-    a scatter whose row axis is a batch axis), which XLA's SPMD partitioner keeps on the devices
-    that hold the rows. The scatter with explicit row indices is partitioned by all-gathering
-    every row's update onto every device: one collective per write, per layer and per decode
-    step on a sampler whose rows are split over devices.
+
+def scatter_rows(x, row_axis: int, slot_axis: int, idx, new, fixed=None) -> jax.Array:
+    """``x`` with ``new [B, T, *W]`` written at slots ``idx [B, T]`` (or ``idx [B]``, ``new [B,
+    *W]``) of ``slot_axis``, row ``b`` of ``row_axis`` getting ``new[b]``; ``fixed`` maps other
+    axes to one index each (a layer); ``W``: the remaining axes of ``x`` in order. Writes past the
+    end are dropped.
+
+    The same values as ``x.at[..., rows, ..., idx].set(new)`` with ``rows`` an ``arange``, as one
+    scatter whose row axis is a batch axis (``operand_batching_dims``), which XLA's SPMD
+    partitioner keeps on the devices that hold the rows. With explicit row indices it all-gathers
+    every row's update onto every device: one collective per write, per layer and per decode step
+    on a sampler whose rows are split over devices. (A ``vmap`` of the write gives the same batch
+    axis, but moves it to the front: a copy of the whole cache where it is not there already.)
     """
-
-    def one(x_row, idx_row, new_row):
-        at = (slice(None),) * slot_axis + (idx_row,)
-        if jnp.ndim(idx_row):  # new_row [T, ...]: the T axis where the indexed axis was
-            new_row = jnp.moveaxis(new_row, 0, slot_axis)
-        return x_row.at[at].set(new_row.astype(x.dtype), mode="drop")
-
-    return jax.vmap(one)(x, idx, new)
+    fixed = dict(fixed or {})
+    one = idx.ndim == 1
+    idx, new = (idx[:, None], new[:, None]) if one else (idx, new)
+    cols = [jnp.broadcast_to(jnp.asarray(v, jnp.int32), idx.shape) for v in fixed.values()]
+    indices = jnp.stack([*cols, idx.astype(jnp.int32)], axis=-1)  # [B, T, n]
+    indexed = (*fixed, slot_axis)
+    windows = [a for a in range(x.ndim) if a not in indexed and a != row_axis]
+    dims = jax.lax.ScatterDimensionNumbers(
+        update_window_dims=tuple(range(2, 2 + len(windows))),
+        inserted_window_dims=tuple(sorted(indexed)),
+        scatter_dims_to_operand_dims=indexed,
+        operand_batching_dims=(row_axis,),
+        scatter_indices_batching_dims=(0,),
+    )
+    mode = jax.lax.GatherScatterMode.FILL_OR_DROP
+    return jax.lax.scatter(x, indices, new.astype(x.dtype), dims, mode=mode)

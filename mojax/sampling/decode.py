@@ -157,8 +157,8 @@ def _decode(model, s: SamplingState, params: SamplingParams, caps: tuple[int, ..
     for cap in caps:
         part = s.replace(cache=state_lib.truncate_cache(s.cache, cap))
 
-        def cond(x, cap=cap):
-            return jnp.any(~x.done) & (x.cache.end[0] < cap)
+        def cond(x, cap=cap):  # every row's end is the same (each step writes one slot in all)
+            return jnp.any(~x.done & (x.cache.end < cap))  # one reduction over rows
 
         part = jax.lax.while_loop(cond, step, part)
         s = _constrain_rows(part.replace(cache=state_lib.write_back_cache(s.cache, part.cache)))
