@@ -154,14 +154,15 @@ def compile_cache_env(default_dir) -> dict[str, str]:
     }
 
 
-def cluster_tail(text: str, lines: int = 25) -> str:
+def cluster_tail(text: str, lines: int = 40, width: int = 300) -> str:
     """The last ``lines`` lines of each process of a ``launch/local_cluster.py`` run's output
-    (``[i] ...``) and the launcher's own (which process failed, and how): a failure message that
-    shows the process that died, not only the one that timed out waiting for it."""
+    (``[i] ...``, each cut at ``width`` characters) and the launcher's own (which process failed,
+    and how): a failure message that shows the process that died, not only the one that timed
+    out waiting for it."""
     groups: dict[str, list[str]] = {}
     for line in text.splitlines():
         tag = line.split(" ", 1)[0] if line.startswith("[") else "[?]"
-        groups.setdefault(tag, []).append(line)
+        groups.setdefault(tag, []).append(line[:width])
     return "\n".join("\n".join(g[-lines:]) for _, g in sorted(groups.items()))
 
 

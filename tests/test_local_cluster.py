@@ -46,3 +46,17 @@ def test_an_exit_code_is_passed_on_and_success_is_quiet():
     p = _launch("print('hi')", n=3)
     assert p.returncode == 0 and "[launcher]" not in p.stdout
     assert sorted(p.stdout.splitlines()) == ["[0] hi", "[1] hi", "[2] hi"]
+
+
+def test_a_failure_message_keeps_every_process_s_last_lines():
+    from mojax_test_utils import cluster_tail
+
+    out = "\n".join([f"[0] a{i}" for i in range(50)] + ["[1] died", "[launcher] process 1 ..."])
+    tail = cluster_tail(out + "\n" + "\n".join(f"[0] b{i}" for i in range(50)), lines=3)
+    assert tail.splitlines() == [
+        "[0] b47",
+        "[0] b48",
+        "[0] b49",
+        "[1] died",
+        "[launcher] process 1 ...",
+    ]
