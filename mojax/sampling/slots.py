@@ -216,13 +216,18 @@ def segment(
 
     def cond(x):
         running = ~x.done
-        room = jnp.max(jnp.where(running, x.cache.end, 0)) < cap
-        freed = jnp.sum(x.done & ~done0, dtype=jnp.int32)
+        # one sum over the slots (one collective where they are split over devices): the running
+        # slots, those of them without room for another token, and the slots freed in the segment
+        counts = jnp.sum(
+            jnp.stack([running, running & (x.cache.end >= cap), x.done & ~done0], axis=-1),
+            axis=0,
+            dtype=jnp.int32,
+        )
         return (
-            jnp.any(running)
-            & room
+            (counts[0] > 0)
+            & (counts[1] == 0)
             & (x.step - step0 < budget)
-            & ~((refill > 0) & (freed >= refill))
+            & ~((refill > 0) & (counts[2] >= refill))
         )
 
     part = jax.lax.while_loop(cond, step, part)

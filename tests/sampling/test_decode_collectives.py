@@ -6,8 +6,8 @@ partitioner all-gathered every row's update onto every device: one collective pe
 layer and per decode step (27 per step for a 4-layer model on 2 devices, measured 2026-12-04),
 paid as latency on a GPU/TPU sampler and, between processes on the CPU, a gloo collective each.
 
-Runs in a 2-device child process: the compiled ``generate`` and ``append_and_continue`` programs on
-a ("data", "fsdp", "tensor") = (2, 1, 1) mesh; a collective whose op name lies in ``while/body``
+Runs in a 2-device child process: the compiled ``generate`` and ``append_and_continue`` programs,
+and the continuous sampler's decode segment, on a ("data", "fsdp", "tensor") = (2, 1, 1) mesh; a collective whose op name lies in ``while/body``
 fails the test, and the loop condition takes one reduction (whether any row still runs).
 """
 
@@ -75,7 +75,29 @@ def decode_collectives(layout: str):
     for name, (fn, args, kwargs) in calls.items():
         with decode._mesh_context(mesh):
             counts[name] = _loop_collectives(fn.lower(*args, **kwargs).compile().as_text())
+    counts["segment"] = _segment_collectives(model, mesh, tokens)
     return counts
+
+
+def _segment_collectives(model, mesh, tokens):
+    """The collectives of the continuous sampler's decode segment (4 slots over the 2 devices)."""
+    import jax
+
+    from mojax.sampling import continuous, slots
+
+    seen, segment = [], slots.segment
+
+    def recording(m, s, *args, **kwargs):
+        if not seen:
+            seen.append(_loop_collectives(segment.lower(m, s, *args, **kwargs).compile().as_text()))
+        return segment(m, s, *args, **kwargs)
+
+    slots.segment = recording
+    sampler = continuous.ContinuousSampler.of(model, slots=4, mesh=mesh)
+    sampler.generate(tokens, prompt_lengths=np.array([12, 5]), key=jax.random.key(1),
+                     max_new_tokens=6, num_samples=2, temperature=1.0, stop_token_ids=(7,),
+                     max_response_len=24, max_total_len=48)  # fmt: skip
+    return seen[0]
 
 
 @pytest.mark.parametrize("layout", ["cpu", "portable"])
@@ -83,7 +105,7 @@ def test_the_decode_loop_of_rows_split_over_devices_has_no_collectives(layout):
     from conftest import run_with_devices
 
     counts = run_with_devices(decode_collectives, layout, devices=2)
-    assert set(counts) == {"generate", "continue"}, counts
+    assert set(counts) == {"generate", "continue", "segment"}, counts
     for name, where in counts.items():
         assert where["body"] == 0, (name, where)
         assert where["cond"] == 1, (name, where)  # the loop's "any row still running"
