@@ -14,7 +14,9 @@ Sides ``mojax-rows`` / ``mojax-batch``: the same with ``ppo.logprob_compact = "r
 16 positions per row) / ``"batch"`` (chunks of 1024 positions over the batch; ``--compact_chunk``
 overrides either): only the loss positions are projected onto the vocabulary. A ``-fused`` suffix
 (``mojax-fused``, ``mojax-batch-fused``): each layer's q/k/v and gate/up products fused in the
-sampler's decode loop (``Layouts.fuse_decode_projections``, ``mojax.models.fused``).
+sampler's decode loop (``Layouts.fuse_decode_projections``, ``mojax.models.fused``). A ``-kept``
+suffix (``mojax-batch-kept``): ``ppo.logprob_remat = False``, the update's backward reuses the
+forward's logits chunks instead of recomputing them (one head matmul fewer per chunk).
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ def main(args) -> None:
     micro = args.micro_rows * total_len if args.micro_rows else None  # rows x T per micro-batch
     ppo = learner.PPOConfig(clip_low=0.2, clip_high=0.2, agg="token-mean", microbatch_tokens=micro,
                             shuffle=False, log_entropy=False, logprob_chunk=chunk,
-                            logprob_compact=compact)  # fmt: skip
+                            logprob_compact=compact,
+                            logprob_remat="kept" not in options)  # fmt: skip
     train_step = learner.make_train_step(config, tx, ppo, mesh)
     state = learner.create_train_state(config, tx, seed=0, mesh=mesh, params=model.params)
     timer = StepTimer()
@@ -101,4 +104,5 @@ def main(args) -> None:
                   compiles=float(train_step.trace_count - traces))  # fmt: skip
     _harness.emit(timer.result(args.warmup, side=args.worker, devices=str(jax.devices()[0]),
                                logprob_chunk=chunk or 0, micro_rows=args.micro_rows,
-                               draw=args.mojax_draw))  # fmt: skip
+                               draw=args.mojax_draw,
+                               logprob_remat="kept" not in options))  # fmt: skip

@@ -134,7 +134,8 @@ def parse(argv=None):
         "--sides",
         default=",".join(SIDES),
         help="of mojax, trl, tunix and mojax-rows / mojax-batch (mojax with ppo.logprob_compact); "
-        "a -fused suffix fuses q/k/v and gate/up (mojax-fused, mojax-batch-fused)",
+        "a -fused suffix fuses q/k/v and gate/up (mojax-fused, mojax-batch-fused); a -kept suffix "
+        "keeps the logits chunks for the backward (ppo.logprob_remat=False: mojax-batch-kept)",
     )
     ap.add_argument("--compact_chunk", type=int, default=0, help="mojax-rows/-batch: logprob_chunk")
     ap.add_argument(

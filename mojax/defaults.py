@@ -190,6 +190,7 @@ def _ppo() -> ml_collections.ConfigDict:
         shuffle=True,
         logprob_chunk=_optional(None, int),
         logprob_compact="off",
+        logprob_remat=True,
         log_entropy=True,
         ratio_level="token",
         num_seqs=_optional(None, int),

@@ -53,6 +53,9 @@ class PPOConfig:
         onto the vocabulary; ``"batch"``: gather all rows' loss positions together (fewest chunks;
         the gather crosses devices on a batch-sharded mesh); ``"off"`` (needs ``logprob_chunk``
         otherwise; ``mojax.learner.logprobs``).
+      logprob_remat: with ``logprob_chunk``, the backward pass recomputes each chunk's logits
+        (memory: one ``[rows, chunk, V]`` chunk); ``False`` keeps every chunk's fp32 logits from
+        the forward and skips that matmul (a third of the projection's FLOPs; memory: all chunks).
       log_entropy: compute the per-token entropy for metrics even without a bonus.
       ratio_level: ``"token"`` (PPO) or ``"sequence"`` (AWPO Eq. 30: one importance ratio per
         response; with ``agg="seq-mean-token-mean"`` the loss is the paper's 1/(GK) mean).
@@ -91,6 +94,11 @@ class PPOConfig:
         "off",
         help='project only the loss positions onto the vocabulary, in chunks of logprob_chunk: "off" '
         '| "rows" (gathered per row) | "batch" (gathered over the batch: fewest chunks)',
+    )
+    logprob_remat: bool = option(
+        True,
+        help="recompute each vocabulary chunk's logits in the backward (False: keep them all from "
+        "the forward, one matmul fewer per chunk, memory of every chunk's fp32 logits)",
     )
     log_entropy: bool = option(True, help="compute the per-token entropy for metrics")
     ratio_level: str = option("token", help='"token" (PPO) | "sequence" (AWPO Eq. 30)')
@@ -282,6 +290,7 @@ def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = 
             vocab_sharded=vocab_sharded,
             need=x["loss_mask"] > 0,
             compact=cfg.logprob_compact,
+            remat_chunks=cfg.logprob_remat,
             **{k: x[k] for k in _MODEL_EXTRAS if k in x},
         )
         adv = x["advantages"]

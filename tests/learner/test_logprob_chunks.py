@@ -14,7 +14,8 @@ B, T = 3, 17
 
 @pytest.mark.parametrize("tie", [True, False])
 @pytest.mark.parametrize("skip", [False, True])
-def test_chunked_values_and_grads_equal_unchunked(tie, skip):
+@pytest.mark.parametrize("remat", [True, False])
+def test_chunked_values_and_grads_equal_unchunked(tie, skip, remat):
     cfg = models.get_variant("tiny-qwen3", vocab_size=97, tie_word_embeddings=tie)
     params = models.init_params(cfg, jax.random.key(0))
     tokens = jax.random.randint(jax.random.key(1), (B, T), 0, 97)
@@ -25,7 +26,7 @@ def test_chunked_values_and_grads_equal_unchunked(tie, skip):
     def loss(p, chunk):
         lp, ent = learner.token_logprobs(
             cfg, p, tokens, chunk_size=chunk, with_entropy=True,
-            need=jnp.asarray(need) if skip else None,
+            need=jnp.asarray(need) if skip else None, remat_chunks=remat,
         )  # fmt: skip
         m = jnp.asarray(need)
         return jnp.sum(jnp.where(m, w[0] * lp + w[1] * ent, 0.0)), (lp, ent)
@@ -57,7 +58,8 @@ def test_backward_holds_one_head_gradient():
 
 @pytest.mark.parametrize("tie", [True, False])
 @pytest.mark.parametrize("chunk,mode", [(3, "rows"), (4, "batch"), (32, "rows"), (64, "batch")])
-def test_compact_values_and_grads_equal_unchunked(tie, chunk, mode):
+@pytest.mark.parametrize("remat", [True, False])
+def test_compact_values_and_grads_equal_unchunked(tie, chunk, mode, remat):
     """``compact``: each row's (or the batch's) loss positions (different per row, in several
     runs as in packed rows) gathered to the front and projected; the values and gradients of a
     loss on them equal the unchunked projection's, and the positions outside ``need`` get 0."""
@@ -73,7 +75,7 @@ def test_compact_values_and_grads_equal_unchunked(tie, chunk, mode):
     def loss(p, compact):
         lp, ent = learner.token_logprobs(
             cfg, p, tokens, chunk_size=chunk if compact else None, with_entropy=True,
-            need=jnp.asarray(need), compact=mode if compact else "off",
+            need=jnp.asarray(need), compact=mode if compact else "off", remat_chunks=remat,
         )  # fmt: skip
         m = jnp.asarray(need)
         return jnp.sum(jnp.where(m, w[0] * lp + w[1] * ent, 0.0)), (lp, ent)
@@ -123,3 +125,29 @@ def test_compact_projects_only_the_chunks_needed(monkeypatch):
     for m in ("rows", "batch"):
         np.testing.assert_allclose(np.where(need, out[m], 0), np.where(need, out["off"], 0),
                                    atol=1e-5)  # fmt: skip
+
+
+def test_kept_logits_skip_one_head_matmul():
+    """``remat_chunks=False``: the compiled value-and-gradient has one logits-shaped product
+    ``[B Tc, E] x [E, V]`` (the forward's), against two with recomputed chunks (the forward's and
+    the backward's recomputation; the backward's d_head and d_hidden products have other shapes),
+    and it keeps the chunks' logits (more temporary memory)."""
+    cfg = models.get_variant("tiny-qwen3", vocab_size=4096, num_layers=1)
+    params = models.param_shapes(cfg)
+    tokens = jax.ShapeDtypeStruct((2, 64), jnp.int32)
+
+    def compiled(remat):
+        def loss(p, t):
+            return jnp.sum(learner.token_logprobs(cfg, p, t, chunk_size=32, remat_chunks=remat)[0])
+
+        return jax.jit(jax.value_and_grad(loss)).lower(params, tokens).compile()
+
+    def logits_products(c):
+        return sum(" dot(" in line and "f32[64,4096]" in line for line in c.as_text().splitlines())
+
+    kept, recomputed = compiled(False), compiled(True)
+    assert (logits_products(recomputed), logits_products(kept)) == (2, 1)
+    logits = 2 * 64 * 4096 * 4  # [B, T, V] fp32: both chunks kept
+    assert kept.memory_analysis().temp_size_in_bytes >= (
+        recomputed.memory_analysis().temp_size_in_bytes + logits // 2
+    )

@@ -253,12 +253,16 @@ def test_sft_step_loss_is_torch_cross_entropy(hf_and_model, mesh):
     assert losses[2] < losses[0] and int(state.step) == 3 and sft.trace_count == 1
 
 
-@pytest.mark.parametrize("packed,mode", [(False, "rows"), (True, "rows"), (True, "batch")])
-def test_compact_logprobs_leave_the_ppo_gradient_unchanged(hf_and_model, mesh, packed, mode):
+@pytest.mark.parametrize(
+    "packed,mode,remat",
+    [(False, "rows", True), (True, "rows", True), (True, "batch", True), (True, "batch", False)],
+)
+def test_compact_logprobs_leave_the_ppo_gradient_unchanged(hf_and_model, mesh, packed, mode, remat):
     """``ppo.logprob_compact`` (loss positions gathered per row, projected in chunks of 3) gives
     the loss, metrics and gradient of the plain whole-sequence projection, on right-padded rows
-    and on packed rows (several sequences per row). Tolerance as in the accumulation test: the
-    projections differ only by matmul blocking (observed ~1e-7 of the scale)."""
+    and on packed rows (several sequences per row), with the chunks' logits recomputed in the
+    backward or kept from the forward (``ppo.logprob_remat``). Tolerance as in the accumulation
+    test: the projections differ only by matmul blocking (observed ~1e-7 of the scale)."""
     from mojax.learner import packing
 
     _, model = hf_and_model
@@ -268,7 +272,7 @@ def test_compact_logprobs_leave_the_ppo_gradient_unchanged(hf_and_model, mesh, p
         batch = packing.pack_batch(batch, width=2 * T)
     kw = dict(agg="seq-mean-token-mean", entropy_coef=0.01, shuffle=False)
     plain = learner.PPOConfig(**kw)
-    compact = learner.PPOConfig(logprob_chunk=3, logprob_compact=mode, **kw)
+    compact = learner.PPOConfig(logprob_chunk=3, logprob_compact=mode, logprob_remat=remat, **kw)
     g1, m1 = learner.make_grad_fn(model.config, plain, mesh)(model.params, batch)
     g2, m2 = learner.make_grad_fn(model.config, compact, mesh)(model.params, batch)
     for k in ("loss", "pg_loss", "entropy", "ratio_mean", "tokens"):
