@@ -1,4 +1,4 @@
-"""``benchmarks/update_profile.py`` reads each product fusion's shapes and FLOPs from the compiled
+"""``benchmarks/rl_step_profile.py`` reads each product fusion's shapes and FLOPs from the compiled
 HLO: checked against ``2 M N K`` of two products written here (one with a transposed operand)."""
 
 import os
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks"))
 
-from update_profile import fusion_products  # noqa: E402
+from rl_step_profile import fusion_products  # noqa: E402
 
 
 def test_fusion_products_count_2mnk():

@@ -1,19 +1,26 @@
-"""Where the CPU time of mojax's PPO update goes: its XLA thunks, read from a profiler trace.
+"""Where the CPU time of mojax's GRPO step goes: its XLA thunks, read from a profiler trace.
 
-The update of ``benchmarks/rl_step_peers.py``'s ``mojax-batch`` side at its default shape (33.6M
-Qwen3, vocab 16384, 128 rows x T = 112, 64 loss positions per row, 16-row micro-batches, the
-compacted vocabulary projection in chunks of 1024; ``--kept`` sets ``ppo.logprob_remat=False``)
-on random tokens. One step compiles, one is timed untraced, one is traced with ``jax.profiler``;
-the thunks on XLA's threads are read back (``gpu_profile.kernel_events``). Printed: the wall time,
-the busy time (union of the thunks), the time by thunk name, and, for the matrix-product fusions,
-the time, calls and FLOP rate of each product shape (operand shapes from the compiled HLO).
+The two parts of ``benchmarks/rl_step_peers.py``'s ``mojax-batch`` side at its default shape
+(33.6M Qwen3, vocab 16384, 16 prompts of 16..48 tokens x 8 samples, 64 new tokens), random
+weights and tokens:
+
+* ``--part update``: the PPO update (128 rows x T = 112, 64 loss positions per row, 16-row
+  micro-batches, the compacted vocabulary projection in chunks of 1024; ``--kept`` sets
+  ``ppo.logprob_remat=False``);
+* ``--part generate``: the sampler's call (``mojax.sampling.generate``, temperature 1, shared
+  prefill).
+
+One call compiles, one is timed untraced, one is traced with ``jax.profiler``; the thunks on XLA's
+threads are read back (``gpu_profile.kernel_events``). Printed: the untraced time, the busy time
+(union of the thunks), the time by thunk name and, for the update, the time, calls and FLOP rate
+of each matrix-product shape (operand shapes from the compiled HLO).
 
 A profile, not a comparison: one process, nothing alternates. Thunks on XLA CPU can run
 concurrently on the thread pool (independent products of a backward step), so a product's rate is
 a lower bound on what it gets alone::
 
-    python benchmarks/update_profile.py            # ~1.5 minutes
-    python benchmarks/update_profile.py --kept
+    python benchmarks/rl_step_profile.py                    # the update, ~1.5 minutes
+    python benchmarks/rl_step_profile.py --part generate    # ~1 minute
 """
 
 from __future__ import annotations
@@ -73,63 +80,99 @@ def fusion_products(hlo: str) -> dict[str, tuple[str, float]]:
     return out
 
 
-def build(kept: bool):
-    """The jitted update, its state and batch at the ``rl_step_peers`` shape."""
-    from mojax import learner, models
-    from mojax import sharding as shl
+def _config():
+    from mojax import models
 
-    cfg = models.get_variant(
+    return models.get_variant(
         "tiny-qwen3", vocab_size=16384, hidden_size=512, intermediate_size=1536, num_layers=8,
         num_heads=8, num_kv_heads=4, head_dim=64, tie_word_embeddings=True,
     )  # fmt: skip
+
+
+def build_update(kept: bool):
+    """``(call, compiled HLO text)`` of the jitted update at the ``rl_step_peers`` shape."""
+    import jax
+
+    from mojax import learner
+    from mojax import sharding as shl
+
+    cfg = _config()
     mesh = shl.make_mesh(1, 1, 1)
     tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=1e-6, weight_decay=0.0))
     b, t = 128, 112
     ppo = learner.PPOConfig(microbatch_tokens=16 * t, shuffle=False, log_entropy=False,
                             logprob_chunk=1024, logprob_compact="batch", logprob_remat=not kept)  # fmt: skip
     step = learner.make_train_step(cfg, tx, ppo, mesh)
-    state = learner.create_train_state(cfg, tx, seed=0, mesh=mesh)
+    box = [learner.create_train_state(cfg, tx, seed=0, mesh=mesh)]  # the state, donated per call
     rng = np.random.default_rng(0)
     batch = dict(tokens=rng.integers(0, 16384, (b, t)).astype(np.int32),
                  loss_mask=np.zeros((b, t), np.float32), old_logprobs=np.full((b, t), -9.7, np.float32),
                  advantages=rng.normal(size=(b,)).astype(np.float32))  # fmt: skip
     batch["loss_mask"][:, 48:] = 1.0
-    return step, state, batch
+    checked = step.check_batch(batch)
+    hlo = step.jitted(checked).lower(box[0], checked).compile().as_text()
+
+    def call():
+        box[0], metrics = step(box[0], batch)
+        jax.block_until_ready(metrics)
+
+    return call, hlo
+
+
+def build_generate():
+    """``(call, None)`` of the sampler's call at the ``rl_step_peers`` shape."""
+    import jax
+
+    import mojax.models as mm
+    import mojax.sampling as ms
+
+    cfg = _config()
+    model = mm.QwenModel(cfg, mm.init_params(cfg, jax.random.key(0)))
+    rng = np.random.RandomState(0)
+    lengths = rng.randint(16, 49, 16).astype(np.int32)
+    tokens = np.zeros((16, 48), np.int32)
+    for i, n in enumerate(lengths):
+        tokens[i, :n] = rng.randint(2, 16384, n)
+
+    def call():
+        out = ms.generate(model, tokens, prompt_lengths=lengths, key=jax.random.key(0),
+                          max_new_tokens=64, num_samples=8, stop_token_ids=[], temperature=1.0)  # fmt: skip
+        jax.block_until_ready(out.tokens)
+
+    return call, None
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kept", action="store_true", help="ppo.logprob_remat=False")
+    ap.add_argument("--part", choices=("update", "generate"), default="update")
+    ap.add_argument("--kept", action="store_true", help="update: ppo.logprob_remat=False")
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args(argv)
     import jax
 
     print(_harness.machine_info())
-    step, state, batch = build(args.kept)
-    state, m = step(state, batch)
-    jax.block_until_ready(m)  # compiles
+    call, hlo = build_update(args.kept) if args.part == "update" else build_generate()
+    call()  # compiles
     t0 = time.perf_counter()
-    state, m = step(state, batch)
-    jax.block_until_ready(m)
-    print(f"update, untraced: {time.perf_counter() - t0:.2f} s")
+    call()
+    print(f"{args.part}, untraced: {time.perf_counter() - t0:.2f} s")
     with tempfile.TemporaryDirectory() as d:
         with jax.profiler.trace(d):
-            state, m = step(state, batch)
-            jax.block_until_ready(m)
-        events, _ = kernel_events(
-            glob.glob(os.path.join(d, "**", "*.xplane.pb"), recursive=True)[0]
-        )
-    report(events, step, state, batch, args.top)
+            call()
+        paths = glob.glob(os.path.join(d, "**", "*.xplane.pb"), recursive=True)
+        events, _ = kernel_events(paths[0])
+    report(events, hlo, args.top)
 
 
-def report(events, step, state, batch, top: int) -> None:
-    """Prints the busy time, the top thunk names and the product fusions by shape."""
+def report(events, hlo: str | None, top: int) -> None:
+    """Prints the busy time, the top thunk names and (with ``hlo``) the product fusions by shape."""
     s = summarise(events)
     print(f"traced: busy {s['busy'] / 1e9:.2f} s (union of the thunks)")
-    for name in sorted(s["by_name"], key=lambda k: -s["by_name"][k])[:6]:
+    for name in sorted(s["by_name"], key=lambda k: -s["by_name"][k])[:top]:
         print(f"  {name:45s} {s['by_name'][name] / 1e9:7.2f} s  {s['n_name'][name]:6d} thunks")
-    b = step.check_batch(batch)
-    products = fusion_products(step.jitted(b).lower(state, b).compile().as_text())
+    if hlo is None:
+        return
+    products = fusion_products(hlo)
     by_shape = collections.defaultdict(lambda: [0.0, 0, 0.0])
     for name, _, dur in events:
         if name in products:
