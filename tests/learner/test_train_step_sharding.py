@@ -7,7 +7,9 @@ initialised with one device in this process), which returns its measurements as 
 
 Each factorization (2,2,2), (8,1,1), (1,1,8), (2,4,1) runs one PPO update (KL term, AWPO
 ``clip_eps``, 2 micro-batches) with SGD(lr=1), so the new params are ``params − grads`` and the
-gradient is compared through them; then the production path (AdamW + clipping, 2 shuffled mini-batches
+gradient is compared through them; (2,2,2) and (1,1,8) again with the vocabulary projected in
+compacted chunks whose logits the backward reuses (``ppo.logprob_remat=False``), against the same
+unchunked 1-device step; then the production path (AdamW + clipping, 2 shuffled mini-batches
 x 2 micro-batches) runs on (2,2,2) against one device.
 
 Tolerances (fp32; sharding only reorders sums): loss and metrics ``rtol 1e-5``; gradients (= the SGD
@@ -26,6 +28,7 @@ import pytest
 def sharded_step_run(workdir: str) -> dict:
     """In the 8-device child: the PPO step on every factorization vs 1 device, checkpoints across
     meshes and offloaded reference log-probs; returns the tolerances reached."""
+    import dataclasses
     import time
 
     import jax
@@ -64,11 +67,14 @@ def sharded_step_run(workdir: str) -> dict:
     tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=1e-3, max_grad_norm=1.0))
     params0 = jax.device_get(init_params(cfg, jax.random.PRNGKey(1)))
 
-    def run(shape, adamw):
+    # the chunked vocabulary projection with its logits kept for the backward (ppo.logprob_remat)
+    kept = dataclasses.replace(one, logprob_chunk=4, logprob_compact="rows", logprob_remat=False)
+
+    def run(shape, adamw, pcfg=None):
         devices = jax.devices()[:1] if shape == (1, 1, 1) else None
         mesh = shl.make_mesh(*shape, devices=devices)
         t0 = time.time()
-        opt, pcfg = (tx, ppo) if adamw else (sgd, one)
+        opt, pcfg = (tx, ppo) if adamw else (sgd, pcfg or one)
         state = learner.create_train_state(cfg, opt, seed=0, mesh=mesh, params=params0)
         state, m = learner.make_train_step(cfg, opt, pcfg, mesh)(state, batch)
         if shape == (2, 2, 2) and adamw:
@@ -115,6 +121,8 @@ def sharded_step_run(workdir: str) -> dict:
     report = {}
     for shape in [(2, 2, 2), (8, 1, 1), (1, 1, 8), (2, 4, 1)]:
         report[str(shape)] = compare(ref, run(shape, adamw=False), keys)
+    for shape in [(2, 2, 2), (1, 1, 8)]:  # data + fsdp + tensor; the vocabulary split 8 ways
+        report[f"kept logits {shape}"] = compare(ref, run(shape, adamw=False, pcfg=kept), keys)
     ref_adam = run((1, 1, 1), adamw=True)
     report["adamw"] = compare(ref_adam, run((2, 2, 2), adamw=True), keys)
     result = {"report": report}
@@ -169,7 +177,8 @@ def sharded_run(tmp_path_factory):
 def test_sharded_step_equals_one_device(sharded_run):
     report = sharded_run["report"]
     print(json.dumps(report, indent=1))  # the tolerances reached (pytest -s)
-    assert set(report) == {"(2, 2, 2)", "(8, 1, 1)", "(1, 1, 8)", "(2, 4, 1)", "adamw"}
+    meshes = {"(2, 2, 2)", "(8, 1, 1)", "(1, 1, 8)", "(2, 4, 1)"}
+    assert set(report) == meshes | {"kept logits (2, 2, 2)", "kept logits (1, 1, 8)", "adamw"}
     for shape, r in report.items():
         assert r["loss"] <= 1e-5 and r["metrics"] <= 1e-5, (shape, r)
         if shape != "adamw":
