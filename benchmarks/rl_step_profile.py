@@ -67,16 +67,17 @@ def fusion_products(hlo: str) -> dict[str, tuple[str, float]]:
         params = dict(m.groups() for m in map(_PARAM.match, body) if m)
         for m in filter(None, map(_DOT.search, body)):
             res, a, b, dims = m.groups()
-            lhs, contract = (
-                _dims(params.get(a, "")),
-                re.search(r"lhs_contracting_dims=\{([\d,]*)", dims),
-            )
+            lhs = _dims(params.get(a, ""))
+            contract = re.search(r"lhs_contracting_dims=\{([\d,]*)", dims).group(1)
             k = 1
-            for i in filter(None, contract.group(1).split(",")):
+            for i in filter(None, contract.split(",")):
                 k *= lhs[int(i)] if int(i) < len(lhs) else 0
             flops = 2.0 * k * float(np.prod(_dims(res)))
             desc = f"{params.get(a, a).split('{')[0]} x {params.get(b, b).split('{')[0]} -> {res.split('{')[0]}"
-            out[name] = (f"{desc} ({dims.split(', rhs_batch')[0]})", flops)
+            desc = f"{desc} ({dims.split(', rhs_batch')[0]})"
+            if name in out:  # a fusion of several products: one entry, the FLOPs summed
+                desc, flops = f"{out[name][0]}; {desc}", out[name][1] + flops
+            out[name] = (desc, flops)
     return out
 
 
