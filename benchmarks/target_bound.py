@@ -51,7 +51,7 @@ import _harness  # noqa: E402
 SAMPLER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sampler.py")
 
 #: name -> (shape, prompts, samples, new tokens, temperature, target), as docs/performance.md
-#: section 2 measured them (prompt lengths 12..48 from sampler.make_prompts)
+#: section 5f lists them (prompt lengths 12..48 from sampler.make_prompts)
 CASES = {
     "small-16x1-greedy": ("small-qwen3", 16, 1, 64, 0.0, 5.0),
     "small-128x1-greedy": ("small-qwen3", 128, 1, 64, 0.0, 5.0),

@@ -121,9 +121,10 @@ def test_sums_match_step_by_step_loops(samples, new_tokens):
 
 
 def test_rl_step_count_is_below_the_peers_padded_counts():
-    """docs/performance.md section 5e counted 2.44 TFLOP for TRL's padded update (rows of the
-    longest prompt + completion, head on the completion); the bound packs nothing in and pads
-    nothing, so it must be below that and above the same rows without attention."""
+    """benchmarks/logs/HISTORY.md (docs/performance.md section 5e until 2026-12-06) counted
+    2.44 TFLOP for TRL's padded update (rows of the longest prompt + completion, head on the
+    completion); the bound packs nothing in and pads nothing, so it must be below that and above
+    the same rows without attention."""
     gen, upd = target_bound.rl_step_flops()
     assert 2.0e12 < upd < 2.44e12
     assert 0.5e12 < gen < 0.7e12

@@ -1,12 +1,13 @@
 """Fused projections for the decode loop: one matmul for q/k/v and one for gate/up.
 
 A GPU decode step at small batch is a chain of many small kernels that each run far below the
-memory bandwidth (``docs/performance.md`` section 6: ~430 kernels per step of qwen2.5-0.5b on an
-H200, the GPU busy the whole step). Each layer's q, k and v products read the same input, and so
-do its gate and up products; concatenated along their outputs they are one wider product each,
-which XLA runs nearer the bandwidth (0.5B batch 1 -19%, 1.5B batch 64 -7%). The
-values are the same products (each output column's reduction is over the same E inputs), so up to
-the matmul library's choice of blocking for the wider product they equal the separate ones.
+memory bandwidth (``docs/performance.md`` section 6, the profile in ``benchmarks/logs/HISTORY.md``:
+~430 kernels per step of qwen2.5-0.5b on an H200, the GPU busy the whole step). Each layer's q,
+k and v products read the same input, and so do its gate and up products; concatenated along
+their outputs they are one wider product each, which XLA runs nearer the bandwidth (0.5B batch 1
+-19%, 1.5B batch 64 -7%). The values are the same products (each output column's reduction is
+over the same E inputs), so up to the matmul library's choice of blocking for the wider product
+they equal the separate ones.
 
 :func:`fuse_projections` rewrites the params once, before a decode loop (inside its jit, or once
 per weight update for the continuous sampler; the static sampler's jit fuses again on each

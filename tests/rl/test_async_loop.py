@@ -89,7 +89,7 @@ def test_pipeline_with_staleness_0_is_the_synchronous_loop_bitwise(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.full  # ~10 min (4 and 8 forced devices); not in CI (README "Development")
+@pytest.mark.full  # ~10 min (4 and 8 forced devices); not in CI (docs/development.md)
 def test_own_sampler_mesh_with_staleness_0_equals_the_learner_alone(tmp_path):
     """8 devices, the sampler on 4 of them (``mesh.sampler=4``; weights copied to its mesh after
     every update) against 4 devices where the sampler shares the learner's mesh: the same learner
