@@ -166,6 +166,18 @@ def two_stage_bootstrap(
 
     Draws, per chunk of ``chunk`` resamples: the seed indices, then uniforms picking problems."""
     data = [np.asarray(x, np.float64).ravel() for x in per_seed]
+    means = two_stage_bootstrap_draws(data, reps, seed, chunk)
+    estimate = float(np.mean([x.mean() for x in data]))
+    return _percentile(means, estimate, sum(x.size for x in data), level)
+
+
+def two_stage_bootstrap_draws(
+    per_seed: Sequence[Sequence[float]], reps: int = 10_000, seed: int = 0, chunk: int = 1000
+) -> np.ndarray:
+    """The ``reps`` resampled statistics of :func:`two_stage_bootstrap` (its draws, per chunk of
+    ``chunk`` resamples: the seed indices ``[r, S]``, then uniforms ``[r, S, max n_s]`` whose first
+    ``n_s`` pick the problems of a drawn seed ``s``)."""
+    data = [np.asarray(x, np.float64).ravel() for x in per_seed]
     if len(data) < 2 or any(x.size < 1 for x in data):
         sizes = [x.size for x in data]
         raise ValueError(
@@ -183,11 +195,9 @@ def two_stage_bootstrap(
         seeds = rng.integers(0, len(data), (r, len(data)))  # [r, S]
         n = sizes[seeds][..., None]  # [r, S, 1]
         picks = np.minimum((rng.random((r, len(data), width)) * n).astype(np.int64), n - 1)
-        mask = np.arange(width) < n
-        vals = np.where(mask, table[seeds[..., None], picks], 0.0)
+        vals = np.where(np.arange(width) < n, table[seeds[..., None], picks], 0.0)
         means[start : start + r] = (vals.sum(-1) / n[..., 0]).mean(-1)
-    estimate = float(np.mean([x.mean() for x in data]))
-    return _percentile(means, estimate, int(sizes.sum()), level)
+    return means
 
 
 # ------------------------------------------------------------------------------------ Holm
