@@ -14,7 +14,7 @@ and the held-out samples of its first and last evaluation (``eval/<step>.jsonl``
 copied into ``docs/results/<claim>/cells/<arm>/s<seed>/``; the page is generated from those files
 alone (:func:`report`), so anyone can re-derive it.
 
-Statistics (``mojax.stats``, ``docs/methods.md`` "Comparing runs"): each comparison is paired by
+Statistics (``mojax.stats``, ``docs/statistics.md``): each comparison is paired by
 seed (cell ``s`` of both arms shares seed ``s``'s warm start), with a t test (two-sided; a
 comparison declared with a ``margin`` is a one-sided non-inferiority test, "not worse by more than
 ``margin``"); eval measures are also paired by problem within each seed, with a two-stage bootstrap

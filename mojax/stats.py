@@ -3,7 +3,7 @@ the non-inferiority test with a stated margin), the one- and two-stage bootstrap
 difference, and Holm's step-down correction over a family of comparisons with intervals at the
 level each verdict used.
 
-Conventions (``docs/methods.md``, "Comparing runs"):
+Conventions (``docs/statistics.md``):
 
 * differences are arm − baseline; a test rejects when its p-value is ``< alpha``;
 * **all differences equal** (zero sample variance): the t statistic is undefined (0/0, or ±inf;
