@@ -188,6 +188,23 @@ def test_two_stage_is_wider_with_a_seed_effect_and_about_sqrt2_wider_without():
     assert np.median(null_ratios) == pytest.approx(math.sqrt(1.867), rel=0.05)
 
 
+def test_two_stage_bootstrap_covers_where_the_one_stage_does_not():
+    """Coverage of the true mean 0 over 200 data sets of 8 seeds x 32 problems with a seed effect
+    (sd 0.1; problem sd 0.3). The one-stage interval's sd is 0.3 / sqrt(256) = 0.019 against the
+    mean's true sd sqrt(0.1^2 / 8 + 0.3^2 / 256) = 0.040: expected coverage P(|Z| < 0.92) = 0.64
+    (measured 0.61). The two-stage one is near 95% (measured 0.93; 8 seeds make a percentile
+    interval a little short). Bounds: about 3 binomial standard errors from those expectations."""
+    rng = np.random.default_rng(10)
+    two = one = 0
+    for i in range(200):
+        data = [rng.normal(rng.normal(0, 0.1), 0.3, 32) for _ in range(8)]
+        t = S.two_stage_bootstrap(data, reps=500, seed=i)
+        o = S.paired_bootstrap(np.concatenate(data), reps=500, seed=i)
+        two += t.low <= 0 <= t.high
+        one += o.low <= 0 <= o.high
+    assert two / 200 >= 0.86 and one / 200 <= 0.74
+
+
 # ------------------------------------------------------------------------------------ Holm
 def _holm_reference(p, alpha):
     """Holm's step-down from the definition: sort ascending; reject H_(k) while p_(k) < alpha /
