@@ -14,12 +14,15 @@ and the held-out samples of its first and last evaluation (``eval/<step>.jsonl``
 copied into ``docs/results/<claim>/cells/<arm>/s<seed>/``; the page is generated from those files
 alone (:func:`report`), so anyone can re-derive it.
 
-Statistics (``mojax.compare``): each comparison is paired by seed (cell ``s`` of both arms shares
-seed ``s``'s warm start), with a t interval; eval measures are also paired by problem (each
-problem's mean over seeds and samples) with a bootstrap interval. Holm's correction runs over every
-comparison of the page; a comparison's interval is shown at its Holm step-down level. A measure is
-**reproduced** only when the corrected test rejects in the paper's direction. Mechanism and outcome
-verdicts are separate lines.
+Statistics (``mojax.stats``, ``docs/statistics.md``): each comparison is paired by
+seed (cell ``s`` of both arms shares seed ``s``'s warm start), with a t test (two-sided; a
+comparison declared with a ``margin`` is a one-sided non-inferiority test, "not worse by more than
+``margin``"); eval measures are also paired by problem within each seed, with a two-stage bootstrap
+interval (seeds, then problems). Holm's correction runs over every comparison of the page (one
+whose differences are all 0 is left out, a duplicate counted once: ``mojax.stats.holm_family``); a
+comparison's interval is shown at the level Holm used for it, so it excludes the null exactly when
+the verdict rejects. A measure is **reproduced** only when the corrected test rejects in the
+paper's direction. Mechanism and outcome verdicts are separate lines.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import numpy as np
 
 from experiments import _grid, _report
 from mojax import compare as cmp
+from mojax import stats
 from mojax.jsonl import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -56,9 +60,14 @@ class Measure:
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
+    """``arm`` − ``baseline`` on ``measure``; with a ``margin`` (> 0, the measure's units) the
+    hypothesis is "not worse by more than ``margin``" in the measure's direction, a one-sided
+    non-inferiority test; without, "better", a two-sided test read from the sign."""
+
     arm: str
     baseline: str
     measure: str
+    margin: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,7 +144,7 @@ def comparisons(claim: Claim, cells: dict[str, dict[int, str]]) -> list[dict]:
     A comparison needs >= 2 seeds run by both arms (a paired t interval); one with fewer (``--quick``
     runs 1 seed) is left out, and the page says so (``too_few_seeds``)."""
     measures = {m.name: m for m in claim.measures}
-    rows = []
+    rows, hyps = [], []
     for c in claim.comparisons:
         if c.arm not in cells or c.baseline not in cells:
             continue
@@ -144,29 +153,22 @@ def comparisons(claim: Claim, cells: dict[str, dict[int, str]]) -> list[dict]:
         m = measures[c.measure]
         a = {s: m.fn(read_metrics(d)) for s, d in cells[c.arm].items()}
         b = {s: m.fn(read_metrics(d)) for s, d in cells[c.baseline].items()}
-        row = {"cmp": c, "measure": m, "by_seed": cmp.paired_t(cmp.by_seed(a, b), 1 - ALPHA)}
-        row["diffs"] = cmp.by_seed(a, b)
+        diffs = cmp.by_seed(a, b)
+        row = {"cmp": c, "measure": m, "diffs": diffs, "mean": float(np.mean(diffs))}
+        name = f"`{c.arm}` − `{c.baseline}`: {c.measure}"
+        hyps.append(stats.Hypothesis(name, tuple(diffs), m.direction, c.margin))
         if m.sample:
             per = [
-                [problem_means(d, m.sample) for d in cells[k].values()] for k in (c.arm, c.baseline)
+                {s: problem_means(d, m.sample) for s, d in cells[k].items()}
+                for k in (c.arm, c.baseline)
             ]
-            row["by_problem"] = cmp.paired_bootstrap(cmp.by_problem(*per), 1 - ALPHA)
+            per_seed = cmp.by_problem_per_seed(*per)
+            row["by_problem"] = stats.two_stage_bootstrap(per_seed, 1 - ALPHA)
         rows.append(row)
-    _holm(rows)
+    for row, o in zip(rows, stats.holm_family(hyps, ALPHA)):
+        row.update(by_seed=o.test, ci=o.ci, level=o.level, p_holm=o.p_holm)
+        row.update(verdict=o.verdict, status=o.status, twin=o.twin)
     return rows
-
-
-def _holm(rows: list[dict]) -> None:
-    """Holm-adjusted p-values, step-down interval levels and verdict words, in place."""
-    p = [r["by_seed"].p for r in rows]
-    adjusted = cmp.holm(p)
-    order = np.argsort(p)
-    for rank, i in enumerate(order):
-        r = rows[i]
-        level = 1 - ALPHA / (len(rows) - rank)
-        r["p_holm"], r["level"] = adjusted[i], level
-        r["ci"] = cmp.paired_t(r["diffs"], level)
-        r["verdict"] = cmp.verdict(r["by_seed"].mean, adjusted[i], r["measure"].direction, ALPHA)
 
 
 def kind_verdict(rows: list[dict], kind: str) -> str:
@@ -196,7 +198,18 @@ def prereg_text(claim: Claim) -> str:
             for m in claim.arms
         ],
     )
-    comps = "\n".join(f"- `{c.arm}` − `{c.baseline}`: {c.measure}" for c in claim.comparisons)
+    comps = "\n".join(
+        f"- `{c.arm}` − `{c.baseline}`: {c.measure}"
+        + (f" (not worse by more than {c.margin:g})" if c.margin is not None else "")
+        for c in claim.comparisons
+    )
+    ni = (  # said only by a claim with a "not worse" hypothesis: older pages' text is unchanged
+        " A comparison with a margin is a non-inferiority test: H0 Δ ≤ −margin against Δ > −margin "
+        "in the paper's direction, one-sided, in the same Holm family; *reproduced* when it "
+        "rejects (its one-sided interval, at the Holm level, excludes −margin)."
+        if any(c.margin is not None for c in claim.comparisons)
+        else ""
+    )
     shared = " ".join(f"`{f}`" for f in (*claim.grid.common, *claim.grid.rl)) or "—"
     return (
         f"## Pre-registration\n\n{claim.prereg.strip()}\n\n**Measures**\n\n{measures}\n\n"
@@ -208,7 +221,7 @@ def prereg_text(claim: Claim) -> str:
         "at the Holm step-down level, excludes 0 on that side). Eval measures are also paired by "
         "problem (a bootstrap over problems; reported, not used for the verdict). The mechanism "
         "verdict is *shown* when every mechanism comparison is reproduced; the outcome verdict "
-        "likewise.\n"
+        f"likewise.{ni}\n"
     )
 
 
@@ -283,13 +296,27 @@ def comparisons_table(rows: list[dict]) -> str:
     for r in rows:
         c, s, ci, bp = r["cmp"], r["by_seed"], r["ci"], r.get("by_problem")
         prob = f"{bp.mean:+.4f} [{bp.low:+.4f}, {bp.high:+.4f}] ({bp.n})" if bp else "—"
+        word = r["verdict"] + (f" (= {r['twin']})" if r["twin"] else "")
+        stat = ["—", "—", "—"]
+        if ci is not None:
+            stat = [f"[{ci.low:+.4f}, {ci.high:+.4f}] ({r['level']:.4f})", f"{s.p:.3g}",
+                    f"{r['p_holm']:.3g}"]  # fmt: skip
         body.append([
-            f"`{c.arm}` − `{c.baseline}`", c.measure, r["measure"].kind, str(s.n), f"{s.mean:+.4f}",
-            f"[{ci.low:+.4f}, {ci.high:+.4f}] ({r['level']:.4f})", f"{s.p:.3g}", f"{r['p_holm']:.3g}",
-            r["verdict"], prob,
+            f"`{c.arm}` − `{c.baseline}`", c.measure, r["measure"].kind, str(len(r["diffs"])),
+            f"{r['mean']:+.4f}", *stat, word, prob,
         ])  # fmt: skip
     head = ["comparison", "measure", "kind", "seeds", "Δ", "Holm-level CI", "p", "p (Holm)"]
-    return _report.markdown_table(head + ["verdict", "by problem: Δ [95% bootstrap] (n)"], body)
+    table = _report.markdown_table(
+        head + ["verdict", "by problem: Δ [95% two-stage bootstrap] (n)"], body
+    )
+    m = sum(r["status"] == "tested" for r in rows)
+    if m == len(rows):
+        return table
+    return table + (
+        f"\nHolm's family holds {m} of these {len(rows)} comparisons: one whose differences are all 0 "
+        "is not tested (*identical*), a duplicate (the same differences as another) is counted once "
+        "and shows its twin's test.\n"
+    )
 
 
 def rollouts_total(rows: list[dict]) -> float:

@@ -1,23 +1,29 @@
-"""Comparing runs: paired differences by seed and by problem, t intervals, a paired bootstrap over
-problems, Holm's correction across a page's comparisons, and the verdict words.
+"""Comparing runs: paired differences by seed and by problem, t intervals, a two-stage bootstrap
+(seeds, then problems), Holm's correction across a call's comparisons, and the verdict words.
 
-    python -m mojax.compare --metric eval/r_tool --arm paretopo=/runs/paretopo/s* \\
-        --arm grpo=/runs/grpo/s* --baseline grpo [--step last] [--direction higher]
+    python -m mojax.compare --metric eval/r_tool --metric eval/calls --arm paretopo=/runs/paretopo/s* \\
+        --arm grpo=/runs/grpo/s* --baseline grpo [--step last] \\
+        [--direction higher | --direction eval/r_tool=higher,eval/calls=lower]
 
 An arm is a set of run workdirs (one per seed; the seed is read from each ``config.json``). For each
-arm against the baseline:
+arm against the baseline and each metric:
 
 * **by seed**: the metric at ``--step`` (``metrics.jsonl``) of each seed both arms ran, their
-  differences, the mean, a t-based 95% interval and the paired t-test's p-value;
+  differences, the mean, the paired t test (``mojax.stats.paired_t``; all differences equal: the
+  exact sign-flip test) and its interval at the Holm level of its rank;
 * **by problem** (when the runs wrote ``eval/<step>.jsonl``, ``mojax.rl.evaluate.write_samples``):
-  each problem's mean over seeds and samples of the per-sample metric (an objective's reward, or
-  ``success``), the per-problem differences, and a paired bootstrap over problems (percentile
-  interval of the mean difference).
+  per seed both arms ran, each problem's mean over samples of the per-sample metric (an objective's
+  reward, or ``success``) and its difference, and a two-stage bootstrap (seeds with replacement,
+  then problems within each drawn seed; ``mojax.stats.two_stage_bootstrap``) of the mean
+  difference: reported, not used for the verdict.
 
-Holm's step-down correction runs over all comparisons of the call (by-seed p-values). Verdict words:
-``reproduced`` only when the corrected test rejects and the difference lies in ``--direction``;
-``opposite`` when it rejects the other way; ``inconclusive`` otherwise. A page states mechanism and
-outcome metrics separately and calls this once per metric.
+``--direction`` is one word for every metric, or ``METRIC=higher|lower`` entries (comma-separated;
+a bare word among them is the default for the metrics not named; with no bare word every metric
+must be named). Holm's step-down correction runs over all comparisons of the call
+(``mojax.stats.holm_family``: a comparison whose differences are all 0 is left out, a duplicate
+counted once, with a warning). Verdict words: ``reproduced`` only when the corrected test rejects
+and the difference lies in the metric's direction; ``opposite`` when it rejects the other way;
+``inconclusive`` otherwise; ``identical (not tested)``.
 
 Who reads what: everything is host-side files; run it anywhere (no devices).
 """
@@ -25,10 +31,8 @@ Who reads what: everything is host-side files; run it anywhere (no devices).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import glob
 import json
-import math
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -36,75 +40,18 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from mojax.jsonl import read_jsonl, read_metrics
+from mojax.stats import (
+    Hypothesis,
+    Paired,
+    holm,
+    holm_family,
+    paired_bootstrap,
+    paired_t,
+    two_stage_bootstrap,
+    verdict,
+)
 
-
-@dataclasses.dataclass(frozen=True)
-class Paired:
-    """A paired comparison: ``n`` pairs, mean difference (arm − baseline), a ``level`` interval
-    ``[low, high]`` and the two-sided p-value of the null "no difference"."""
-
-    n: int
-    mean: float
-    low: float
-    high: float
-    p: float
-    level: float = 0.95
-
-
-def paired_t(diffs: Sequence[float], level: float = 0.95) -> Paired:
-    """The paired t interval and test of the differences ``diffs`` (``n >= 2``)."""
-    from scipy import stats
-
-    d = np.asarray(diffs, np.float64)
-    n = d.size
-    if n < 2:
-        raise ValueError(f"a paired t interval needs >= 2 pairs; got {n}")
-    if np.all(d == d[0]):  # no spread: the difference is known exactly
-        mean = float(d[0])
-        return Paired(n, mean, mean, mean, 1.0 if mean == 0.0 else 0.0, level)
-    mean, sd = float(d.mean()), float(d.std(ddof=1))
-    se = sd / math.sqrt(n)
-    q = float(stats.t.ppf(0.5 + level / 2, n - 1))
-    p = float(2 * stats.t.sf(abs(mean / se), n - 1))
-    return Paired(n, mean, mean - q * se, mean + q * se, p, level)
-
-
-def paired_bootstrap(
-    diffs: Sequence[float], level: float = 0.95, reps: int = 10_000, seed: int = 0
-) -> Paired:
-    """The percentile interval of the mean of ``diffs`` over ``reps`` resamples with replacement
-    (a paired bootstrap: each resample draws whole pairs); the p-value is twice the smaller tail
-    mass of the resampled means around 0."""
-    d = np.asarray(diffs, np.float64)
-    if d.size < 2:
-        raise ValueError(f"a bootstrap needs >= 2 pairs; got {d.size}")
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, d.size, (reps, d.size))].mean(axis=1)
-    low, high = np.quantile(means, [0.5 - level / 2, 0.5 + level / 2])
-    p = float(min(1.0, 2 * min((means <= 0).mean(), (means >= 0).mean())))
-    return Paired(d.size, float(d.mean()), float(low), float(high), p, level)
-
-
-def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values (same order as given)."""
-    p = np.asarray(pvalues, np.float64)
-    m = p.size
-    order = np.argsort(p)
-    adjusted = np.empty(m)
-    running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * p[i]))
-        adjusted[i] = running
-    return adjusted.tolist()
-
-
-def verdict(diff: float, p_adjusted: float, direction: str, alpha: float = 0.05) -> str:
-    """``reproduced`` / ``opposite`` / ``inconclusive`` (see the module docstring)."""
-    if direction not in ("higher", "lower"):
-        raise ValueError(f"direction must be 'higher' or 'lower'; got {direction!r}")
-    if p_adjusted >= alpha or diff == 0:
-        return "inconclusive"
-    return "reproduced" if (diff > 0) == (direction == "higher") else "opposite"
+__all__ = ["Paired", "holm", "paired_bootstrap", "paired_t", "verdict"]  # kept names
 
 
 # ------------------------------------------------------------------------------------ run files
@@ -162,6 +109,21 @@ def by_problem(
     return [a[k] - b[k] for k in keys]
 
 
+def by_problem_per_seed(
+    arm: Mapping[int, Mapping[str, float]], base: Mapping[int, Mapping[str, float]]
+) -> list[list[float]]:
+    """Per seed both arms ran (ascending), the differences of the problems both evaluated at that
+    seed (ascending problem id): the input of the two-stage bootstrap. A seed with no common
+    problem is a ``ValueError`` naming it."""
+    out = []
+    for s in sorted(set(arm) & set(base)):
+        keys = sorted(set(arm[s]) & set(base[s]))
+        if not keys:
+            raise ValueError(f"seed {s}: the two arms evaluated no common problem")
+        out.append([arm[s][k] - base[s][k] for k in keys])
+    return out
+
+
 # ------------------------------------------------------------------------------------ comparisons
 def sample_value(metric: str) -> str | None:
     """The per-sample value behind an ``eval/`` metric: ``success`` for ``eval/accuracy``, the
@@ -174,35 +136,79 @@ def sample_value(metric: str) -> str | None:
     return None
 
 
+def parse_directions(spec: str | Mapping[str, str], metrics: Sequence[str]) -> dict[str, str]:
+    """Per metric, ``higher`` or ``lower``: ``spec`` is one word for all, a mapping, or
+    ``"METRIC=WORD,...[,WORD]"`` (a bare word: the default for metrics not named). A word other
+    than those two, a named metric not compared, or a metric with no direction is a ``ValueError``."""
+    default, named = None, {}
+    if isinstance(spec, Mapping):
+        named = dict(spec)
+    else:
+        for part in filter(None, (s.strip() for s in spec.split(","))):
+            key, sep, word = part.rpartition("=")
+            if sep:
+                named[key] = word
+            elif default is not None:
+                raise ValueError(f"--direction {spec!r}: more than one default word")
+            else:
+                default = word
+    for word in [default, *named.values()]:
+        if word not in (None, "higher", "lower"):
+            raise ValueError(f"--direction {spec!r}: {word!r} is not 'higher' or 'lower'")
+    unknown = sorted(set(named) - set(metrics))
+    if unknown:
+        raise ValueError(
+            f"--direction {spec!r} names {unknown}, not among the metrics {list(metrics)}"
+        )
+    missing = [m for m in metrics if m not in named and default is None]
+    if missing:
+        raise ValueError(f"--direction {spec!r} gives no direction for {missing} (and no default)")
+    return {m: named.get(m, default) for m in metrics}
+
+
 def compare(
     arms: Mapping[str, Sequence[str]],
     baseline: str,
-    metric: str,
+    metrics: str | Sequence[str],
     *,
     step: str | int = "last",
-    direction: str = "higher",
+    direction: str | Mapping[str, str] = "higher",
     alpha: float = 0.05,
     reps: int = 10_000,
 ) -> list[dict]:
-    """One row per arm against ``baseline`` (see the module docstring), Holm-corrected together."""
-    values = {
-        name: {run_seed(w): metric_at(w, metric, step) for w in dirs} for name, dirs in arms.items()
-    }
-    rows = []
-    for name in arms:
-        if name == baseline:
-            continue
-        seed = paired_t(by_seed(values[name], values[baseline]), 1 - alpha)
-        row = {"arm": name, "baseline": baseline, "metric": metric, "by_seed": seed}
-        value = sample_value(metric)
-        last = _last_eval_step(arms[name][0]) if step == "last" else int(step)
-        if value is not None and last is not None:
-            per = [[problem_means(w, value, last) for w in arms[k]] for k in (name, baseline)]
-            row["by_problem"] = paired_bootstrap(by_problem(*per), 1 - alpha, reps)
-        rows.append(row)
-    for row, p in zip(rows, holm([r["by_seed"].p for r in rows])):
-        row["p_holm"] = p
-        row["verdict"] = verdict(row["by_seed"].mean, p, direction, alpha)
+    """One row per (metric, arm) against ``baseline`` (see the module docstring), Holm-corrected
+    together; ``direction`` as :func:`parse_directions` reads it."""
+    metrics = [metrics] if isinstance(metrics, str) else list(metrics)
+    directions = parse_directions(direction, metrics)
+    seeds = {name: [run_seed(w) for w in dirs] for name, dirs in arms.items()}
+    rows, hyps = [], []
+    for metric in metrics:
+        values = {
+            name: dict(zip(seeds[name], (metric_at(w, metric, step) for w in dirs)))
+            for name, dirs in arms.items()
+        }
+        for name in arms:
+            if name == baseline:
+                continue
+            row = {"arm": name, "baseline": baseline, "metric": metric}
+            row["direction"] = directions[metric]
+            diffs = by_seed(values[name], values[baseline])
+            row["seeds"], row["mean"] = len(diffs), float(np.mean(diffs))
+            hyps.append(
+                Hypothesis(f"{name} − {baseline}: {metric}", tuple(diffs), row["direction"])
+            )
+            value = sample_value(metric)
+            last = _last_eval_step(arms[name][0]) if step == "last" else int(step)
+            if value is not None and last is not None:
+                per = [
+                    {s: problem_means(w, value, last) for s, w in zip(seeds[k], arms[k])}
+                    for k in (name, baseline)
+                ]
+                row["by_problem"] = two_stage_bootstrap(by_problem_per_seed(*per), 1 - alpha, reps)
+            rows.append(row)
+    for row, o in zip(rows, holm_family(hyps, alpha)):
+        row.update(by_seed=o.test, ci=o.ci, level=o.level, p_holm=o.p_holm)
+        row.update(verdict=o.verdict, status=o.status, twin=o.twin)
     return rows
 
 
@@ -212,18 +218,23 @@ def _last_eval_step(workdir: str) -> int | None:
 
 
 def table(rows: Sequence[dict]) -> str:
-    """A markdown table of ``compare``'s rows."""
-    head = "| arm − baseline | metric | seeds | mean diff | 95% CI (t) | p | p (Holm) | verdict |"
-    head += " problems | 95% CI (bootstrap) |\n" + "|---" * 10 + "|\n"
+    """A markdown table of ``compare``'s rows: the by-seed interval at its Holm level."""
+    head = (
+        "| arm − baseline | metric | seeds | mean diff | CI (t) at the Holm level | p | p (Holm) |"
+    )
+    head += " verdict | problems | 95% CI (two-stage bootstrap) |\n" + "|---" * 10 + "|\n"
     lines = []
     for r in rows:
-        s = r["by_seed"]
         bp = r.get("by_problem")
         prob = f"{bp.n} | [{bp.low:+.4f}, {bp.high:+.4f}]" if bp else "— | —"
+        ci, word = r["ci"], r["verdict"] + (f" (= {r['twin']})" if r["twin"] else "")
+        stats = "— | — | —"
+        if ci is not None:
+            stats = f"[{ci.low:+.4f}, {ci.high:+.4f}] ({r['level']:.4f}) | {r['by_seed'].p:.3g} | "
+            stats += f"{r['p_holm']:.3g}"
         lines.append(
-            f"| {r['arm']} − {r['baseline']} | {r['metric']} | {s.n} | {s.mean:+.4f} | "
-            f"[{s.low:+.4f}, {s.high:+.4f}] | {s.p:.3g} | {r['p_holm']:.3g} | {r['verdict']} | "
-            f"{prob} |"
+            f"| {r['arm']} − {r['baseline']} | {r['metric']} | {r['seeds']} | {r['mean']:+.4f} | "
+            f"{stats} | {word} | {prob} |"
         )
     return head + "\n".join(lines) + "\n"
 
@@ -236,7 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", required=True, help="the arm the others are compared with")
     parser.add_argument("--metric", action="append", required=True, help="a metrics.jsonl key")
     parser.add_argument("--step", default="last", help="the step compared (default: the last)")
-    parser.add_argument("--direction", default="higher", choices=("higher", "lower"))
+    parser.add_argument(
+        "--direction",
+        default="higher",
+        help="higher | lower for every metric, or METRIC=higher|lower,... (a bare word: the "
+        "default for metrics not named)",
+    )
     parser.add_argument("--alpha", type=float, default=0.05)
     a = parser.parse_args(argv)
     arms = {}
@@ -248,12 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         arms[name] = dirs
     if a.baseline not in arms:
         parser.error(f"--baseline {a.baseline!r} is not an --arm")
-    rows = []
-    for metric in a.metric:
-        rows += compare(arms, a.baseline, metric, step=a.step, direction=a.direction, alpha=a.alpha)
-    corrected = holm([r["by_seed"].p for r in rows])
-    for row, p in zip(rows, corrected):  # Holm over every comparison of the call
-        row["p_holm"], row["verdict"] = p, verdict(row["by_seed"].mean, p, a.direction, a.alpha)
+    try:
+        directions = parse_directions(a.direction, a.metric)
+    except ValueError as e:
+        parser.error(str(e))
+    rows = compare(arms, a.baseline, a.metric, step=a.step, direction=directions, alpha=a.alpha)
     print(table(rows), end="")
     return 0
 

@@ -27,7 +27,8 @@ def test_paired_t_matches_scipy_and_the_formula():
 
 
 def test_paired_t_of_identical_differences():
-    assert C.paired_t([0.1, 0.1, 0.1]).p == 0.0
+    """The exact sign-flip test (``tests/test_stats.py``): 3 equal differences give p = 1/4, not 0."""
+    assert C.paired_t([0.1, 0.1, 0.1]).p == 0.25
     assert C.paired_t([0.0, 0.0]).p == 1.0
     with pytest.raises(ValueError, match=">= 2 pairs"):
         C.paired_t([0.3])
@@ -62,7 +63,7 @@ def _run(root, name, seed, acc, per_problem):
     work = root / name / f"s{seed}"
     (work / "eval").mkdir(parents=True)
     (work / "config.json").write_text(json.dumps({"seed": seed}))
-    rows = [{"step": 0, "eval/accuracy": 0.5}, {"step": 4, "eval/accuracy": acc}]
+    rows = [{"step": 0, "eval/accuracy": 0.5}, {"step": 4, "eval/accuracy": acc, "calls": 2 - acc}]
     (work / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     lines = []
     for problem, successes in per_problem.items():
@@ -81,8 +82,9 @@ def test_compare_over_run_directories(tmp_path, capsys):
     (row,) = C.compare(arms, "old", "eval/accuracy", reps=2000)
     assert row["by_seed"].p == pytest.approx(stats.ttest_rel(A, B).pvalue)
     assert row["p_holm"] == row["by_seed"].p and row["verdict"] == "reproduced"
-    bp = row["by_problem"]  # per problem: p1 1.0 - 0.5, p2 0.5 - 0.0
-    assert bp.n == 2 and bp.mean == pytest.approx(0.5)
+    bp = row["by_problem"]  # per seed, per problem: p1 1.0 - 0.5, p2 0.5 - 0.0
+    assert bp.n == 16 and bp.mean == pytest.approx(0.5)
+    assert (bp.low, bp.high) == pytest.approx((0.5, 0.5))  # every seed's problems: 0.5, 0.5
     C.main(["--arm", f"new={tmp_path}/new/s*", "--arm", f"old={tmp_path}/old/s*",
             "--baseline", "old", "--metric", "eval/accuracy"])  # fmt: skip
     out = capsys.readouterr().out
@@ -97,3 +99,50 @@ def test_by_problem_pairs_seed_specific_problems_within_their_seed():
     assert C.by_problem(arm, base) == [1.0, -0.5, 0.75]
     # a fixed test file: the same problems in every run, averaged over the runs first
     assert C.by_problem([{"p": 1.0}, {"p": 0.0}], [{"p": 0.0}, {"p": 0.0}]) == [0.5]
+
+
+def test_a_direction_per_metric(tmp_path, capsys):
+    """``calls`` (2 − accuracy) falls where accuracy rises: one word for both metrics calls it
+    ``opposite``; ``--direction eval/accuracy=higher,calls=lower`` reproduces both, in one Holm
+    family of 2."""
+    arms = {"new": [], "old": []}
+    for seed, (a, b) in enumerate(zip(A, B)):
+        arms["new"].append(_run(tmp_path, "new", seed, a, {"p1": [1]}))
+        arms["old"].append(_run(tmp_path, "old", seed, b, {"p1": [0]}))
+    metrics = ["eval/accuracy", "calls"]
+    rows = C.compare(arms, "old", metrics, direction="higher", reps=200)
+    assert [r["verdict"] for r in rows] == ["reproduced", "opposite"]
+    rows = C.compare(arms, "old", metrics, direction={"eval/accuracy": "higher", "calls": "lower"})
+    assert [r["verdict"] for r in rows] == ["reproduced", "reproduced"]
+    p = stats.ttest_rel(A, B).pvalue  # the same |differences|: the same p, Holm x2
+    assert [r["p_holm"] for r in rows] == pytest.approx([2 * p, 2 * p])
+    base = ["--arm", f"new={tmp_path}/new/s*", "--arm", f"old={tmp_path}/old/s*", "--baseline", "old",
+            "--metric", "eval/accuracy", "--metric", "calls"]  # fmt: skip
+    C.main(base + ["--direction", "eval/accuracy=higher,calls=lower"])
+    assert capsys.readouterr().out.count("reproduced") == 2
+    C.main(base + ["--direction", "lower,eval/accuracy=higher"])  # a bare word: the default
+    assert capsys.readouterr().out.count("reproduced") == 2
+    with pytest.raises(SystemExit):
+        C.main(base + ["--direction", "eval/accuracy=higher"])  # calls has none
+    assert "no direction for ['calls']" in capsys.readouterr().err
+
+
+def test_parse_directions():
+    ms = ["eval/r_task", "calls"]
+    assert C.parse_directions("lower", ms) == {"eval/r_task": "lower", "calls": "lower"}
+    assert C.parse_directions("eval/r_task=higher, calls=lower", ms) == {
+        "eval/r_task": "higher",
+        "calls": "lower",
+    }
+    for bad, msg in [("up", "'up' is not"), ("x=higher,higher", r"names \['x'\]"),
+                     ("higher,lower", "more than one default"), ("calls=lower", "no direction")]:  # fmt: skip
+        with pytest.raises(ValueError, match=msg):
+            C.parse_directions(bad, ms)
+
+
+def test_by_problem_per_seed_pairs_within_each_seed():
+    arm = {0: {"a": 1.0, "b": 0.0}, 1: {"c": 1.0, "d": 0.5}, 2: {"a": 0.0}}
+    base = {0: {"a": 0.0, "b": 0.5}, 1: {"c": 0.25}}  # seed 2 only in the arm; d not in base
+    assert C.by_problem_per_seed(arm, base) == [[1.0, -0.5], [0.75]]
+    with pytest.raises(ValueError, match="seed 1: the two arms evaluated no common problem"):
+        C.by_problem_per_seed({1: {"x": 1.0}}, {1: {"y": 0.0}})

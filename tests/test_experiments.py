@@ -198,3 +198,50 @@ def test_comparisons_need_two_seeds_of_both_arms(tmp_path):
     (row,) = _claims.comparisons(claim, two)
     assert row["by_seed"].n == 2 and row["by_seed"].mean == pytest.approx(0.375)
     assert _claims.too_few_seeds(claim, two) == ""
+
+
+def test_a_page_family_tests_not_worse_with_its_margin_and_drops_identical_and_duplicates(
+    tmp_path,
+):
+    """A "not worse" comparison (``margin``) is the one-sided non-inferiority test, stated in the
+    pre-registration; an all-zero comparison is not tested and a duplicate counted once, so the
+    family is 2 of 4, and the page says so."""
+    from types import SimpleNamespace
+
+    from experiments import _claims
+    from mojax import stats
+
+    accs = {"a": [0.60, 0.62, 0.58, 0.61], "b": [0.61, 0.62, 0.60, 0.62]}
+    accs["c"], accs["d"] = list(accs["b"]), list(accs["a"])  # c = b, d = a: identical arms
+
+    def cell(arm, seed, acc):
+        d = tmp_path / arm / f"s{seed}"
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text(json.dumps({"step": 2, "eval/accuracy": acc}) + "\n")
+        return str(d)
+
+    cells = {k: {s: cell(k, s, x) for s, x in enumerate(v)} for k, v in accs.items()}
+    measure = _claims.Measure("acc", "outcome", lambda rows: rows[-1]["eval/accuracy"])
+    C = _claims.Comparison
+    comps = [C("a", "b", "acc", margin=0.05), C("a", "b", "acc"), C("a", "c", "acc"),
+             C("a", "d", "acc")]  # fmt: skip
+    claim = SimpleNamespace(measures=[measure], comparisons=comps)
+    with pytest.warns(UserWarning) as caught:
+        rows = _claims.comparisons(claim, cells)
+    assert len(caught) == 2
+    diffs = [a - b for a, b in zip(accs["a"], accs["b"])]  # mean -0.01: not better, not worse
+    ni = stats.noninferiority(diffs, 0.05)
+    two = stats.paired_t(diffs)
+    assert rows[0]["by_seed"].p == ni.p and rows[1]["by_seed"].p == two.p
+    assert rows[0]["p_holm"] == pytest.approx(min(1, 2 * ni.p)) and ni.p < 0.025
+    assert [r["verdict"] for r in rows[:2]] == ["reproduced", "inconclusive"]
+    assert rows[2]["status"] == "duplicate" and rows[3]["verdict"] == "identical (not tested)"
+    assert "family holds 2 of these 4" in _claims.comparisons_table(rows)
+    grid = SimpleNamespace(common=(), rl=(), seeds=(0, 1, 2, 3))
+    pre = _claims.prereg_text(SimpleNamespace(prereg="p", measures=[measure], arms=[],
+                                              comparisons=comps, grid=grid))  # fmt: skip
+    assert "`a` − `b`: acc (not worse by more than 0.05)" in pre and "non-inferiority" in pre
+    plain = SimpleNamespace(
+        prereg="p", measures=[measure], arms=[], comparisons=comps[1:], grid=grid
+    )
+    assert "non-inferiority" not in _claims.prereg_text(plain)  # older pages' rule text unchanged

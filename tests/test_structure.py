@@ -105,7 +105,7 @@ LAYERS = (
     ("base", ("mojax", "mojax.config", "mojax.distributed", "mojax.jsonl", "mojax.preemption",
               "mojax.paths")),
     ("models", ("mojax.models", "mojax.sharding", "mojax.hf_tokenizer")),
-    ("maths", ("mojax.pareto", "mojax.metrics", "mojax.advantages")),
+    ("maths", ("mojax.pareto", "mojax.metrics", "mojax.advantages", "mojax.stats")),
     ("engines", ("mojax.sampling", "mojax.learner")),
     ("tools", ("mojax.rollout.tools",)),
     ("tasks", ("mojax.tasks",)),
