@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from mojax.pareto import NOptimalTracker
-from mojax.rl.evaluate import summarize, write_samples
+from mojax.rl.evaluate import problem_class, summarize, write_samples
 from mojax.rl.host_state import HostState
 
 
@@ -52,7 +52,8 @@ def evaluate(
     out.update(host.reward_stats["eval"].as_metrics("reward_invalid/eval"))
     if samples_path:
         ids = [ex.id for ex in examples]
-        write_samples(samples_path, run.task, ids, rewards, valid, calls)
+        classes = [problem_class(ex) for ex in examples]
+        write_samples(samples_path, run.task, ids, rewards, valid, calls, classes)
     return out
 
 
