@@ -58,20 +58,32 @@ def evaluate(
 
 
 def validation_vector(
-    run, host: HostState, params, step: int
+    run,
+    host: HostState,
+    params,
+    step: int,
+    *,
+    num_samples: int = 1,
+    temperature: float = 0.0,
+    n_opt: str | None = None,
 ) -> tuple[HostState, np.ndarray, dict]:
-    """ParetoPO's ``v_t [M]``: the mean reward vector of greedy rollouts on the validation split
-    (ParetoPO, arXiv:2606.16111, Algorithm 1). The validation ``N_optimal`` table is tracked across
-    validations like the training one; returns the host state with it updated."""
+    """ParetoPO's ``v_t [M]``: the mean reward vector of rollouts on the validation split
+    (ParetoPO, arXiv:2606.16111, Algorithm 1): by default one greedy sample per problem; with
+    ``num_samples`` / ``temperature`` the mean over that many sampled ones (``paretopo.validation_*``).
+    The validation ``N_optimal`` table is tracked across validations like the training one (also
+    with ``n_opt="fixed"``, which scores ``r_tool`` against the task's rule instead; None =
+    ``config.tool_reward.n_opt``); returns the host state with it updated."""
     key = jax.random.fold_in(jax.random.PRNGKey(run.spec.seed + 2), step)
+    extra = {"n_opt": n_opt} if n_opt is not None else {}
     episodes, val_tracker = run.runner.run(
         params,
         run.splits.validation,
         key=key,
-        num_samples=1,
-        temperature=0.0,
+        num_samples=int(num_samples),
+        temperature=float(temperature),
         tracker=host.val_tracker,
         stats=host.reward_stats["validation"],
+        **extra,
     )
     r = np.where(episodes.valid[..., None], episodes.rewards, 0.0).reshape(
         -1, episodes.rewards.shape[-1]
