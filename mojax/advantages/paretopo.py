@@ -150,7 +150,7 @@ class ParetoPOHooks:
 
     def validation_settings(self) -> dict[str, Any]:
         """The keywords of ``validate(**settings)``: {} for the greedy single-sample vector scored
-        with the tracked ``N_optimal`` (mojax's behaviour before issue 47), else
+        with the tracked ``N_optimal`` (mojax's original behaviour), else
         ``num_samples``, ``temperature`` and ``n_opt``."""
         settings = (self.validation_samples, self.validation_temperature, self.validation_n_opt)
         if settings == (1, 0.0, "tracked"):

@@ -10,10 +10,10 @@ No success seen yet for a prompt (methods.md switch ``no_success``):
   * ``"group_min"``: ``N_optimal`` = fewest calls in the current group (successful or not);
   * ``"assume_zero_calls"``: ``N_optimal = 0``.
 
-Two readings of Eq. 4 that the paper leaves open (issue 47; methods.md "Tool-efficiency reward"):
+Two readings of Eq. 4 that the paper leaves open (methods.md "Tool-efficiency reward"):
 
-* who is paid (``TOOL_GATES``, :func:`gate_by_success`): ``"all"`` (mojax's behaviour until issue
-  47: every sample, a wrong answer included) or ``"success"`` (``N_optimal`` is defined over
+* who is paid (``TOOL_GATES``, :func:`gate_by_success`): ``"all"`` (mojax's original behaviour:
+  every sample, a wrong answer included) or ``"success"`` (``N_optimal`` is defined over
   successful trajectories with ``N_call >= N_optimal``, and OTC pays its tool reward to correct
   answers: a failed sample gets 0);
 * which ``N_optimal`` (``N_OPT_SOURCES``, :func:`fixed_tool_reward`): ``"tracked"`` (the table

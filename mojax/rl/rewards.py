@@ -113,18 +113,9 @@ def score_rollouts(
         if name == "r_tool":
             if tracker is None:
                 raise ValueError(f"task {task.name!r} has r_tool: a N_optimal tracker is required")
-            success = (task.is_success(rewards) & valid).reshape(p, g)
-            tracker, r_tool = tool_column(
-                task,
-                examples,
-                n_calls,
-                success,
-                tracker,
-                alpha=tool_alpha,
-                no_success=no_success,
-                gate=tool_gate,
-                n_opt=n_opt_source,
-            )
+            ok = (task.is_success(rewards) & valid).reshape(p, g)
+            kw = dict(alpha=tool_alpha, no_success=no_success, gate=tool_gate, n_opt=n_opt_source)
+            tracker, r_tool = tool_column(task, examples, n_calls, ok, tracker, **kw)
             rewards[:, k] = r_tool.reshape(-1)
         elif name == "r_reason":
             if judge is None:

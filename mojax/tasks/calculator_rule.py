@@ -1,4 +1,4 @@
-"""The calculator's rule problem set (``task.kwargs.problems="rule"``; issue 47).
+"""The calculator's rule problem set (``task.kwargs.problems="rule"``).
 
 Under the default problem set (``"facts"``) the problems that need no tool are the single-digit
 sums, and a tiny model answers them from memory: 100 sums, 9 of them in every test split, so a
@@ -16,7 +16,7 @@ that needs no tool is solved by a rule visible in the problem, on operands never
 ``rule``, ``medium`` and ``hard`` problems are split 10% / 10% / 80% (test / validation / train) by
 hash and drawn **without replacement** within a split, so held-out problems are distinct and
 disjoint from training by expression; each held-out split holds thousands of distinct problems per
-class (about 10,000 operands x 8 forms for ``rule``). The fixed ``N_opt`` is 0 where no tool is
+class (about ten thousand operands in 8 forms for ``rule``). The fixed ``N_opt`` is 0 where no tool is
 needed (a rule applies, or a shared ``recall`` fact) and 1 otherwise (:func:`needs_tool`).
 """
 
