@@ -94,7 +94,8 @@ def problem_class(example) -> str | None:
 def per_class(examples: Sequence, success, calls) -> dict[str, float]:
     """``acc/<class>`` (mean success), ``calls/<class>`` (mean tool calls) and
     ``problems/<class>`` (how many problems) per difficulty class, for examples that carry one
-    (``success`` / ``calls [P, N]``); {} when none does."""
+    (``success`` / ``calls [P, N]``); {} when none does. Several processes: every process computes
+    it from the gathered arrays (no collective); process 0 logs it."""
     classes = [problem_class(ex) for ex in examples]
     out: dict[str, float] = {}
     for cls in sorted({c for c in classes if c is not None}):

@@ -159,7 +159,8 @@ def tool_column(
     ``n_opt="tracked"``: against the tracker's ``N_optimal`` (the current group included);
     ``"fixed"``: against ``task.optimal_calls(example)`` (the task's rule; the tracker is still
     updated). ``gate="success"`` pays it to successful samples only (``success [P, G]``), ``"all"``
-    to every sample (:func:`mojax.pareto.gate_by_success`)."""
+    to every sample (:func:`mojax.pareto.gate_by_success`). Several processes: each computes it
+    identically from the gathered batch (no collective), so the trackers stay equal."""
     if n_opt not in N_OPT_SOURCES:
         raise ValueError(f"n_opt must be one of {N_OPT_SOURCES}; got {n_opt!r}")
     ids = [ex.id for ex in examples]
