@@ -19,6 +19,15 @@ Paper scale (ToRL math with the sandboxed Python tool; Search-R1 QA with retriev
     python -m mojax.main --config=configs/paretopo.py --config.paretopo.dynamic_weighting=false  # ablation
     python -m mojax.main --config=configs/paretopo.py --config.paretopo.pareto_ranking=false     # ablation
 
+The testbed options (methods.md, ParetoPO and the calculator's rule set; defaults = the run above):
+problems whose no-call path is a rule on unseen operands, r_tool paid to successes against the fixed
+N_opt, and a validation vector of 4 samples at T = 1 with a reference below v_0::
+
+    python -m mojax.main --config=configs/paretopo.py --config.task.kwargs.problems=rule \
+      --config.tool_reward.gate=success --config.tool_reward.n_opt=fixed \
+      --config.paretopo.validation_samples=4 --config.paretopo.validation_temperature=1.0 \
+      --config.paretopo.validation_n_opt=fixed --config.paretopo.reference=below_initial
+
 ``paper=true`` is the paper's recipe (ParetoPO, arXiv:2606.16111, Sec. 4.1): lr 1e-6, batch 1024 prompts
 x 8 samples, DAPO strategies (token-mean, clip-higher, dynamic sampling, 512-token overlong buffer),
 Stage 1 for one epoch (``stage1_steps=-1``: ``ceil(len(train) / prompts_per_step)``, resolved when the

@@ -77,7 +77,7 @@ def base_config() -> ml_collections.ConfigDict:
     c.rollout = _rollout()
     c.estimator, c.advantage = "pareto_rank", ml_collections.ConfigDict()
     c.paretopo = _paretopo()
-    c.tool_reward = _section(alpha=0.7, no_success="zero")
+    c.tool_reward = _section(alpha=0.7, no_success="zero", gate="all", n_opt="tracked")
     c.dapo = _section(
         dynamic_sampling=False, max_refill_rounds=2, overlong_buffer=0, overlong_penalty=1.0
     )
@@ -170,6 +170,10 @@ def _paretopo() -> ml_collections.ConfigDict:
         validate_every=1,
         dynamic_weighting=True,
         pareto_ranking=True,
+        reference_margin=0.1,
+        validation_samples=1,
+        validation_temperature=0.0,
+        validation_n_opt="tracked",
     )
 
 

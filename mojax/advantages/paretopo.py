@@ -28,6 +28,7 @@ from mojax.advantages.grpo import dr_grpo, grpo
 from mojax.config import Checker, option
 
 STAGE1_ESTIMATORS = {"grpo": grpo, "dr_grpo": dr_grpo}  # the estimators that take reward_scale
+REFERENCES = ("initial", "zeros", "below_initial")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,17 +42,37 @@ class ParetoPOSpec:
     weights: tuple = option(help="w of r_w = w . r (ParetoPO Eq. 5)")
     mode: str = option(help='"global" (Algorithm 1) | "per_trajectory" (Eq. 6)')
     gamma: float = option(help="EMA factor of ΔHV")
-    reference: str = option(help='HV reference: "initial" (v_0) | "zeros"')
+    reference: str = option(
+        help='HV reference: "initial" (v_0) | "zeros" | "below_initial" (v_0 - reference_margin)'
+    )
     validate_every: int = option(help="Stage-1 validation (archive update) every N steps")
     dynamic_weighting: bool = option(help='False: ablation "w/o dynamic weighting" (r_pareto = 1)')
     pareto_ranking: bool = option(help='False: ablation "w/o Pareto ranking" (Stage 1 only)')
+    reference_margin: float = option(
+        0.1, help='reference="below_initial": the HV reference is v_0 minus this, per objective'
+    )
+    validation_samples: int = option(
+        1, help="samples per validation problem of the validation vector v_t (mean over them)"
+    )
+    validation_temperature: float = option(
+        0.0, help="sampling temperature of the validation vector's rollouts (0 = greedy)"
+    )
+    validation_n_opt: str = option(
+        "tracked",
+        help='r_tool\'s N_opt in the validation vector: "tracked" (the validation table) | '
+        '"fixed" (the task\'s rule)',
+    )
 
     def __post_init__(self):
         object.__setattr__(self, "weights", tuple(self.weights))
         c = Checker({"paretopo": dataclasses.asdict(self)})
         if self.enabled:
             c.choice("paretopo.mode", pareto.STAGE1_MODES)
-            c.choice("paretopo.reference", ["initial", "zeros"])
+            c.choice("paretopo.reference", REFERENCES)
+            c.in_range("paretopo.reference_margin", 0.0, low_inclusive=False, finite=True)
+            c.in_range("paretopo.validation_samples", 1)
+            c.in_range("paretopo.validation_temperature", 0.0, finite=True)
+            c.choice("paretopo.validation_n_opt", pareto.N_OPT_SOURCES)
             c.choice("paretopo.stage1_estimator", tuple(STAGE1_ESTIMATORS))
             c.in_range("paretopo.stage1_steps", -1)  # -1: one epoch of the training split
             c.in_range("paretopo.gamma", 0.0, 1.0, high_inclusive=False)
@@ -92,6 +113,10 @@ class ParetoPOHooks:
     validate_every: int = 1
     dynamic_weighting: bool = True
     pareto_ranking: bool = True
+    reference_margin: float = 0.1
+    validation_samples: int = 1
+    validation_temperature: float = 0.0
+    validation_n_opt: str = "tracked"
 
     def __post_init__(self):
         warning = pareto.stage1_cancellation_warning(self.mode, self.stage1_estimator)
@@ -114,17 +139,38 @@ class ParetoPOHooks:
             validate_every=p.validate_every,
             dynamic_weighting=p.dynamic_weighting,
             pareto_ranking=p.pareto_ranking,
+            reference_margin=p.reference_margin,
+            validation_samples=p.validation_samples,
+            validation_temperature=p.validation_temperature,
+            validation_n_opt=p.validation_n_opt,
         )
 
     def stage(self, step: int) -> int:
         return 1 if step < self.stage1_steps else 2
 
+    def validation_settings(self) -> dict[str, Any]:
+        """The keywords of ``validate(**settings)``: {} for the greedy single-sample vector scored
+        with the tracked ``N_optimal`` (mojax's original behaviour), else
+        ``num_samples``, ``temperature`` and ``n_opt``."""
+        settings = (self.validation_samples, self.validation_temperature, self.validation_n_opt)
+        if settings == (1, 0.0, "tracked"):
+            return {}
+        return dict(zip(("num_samples", "temperature", "n_opt"), settings))
+
+    def reference_point(self, v0: np.ndarray) -> np.ndarray | None:
+        """The HV reference: None (``v_0`` itself, Algorithm 1 line 1), zeros, or ``v_0`` minus
+        ``reference_margin`` (``"below_initial"``: ``v_0`` then adds volume of its own)."""
+        if self.reference == "zeros":
+            return np.zeros_like(v0)
+        if self.reference == "below_initial":
+            return v0 - float(self.reference_margin)
+        return None
+
     def start(self, state, validate) -> tuple[Any, dict[str, float]]:
         """Algorithm 1 lines 1–2 with the initial policy's validation vector ``v_0 [M]``."""
         del state
-        v0 = np.asarray(validate(), np.float64)
-        ref = np.zeros_like(v0) if self.reference == "zeros" else None
-        s = pareto.stage1_init(v0, ref=ref, gamma=self.gamma)
+        v0 = np.asarray(validate(**self.validation_settings()), np.float64)
+        s = pareto.stage1_init(v0, ref=self.reference_point(v0), gamma=self.gamma)
         metrics = {
             "pareto/hv": pareto.hypervolume(s.archive, s.ref),
             "pareto/r_pareto": s.r_pareto,
@@ -137,9 +183,9 @@ class ParetoPOHooks:
         ``ΔHV̄`` and ``r_pareto`` from ``v_t [M]``. ``step``: updates done."""
         if self.stage(step - 1) != 1 or step % self.validate_every != 0:
             return state, {}
-        v_t = validate()
+        v_t = validate(**self.validation_settings())
         if state is None:
-            return self.start(None, lambda: v_t)
+            return self.start(None, lambda **_: v_t)
         s, metrics = pareto.stage1_update(pareto.Stage1State.from_state(state), v_t)
         return s.to_state(), {k: float(v) for k, v in metrics.items()}
 

@@ -15,10 +15,22 @@ from mojax.pareto.scalarization import (
     stage1_sample_scales,
     stage1_update,
 )
-from mojax.pareto.tool_efficiency import NO_SUCCESS_MODES, NOptimalTracker, tool_efficiency_reward
+from mojax.pareto.tool_efficiency import (
+    N_OPT_SOURCES,
+    NO_SUCCESS_MODES,
+    TOOL_GATES,
+    NOptimalTracker,
+    fixed_tool_reward,
+    gate_by_success,
+    tool_efficiency_reward,
+)
 
 __all__ = [
+    "N_OPT_SOURCES",
     "NO_SUCCESS_MODES",
+    "TOOL_GATES",
+    "fixed_tool_reward",
+    "gate_by_success",
     "NOptimalTracker",
     "STAGE1_MODES",
     "Stage1State",

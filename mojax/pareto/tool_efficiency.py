@@ -9,6 +9,15 @@ No success seen yet for a prompt (methods.md switch ``no_success``):
   * ``"zero"`` (default): ``r_tool = 0`` for its samples;
   * ``"group_min"``: ``N_optimal`` = fewest calls in the current group (successful or not);
   * ``"assume_zero_calls"``: ``N_optimal = 0``.
+
+Two readings of Eq. 4 that the paper leaves open (methods.md "Tool-efficiency reward"):
+
+* who is paid (``TOOL_GATES``, :func:`gate_by_success`): ``"all"`` (mojax's original behaviour:
+  every sample, a wrong answer included) or ``"success"`` (``N_optimal`` is defined over
+  successful trajectories with ``N_call >= N_optimal``, and OTC pays its tool reward to correct
+  answers: a failed sample gets 0);
+* which ``N_optimal`` (``N_OPT_SOURCES``, :func:`fixed_tool_reward`): ``"tracked"`` (the table
+  above) or ``"fixed"`` (the task's rule, e.g. ``CalculatorTask.optimal_calls``).
 """
 
 from __future__ import annotations
@@ -18,9 +27,19 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-__all__ = ["NOptimalTracker", "tool_efficiency_reward", "NO_SUCCESS_MODES"]
+__all__ = [
+    "NOptimalTracker",
+    "tool_efficiency_reward",
+    "gate_by_success",
+    "fixed_tool_reward",
+    "NO_SUCCESS_MODES",
+    "TOOL_GATES",
+    "N_OPT_SOURCES",
+]
 
 NO_SUCCESS_MODES = ("zero", "group_min", "assume_zero_calls")
+TOOL_GATES = ("all", "success")
+N_OPT_SOURCES = ("tracked", "fixed")
 
 
 def tool_efficiency_reward(n_calls, n_opt, *, alpha: float = 0.7) -> np.ndarray:
@@ -29,6 +48,32 @@ def tool_efficiency_reward(n_calls, n_opt, *, alpha: float = 0.7) -> np.ndarray:
         raise ValueError(f"alpha must be >= 0; got {alpha}")
     diff = np.abs(np.asarray(n_calls, dtype=np.float64) - np.asarray(n_opt, dtype=np.float64))
     return np.exp(-alpha * diff).astype(np.float32)
+
+
+def gate_by_success(r_tool, success, gate: str) -> np.ndarray:
+    """``r_tool [P, G]`` paid as ``gate`` says: ``"all"`` as is, ``"success"`` 0 where the sample
+    failed (``success`` bool ``[P, G]``), float32."""
+    if gate not in TOOL_GATES:
+        raise ValueError(f"gate must be one of {TOOL_GATES}; got {gate!r}")
+    r = np.asarray(r_tool, np.float32)
+    if gate == "all":
+        return r
+    ok = np.asarray(success, bool)
+    if ok.shape != r.shape:
+        raise ValueError(f"success must have shape {r.shape}; got {ok.shape}")
+    return np.where(ok, r, np.float32(0.0)).astype(np.float32)
+
+
+def fixed_tool_reward(n_calls, n_opt, *, alpha: float = 0.7) -> np.ndarray:
+    """Eq. 4 against a fixed ``N_optimal`` per prompt: ``n_calls [P, G]``, ``n_opt [P]`` (the
+    task's rule) -> float32 ``[P, G]``."""
+    n_calls = np.asarray(n_calls)
+    n_opt = np.asarray(n_opt, np.float64)
+    if n_calls.ndim != 2 or n_opt.shape != n_calls.shape[:1]:
+        raise ValueError(
+            f"n_calls [P, G] and n_opt [P] expected; got {n_calls.shape}, {n_opt.shape}"
+        )
+    return tool_efficiency_reward(n_calls, n_opt[:, None], alpha=alpha)
 
 
 def _check_batch(prompt_ids, n_calls, success=None):

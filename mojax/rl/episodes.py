@@ -153,9 +153,11 @@ class EpisodeRunner:
         tracker: NOptimalTracker | None,
         stats: RewardStats | None = None,
         goal_weights: np.ndarray | None = None,
+        n_opt: str | None = None,
     ) -> tuple[Episodes, NOptimalTracker | None]:
         """Rollouts of ``examples`` with ``params`` and their rewards (tracker returned updated).
-        ``goal_weights [P, M]``: goal-conditioned GRPO's per-example ``w`` (see :meth:`_prompts`)."""
+        ``goal_weights [P, M]``: goal-conditioned GRPO's per-example ``w`` (see :meth:`_prompts`);
+        ``n_opt``: ``r_tool``'s ``N_optimal`` source (None = ``config.tool_reward.n_opt``)."""
         from mojax.rollout import run_rollout
 
         examples = list(examples)
@@ -208,6 +210,8 @@ class EpisodeRunner:
             tracker=tracker,
             tool_alpha=self.spec.reward.tool_alpha,
             no_success=self.spec.reward.no_success,
+            tool_gate=self.spec.reward.gate,
+            n_opt_source=n_opt or self.spec.reward.n_opt,
             judge=self.judge,
             prompts_text=prompts_text,
             stats=stats,

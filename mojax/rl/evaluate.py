@@ -45,7 +45,8 @@ def summarize(
       ``{prefix}pass@k``, ``{prefix}E_w[best@k]``
       (the mean over 1000 seeded ``w ~ Dir(1)`` of the best ``w·r`` among the first k; M > 1),
       ``{prefix}diversity`` (reward space, valid answers), ``{prefix}collinearity``,
-      ``{prefix}valid_fraction``.
+      ``{prefix}valid_fraction``; with ``examples`` that carry a difficulty class, ``{prefix}acc/<class>``,
+      ``{prefix}calls/<class>`` and ``{prefix}problems/<class>`` (:func:`per_class`).
     """
     r = np.asarray(rewards, np.float64)
     v = np.asarray(valid, bool)
@@ -76,17 +77,42 @@ def summarize(
                 ew = metrics_lib.expected_best_at_k(r, k, valid=v, num_weights=1000)
                 out[f"E_w[best@{k}]"] = float(ew.mean())
     if examples is not None:
+        out.update(per_class(examples, success, calls))
         out.update(task.eval_metrics(list(examples), r, v, calls))
     out["diversity"] = float(metrics_lib.reward_diversity(r, v).mean())
     out["collinearity"] = float(metrics_lib.collinearity(r, v))
     return {prefix + k: v for k, v in out.items()}
 
 
-def write_samples(path: str, task: Task, ids, rewards, valid, n_calls) -> None:
+def problem_class(example) -> str | None:
+    """The difficulty class an example carries (``example.meta["difficulty"]``), else None."""
+    meta = getattr(example, "meta", None) or {}
+    cls = meta.get("difficulty") if isinstance(meta, dict) else None
+    return None if cls is None else str(cls)
+
+
+def per_class(examples: Sequence, success, calls) -> dict[str, float]:
+    """``acc/<class>`` (mean success), ``calls/<class>`` (mean tool calls) and
+    ``problems/<class>`` (how many problems) per difficulty class, for examples that carry one
+    (``success`` / ``calls [P, N]``); {} when none does. Several processes: every process computes
+    it from the gathered arrays (no collective); process 0 logs it."""
+    classes = [problem_class(ex) for ex in examples]
+    out: dict[str, float] = {}
+    for cls in sorted({c for c in classes if c is not None}):
+        rows = np.asarray([c == cls for c in classes])
+        out[f"acc/{cls}"] = float(np.asarray(success)[rows].mean())
+        out[f"calls/{cls}"] = float(np.asarray(calls)[rows].mean())
+        out[f"problems/{cls}"] = float(rows.sum())
+    return out
+
+
+def write_samples(
+    path: str, task: Task, ids, rewards, valid, n_calls, classes: Sequence | None = None
+) -> None:
     """Writes every sample of an evaluation to the JSON-lines file ``path`` (process 0 only): one
     line per problem and sample, ``{"problem", "sample", "rewards": {objective: value}, "valid",
     "success", "n_calls"}`` (``rewards [P, N, M]``, ``valid`` / ``n_calls [P, N]``; for VPO sets
-    the flattened answers). Per-problem paired tests and bootstraps read it
+    the flattened answers), and ``"class"`` when ``classes`` (one per problem) names one. Per-problem paired tests and bootstraps read it
     (``mojax.compare``). The file is rewritten whole, so a step evaluated again after a resume
     leaves one copy."""
     if not distributed.is_leader():
@@ -108,6 +134,8 @@ def write_samples(path: str, task: Task, ids, rewards, valid, n_calls) -> None:
                     "success": bool(success[p, n]),
                     "n_calls": int(np.asarray(n_calls)[p, n]),
                 }
+                if classes is not None and classes[p] is not None:
+                    row["class"] = str(classes[p])
                 f.write(json.dumps(row) + "\n")
     os.replace(tmp, path)
 

@@ -5,7 +5,8 @@
 * ``transcript_rows``: the first ``transcripts_per_step`` rows of a step, for ``transcripts.jsonl``.
 
 A hook that asks for a validation vector (``validate()``) gets the mean reward vector of greedy
-rollouts on the validation split (``mojax.rl.validation.validation_vector``); its ``val/...``
+rollouts on the validation split (``mojax.rl.validation.validation_vector``; keywords
+``num_samples``, ``temperature``, ``n_opt`` change how it is rolled out and scored); its ``val/...``
 metrics are logged with the step's. Host state is passed in and returned.
 """
 
@@ -28,8 +29,8 @@ def _with_validation(run, host: HostState, params, step: int, hook: Callable) ->
     (and the validation tracker, when it validated) and the metrics."""
     box: dict[str, Any] = {"host": host, "metrics": {}}
 
-    def validate() -> np.ndarray:
-        box["host"], v, vm = validation_vector(run, box["host"], params, step)
+    def validate(**settings) -> np.ndarray:
+        box["host"], v, vm = validation_vector(run, box["host"], params, step, **settings)
         box["metrics"].update(vm)
         return v
 

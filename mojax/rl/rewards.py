@@ -5,7 +5,8 @@ mutated). Covers the pieces every method shares:
 
 * task scoring (``Task.score_batch``; failures are invalid and counted, never raised);
 * external objectives: ``r_tool`` (ParetoPO Eq. 4, from ``n_calls`` and the N_optimal tracker,
-  the current group included) and ``r_reason`` (AWPO's judge score, each process judging its own
+  the current group included, or the task's fixed ``N_opt``; paid to every sample or to successes,
+  :func:`tool_column`) and ``r_reason`` (AWPO's judge score, each process judging its own
   rows, ``mojax.rl.scoring.judge_owned``; a judge failure → invalid);
 * DAPO overlong shaping on the success objective(s) and DAPO dynamic-sampling's group filter,
   judged **per objective** (methods.md): a group is kept if any objective varies.
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from mojax.pareto import NOptimalTracker
+from mojax.pareto import N_OPT_SOURCES, NOptimalTracker, fixed_tool_reward, gate_by_success
 from mojax.rl.scoring import judge_owned, score_owned
 from mojax.tasks.base import RewardStats, Task
 from mojax.tasks.judge import JudgeBudget, reason_column
@@ -73,6 +74,8 @@ def score_rollouts(
     tracker: NOptimalTracker | None = None,
     tool_alpha: float = 0.7,
     no_success: str = "zero",
+    tool_gate: str = "all",
+    n_opt_source: str = "tracked",
     judge=None,
     prompts_text: Sequence[str] | None = None,
     stats: RewardStats | None = None,
@@ -87,7 +90,8 @@ def score_rollouts(
       n_calls: int [B] tool calls per response.
       num_samples: G.
       tracker: N_optimal table for ``r_tool`` (required if the task has that objective).
-      tool_alpha, no_success: ``r_tool`` settings (``config.tool_reward``).
+      tool_alpha, no_success, tool_gate, n_opt_source: ``r_tool`` settings
+        (``config.tool_reward``: ``alpha``, ``no_success``, ``gate``, ``n_opt``; :func:`tool_column`).
       judge: a judge for ``r_reason`` (AWPO); prompts_text: the prompts it sees; judge_budget:
         what one batch of its calls may cost (each process judges its own groups' rows).
       stats: running reward statistics (invalid counts by reason) to add to.
@@ -109,11 +113,9 @@ def score_rollouts(
         if name == "r_tool":
             if tracker is None:
                 raise ValueError(f"task {task.name!r} has r_tool: a N_optimal tracker is required")
-            success = (task.is_success(rewards) & valid).reshape(p, g)
-            ids = [ex.id for ex in examples]
-            tracker, r_tool = tracker.step(
-                ids, n_calls, success, alpha=tool_alpha, no_success=no_success
-            )
+            ok = (task.is_success(rewards) & valid).reshape(p, g)
+            kw = dict(alpha=tool_alpha, no_success=no_success, gate=tool_gate, n_opt=n_opt_source)
+            tracker, r_tool = tool_column(task, examples, n_calls, ok, tracker, **kw)
             rewards[:, k] = r_tool.reshape(-1)
         elif name == "r_reason":
             if judge is None:
@@ -138,6 +140,37 @@ def score_rollouts(
     return RewardBatch(
         rewards.reshape(p, g, -1), valid.reshape(p, g), metrics, tracker, reason_valid
     )
+
+
+def tool_column(
+    task: Task,
+    examples: Sequence[Any],
+    n_calls,
+    success,
+    tracker: NOptimalTracker,
+    *,
+    alpha: float = 0.7,
+    no_success: str = "zero",
+    gate: str = "all",
+    n_opt: str = "tracked",
+) -> tuple[NOptimalTracker, np.ndarray]:
+    """ParetoPO's ``r_tool [P, G]`` (Eq. 4) of one batch and the updated ``N_optimal`` tracker.
+
+    ``n_opt="tracked"``: against the tracker's ``N_optimal`` (the current group included);
+    ``"fixed"``: against ``task.optimal_calls(example)`` (the task's rule; the tracker is still
+    updated). ``gate="success"`` pays it to successful samples only (``success [P, G]``), ``"all"``
+    to every sample (:func:`mojax.pareto.gate_by_success`). Several processes: each computes it
+    identically from the gathered batch (no collective), so the trackers stay equal."""
+    if n_opt not in N_OPT_SOURCES:
+        raise ValueError(f"n_opt must be one of {N_OPT_SOURCES}; got {n_opt!r}")
+    ids = [ex.id for ex in examples]
+    tracker, r_tool = tracker.step(ids, n_calls, success, alpha=alpha, no_success=no_success)
+    if n_opt == "fixed":
+        rule = getattr(task, "optimal_calls", None)
+        if not callable(rule):
+            raise ValueError(f"task {task.name!r} has no optimal_calls: tool_reward.n_opt='fixed'")
+        r_tool = fixed_tool_reward(n_calls, [rule(ex) for ex in examples], alpha=alpha)
+    return tracker, gate_by_success(r_tool, success, gate)
 
 
 def _reward_metrics(task: Task, rewards: np.ndarray, valid: np.ndarray) -> dict[str, float]:

@@ -242,6 +242,15 @@ class RewardSpec:
     overlong_penalty: float = option(
         help="DAPO: penalty at the max length", key="dapo.overlong_penalty"
     )
+    gate: str = option(
+        "all",
+        help='who is paid r_tool: "all" samples | "success"-ful ones only (a failure gets 0)',
+    )
+    n_opt: str = option(
+        "tracked",
+        help='r_tool\'s N_opt: "tracked" (fewest calls of a success so far) | "fixed" (the '
+        "task's rule, e.g. the calculator's optimal_calls)",
+    )
     max_response_len: int = 0  # rollout.max_response_len (the overlong ramp ends there)
 
     def __post_init__(self):
@@ -251,6 +260,8 @@ class RewardSpec:
                 "tool_reward.no_success",
                 f"{self.no_success!r} is not allowed; allowed values: {list(pareto.NO_SUCCESS_MODES)}",
             )
+        c.choice("tool_reward.gate", pareto.TOOL_GATES)
+        c.choice("tool_reward.n_opt", pareto.N_OPT_SOURCES)
         if self.tool_alpha < 0:
             c.fail("tool_reward.alpha", f"{self.tool_alpha!r} is out of range [0, inf)")
         if not 0 <= self.overlong_buffer <= self.max_response_len:

@@ -32,7 +32,7 @@ def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
         return [str(e) if added else f"config.task.kwargs: {e}"]
     errors = _shape_errors(spec) + _method_errors(spec, task) + _goal_errors(spec, task)
     errors += _sft_errors(spec, task) + task.config_errors(spec) + _offpolicy_errors(spec)
-    errors += _packing_errors(spec) + _mesh_errors(spec, num_devices)
+    errors += _packing_errors(spec) + _mesh_errors(spec, num_devices) + _n_opt_errors(spec, task)
     return errors + _engine_errors(spec, num_devices)
 
 
@@ -170,6 +170,22 @@ def _method_errors(spec: Any, task) -> list[str]:
             names = list(task.objective_names)
             c.fail(key, f"{tuple(w)} has {len(tuple(w))} entries; task objectives are {names}")
     return c.errors
+
+
+def _n_opt_errors(spec: Any, task) -> list[str]:
+    """A fixed ``N_opt`` for ``r_tool`` (``tool_reward.n_opt``, ``paretopo.validation_n_opt``)
+    needs a task with ``r_tool`` and a rule for it (``optimal_calls(example)``)."""
+    keys = [("tool_reward.n_opt", spec.reward.n_opt)]
+    para = spec.advantage.sections.get("paretopo")
+    if para is not None and para.enabled:
+        keys.append(("paretopo.validation_n_opt", para.validation_n_opt))
+    has_rule = "r_tool" in task.objective_names and callable(getattr(task, "optimal_calls", None))
+    return [
+        f"config.{key}: 'fixed' needs a task with r_tool and a fixed N_opt (optimal_calls); "
+        f"task {task.name!r} has none"
+        for key, value in keys
+        if value == "fixed" and not has_rule
+    ]
 
 
 def _goal_errors(spec: Any, task) -> list[str]:

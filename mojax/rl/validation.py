@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from mojax.pareto import NOptimalTracker
-from mojax.rl.evaluate import summarize, write_samples
+from mojax.rl.evaluate import problem_class, summarize, write_samples
 from mojax.rl.host_state import HostState
 
 
@@ -52,25 +52,38 @@ def evaluate(
     out.update(host.reward_stats["eval"].as_metrics("reward_invalid/eval"))
     if samples_path:
         ids = [ex.id for ex in examples]
-        write_samples(samples_path, run.task, ids, rewards, valid, calls)
+        classes = [problem_class(ex) for ex in examples]
+        write_samples(samples_path, run.task, ids, rewards, valid, calls, classes)
     return out
 
 
 def validation_vector(
-    run, host: HostState, params, step: int
+    run,
+    host: HostState,
+    params,
+    step: int,
+    *,
+    num_samples: int = 1,
+    temperature: float = 0.0,
+    n_opt: str | None = None,
 ) -> tuple[HostState, np.ndarray, dict]:
-    """ParetoPO's ``v_t [M]``: the mean reward vector of greedy rollouts on the validation split
-    (ParetoPO, arXiv:2606.16111, Algorithm 1). The validation ``N_optimal`` table is tracked across
-    validations like the training one; returns the host state with it updated."""
+    """ParetoPO's ``v_t [M]``: the mean reward vector of rollouts on the validation split
+    (ParetoPO, arXiv:2606.16111, Algorithm 1): by default one greedy sample per problem; with
+    ``num_samples`` / ``temperature`` the mean over that many sampled ones (``paretopo.validation_*``).
+    The validation ``N_optimal`` table is tracked across validations like the training one (also
+    with ``n_opt="fixed"``, which scores ``r_tool`` against the task's rule instead; None =
+    ``config.tool_reward.n_opt``); returns the host state with it updated."""
     key = jax.random.fold_in(jax.random.PRNGKey(run.spec.seed + 2), step)
+    extra = {"n_opt": n_opt} if n_opt is not None else {}
     episodes, val_tracker = run.runner.run(
         params,
         run.splits.validation,
         key=key,
-        num_samples=1,
-        temperature=0.0,
+        num_samples=int(num_samples),
+        temperature=float(temperature),
         tracker=host.val_tracker,
         stats=host.reward_stats["validation"],
+        **extra,
     )
     r = np.where(episodes.valid[..., None], episodes.rewards, 0.0).reshape(
         -1, episodes.rewards.shape[-1]

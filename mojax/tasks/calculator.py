@@ -17,6 +17,11 @@ problems and always calling is accurate but wasteful: RL has a real accuracy/eff
 
 Splits are disjoint by construction: a problem belongs to ``test`` / ``validation`` / ``train`` by
 a hash of its expression (10% / 10% / 80%), and each split draws from its own seeded stream.
+
+``task.kwargs.problems="rule"`` (default ``"facts"``, the set above) replaces the easy class with
+problems a rule visible in them solves (``x+0``, ``x*1`` -> ``x``; ``x*0``, ``x-x`` -> 0) on
+multi-digit operands never seen in training, drawn without replacement; see
+:mod:`mojax.tasks.calculator_rule`.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from mojax.tasks import calculator_rule as rule_set
 from mojax.tasks.base import Example, Objective, Splits, Task, clean_response
 from mojax.tasks.qa import extract_tag
 
@@ -162,11 +168,25 @@ class CalculatorTask(Task):
     scalar_weights = (0.6, 0.4)
     tool_stop = "</calc>"
 
-    def __init__(self, shared_easy_facts: bool = False, easy_ops: str = "+-*", mode: str = "tool"):
+    def __init__(
+        self,
+        shared_easy_facts: bool = False,
+        easy_ops: str = "+-*",
+        mode: str = "tool",
+        problems: str = "facts",
+        recall: float = 0.0,
+    ):
         if not easy_ops or set(easy_ops) - set("+-*"):
             raise ValueError(f"easy_ops must be a non-empty subset of '+-*'; got {easy_ops!r}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+        if problems not in rule_set.PROBLEM_SETS:
+            raise ValueError(f"problems must be one of {rule_set.PROBLEM_SETS}; got {problems!r}")
+        if recall < 0 or (recall and problems != "rule"):
+            raise ValueError(
+                f"recall must be >= 0, and > 0 only with problems='rule'; got {recall}"
+            )
+        self.problems, self.recall = problems, float(recall)
         self.shared_easy_facts = bool(shared_easy_facts)
         self.easy_ops = easy_ops
         self.mode = mode
@@ -186,7 +206,18 @@ class CalculatorTask(Task):
     def load(
         self, split: str, num: int, *, seed: int = 0, mix: Mapping[str, float] | None = None
     ) -> list[Example]:
-        """``num`` generated examples of ``split`` (see :func:`generate_problems`)."""
+        """``num`` generated examples of ``split`` (see :func:`generate_problems`; with
+        ``problems="rule"``, :func:`mojax.tasks.calculator_rule.generate_rule_problems`)."""
+        if self.problems == "rule":
+            probs = rule_set.generate_rule_problems(
+                split,
+                num,
+                seed=seed,
+                mix=rule_set.rule_mix(mix, self.recall),
+                make=Problem,
+                recall_ops=self.easy_ops,
+            )
+            return [self.example(p, f"calc/{seed}/{split}/{i}") for i, p in enumerate(probs)]
         probs = generate_problems(
             split,
             num,
@@ -212,7 +243,8 @@ class CalculatorTask(Task):
         argmax)."""
         import ml_collections
 
-        c.task.kwargs = ml_collections.ConfigDict({"shared_easy_facts": False, "easy_ops": "+"})
+        kwargs = {"shared_easy_facts": False, "easy_ops": "+", "problems": "facts", "recall": 0.0}
+        c.task.kwargs = ml_collections.ConfigDict(kwargs)
         c.eval.temperature, c.eval.num_samples, c.eval.ks = 1.0, 4, (1, 2, 4)
 
     def load_splits(self, spec, *, seed: int) -> Splits:
@@ -242,6 +274,7 @@ class CalculatorTask(Task):
             seed=int(seed),
             behaviours=dict(sft.behaviours),
             think_rate=float(sft.think_rate),
+            problems=self.problems,
         )
         eos = int(tokenizer.eos_token_id)
         return [tokenize_demo(d, tokenizer, end_token_id=eos) for d in demos]
@@ -250,7 +283,9 @@ class CalculatorTask(Task):
         """Every prompt, the SFT transcripts (answers, tags and observations) and every digit
         and sign in every position the model may need."""
         texts = super().vocab_corpus(splits, render, sft=sft, seed=seed, num_answers=num_answers)
-        demos = sft_demonstrations(splits.train, seed=seed, think_rate=float(sft.think_rate))
+        demos = sft_demonstrations(
+            splits.train, seed=seed, think_rate=float(sft.think_rate), problems=self.problems
+        )
         return texts + [d.response for d in demos] + ["0123456789 -+*=.,"]
 
     def vocab_symbols(self, sft) -> tuple[str, ...]:
@@ -298,11 +333,22 @@ class CalculatorTask(Task):
         return np.array([correct, 0.0])
 
     # ------------------------------------------------------------------ tool efficiency
-    @staticmethod
-    def optimal_calls(example: Example) -> int:
+    def optimal_calls(self, example: Example) -> int:
         """The fixed ``N_opt`` of a problem: 0 for an easy one (a known single-digit fact), 1 for
-        the others (one call gives the exact result)."""
+        the others (one call gives the exact result). With ``problems="rule"``: 0 where no tool is
+        needed (:meth:`needs_tool`), 1 otherwise."""
+        if self.problems == "rule":
+            return int(self.needs_tool(example))
         return 0 if example.meta["difficulty"] == "easy" else 1
+
+    def needs_tool(self, example: Example) -> bool:
+        """Whether the problem needs the tool: not when a rule visible in it solves it (``x+0``,
+        ``x*1``, ``x*0``, ``x-x`` ...) or it is a fact shared by every split (``recall``, or the
+        facts set's ``easy`` with ``shared_easy_facts``); a held-out single-digit sum never seen
+        in training needs it."""
+        cls = example.meta["difficulty"]
+        shared = cls == "recall" or (cls == "easy" and self.shared_easy_facts)
+        return rule_set.needs_tool(example.meta["problem"], shared=shared)
 
     def judge_reference(self, example: Example) -> str:
         """The plan a reasoning judge compares with: the decision the fixed ``N_opt`` makes."""
@@ -312,14 +358,26 @@ class CalculatorTask(Task):
         """``tool_efficiency``: the mean over samples of ``exp(-0.7 |N_call - N_opt|)`` against
         the fixed ``N_opt`` (:meth:`optimal_calls`; ParetoPO, arXiv:2606.16111, Eq. 4's form with
         its ``alpha``), whether or not the sample succeeded; ``redundant_calls``: the mean number
-        of calls beyond ``N_opt``."""
+        of calls beyond ``N_opt``; ``unneeded_calls``: the mean number of calls the problem does
+        not need (every call where :meth:`needs_tool` is False, else the calls beyond the first);
+        per class (``example.meta["difficulty"]``): ``tool_eff/<class>``,
+        ``unneeded_calls/<class>``."""
         del rewards, valid
         n_opt = np.asarray([self.optimal_calls(ex) for ex in examples], np.float64)[:, None]
         calls = np.asarray(n_calls, np.float64)
-        return {
-            "tool_efficiency": float(np.exp(-0.7 * np.abs(calls - n_opt)).mean()),
+        eff = np.exp(-0.7 * np.abs(calls - n_opt))
+        needed = np.asarray([self.needs_tool(ex) for ex in examples], bool)[:, None]
+        unneeded = np.where(needed, np.maximum(calls - 1.0, 0.0), calls)
+        out = {
+            "tool_efficiency": float(eff.mean()),
             "redundant_calls": float(np.maximum(calls - n_opt, 0.0).mean()),
+            "unneeded_calls": float(unneeded.mean()),
         }
+        classes = np.asarray([ex.meta["difficulty"] for ex in examples])
+        for cls in sorted(set(classes)):
+            out[f"tool_eff/{cls}"] = float(eff[classes == cls].mean())
+            out[f"unneeded_calls/{cls}"] = float(unneeded[classes == cls].mean())
+        return out
 
 
 def sft_demonstrations(
@@ -329,6 +387,7 @@ def sft_demonstrations(
     behaviours: Mapping[str, float] | None = None,
     mental_error: Mapping[str, float] | None = None,
     think_rate: float = 0.0,
+    problems: str = "facts",
 ) -> list[Demo]:
     """One transcript per example, behaviour drawn per demo from ``behaviours``.
 
@@ -343,25 +402,31 @@ def sft_demonstrations(
         ``<think>mental</think>`` (:func:`think_plan`), the format :func:`think_format` rewards.
         At 0 (the default) no draw is made: the random stream (and so every demo) is the same as
         without the argument.
+      problems: ``"facts"`` (the default problem set) or ``"rule"``
+        (:mod:`mojax.tasks.calculator_rule`): ``when_hard`` then calls exactly when the problem
+        needs the tool, and ``mental_error`` defaults to ``RULE_MENTAL_ERROR`` (0 on the rule
+        class, 0.5 / 0.7 on the multi-digit classes).
     """
     behaviours = dict(DEFAULT_BEHAVIOURS if behaviours is None else behaviours)
-    mental_error = dict(DEFAULT_MENTAL_ERROR if mental_error is None else mental_error)
+    rule = problems == "rule"
+    classes = rule_set.RULE_CLASSES if rule else DIFFICULTIES
+    default_error = rule_set.RULE_MENTAL_ERROR if rule else DEFAULT_MENTAL_ERROR
+    mental_error = dict(default_error if mental_error is None else mental_error)
     if set(behaviours) - set(BEHAVIOURS) or sum(behaviours.values()) <= 0:
         raise ValueError(f"behaviours must weight some of {BEHAVIOURS}; got {behaviours}")
-    if set(mental_error) != set(DIFFICULTIES) or not all(
-        0.0 <= v <= 1.0 for v in mental_error.values()
-    ):
-        raise ValueError(f"mental_error must give a probability per {DIFFICULTIES}")
+    if set(mental_error) != set(classes) or not all(0.0 <= v <= 1.0 for v in mental_error.values()):
+        raise ValueError(f"mental_error must give a probability per {classes}")
     if not 0.0 <= think_rate <= 1.0:
         raise ValueError(f"think_rate must lie in [0, 1]; got {think_rate}")
-    task = CalculatorTask()
+    task = CalculatorTask(problems="rule" if rule else "facts")
     rng = random.Random(seed)
     names, weights = list(behaviours), [behaviours[k] for k in behaviours]
     demos = []
     for ex in examples:
         prob: Problem = ex.meta["problem"]
         behaviour = rng.choices(names, weights)[0]
-        call = behaviour in ("always", "redundant") or (behaviour == "when_hard" and prob.is_hard)
+        needed = task.needs_tool(ex) if rule else prob.is_hard
+        call = behaviour in ("always", "redundant") or (behaviour == "when_hard" and needed)
         if call:
             one = (
                 (f"<calc>{prob.expr}</calc>", True),

@@ -1,0 +1,98 @@
+"""Held-out metrics per difficulty class and the unneeded-call measure (issue 47), against loops
+written from their definitions."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from mojax.rl.evaluate import summarize, write_samples
+from mojax.tasks.calculator import CalculatorTask, Problem
+
+
+def _ex(task, a, op, b, cls, i):
+    return task.example(Problem(a, op, b, cls), f"p{i}")
+
+
+def test_per_class_accuracy_calls_and_tool_efficiency_by_hand(tmp_path):
+    task = CalculatorTask(problems="rule", recall=0.1)
+    examples = [
+        _ex(task, 12345, "*", 1, "rule", 0),  # N_opt 0
+        _ex(task, 77, "-", 77, "rule", 1),  # N_opt 0
+        _ex(task, 123, "+", 456, "medium", 2),  # N_opt 1
+        _ex(task, 3, "+", 4, "recall", 3),  # N_opt 0 (shared fact)
+    ]
+    # rewards [P=4, N=2, M=2]; r_task 1 = success
+    r = np.zeros((4, 2, 2), np.float32)
+    r[0, :, 0] = [1, 1]
+    r[1, :, 0] = [1, 0]
+    r[2, :, 0] = [0, 1]
+    r[3, :, 0] = [1, 1]
+    valid = np.ones((4, 2), bool)
+    valid[1, 0] = False  # an invalid sample never succeeds
+    calls = np.array([[0, 1], [2, 0], [1, 3], [1, 0]])
+    s = summarize(task, r, valid, calls, ks=(1,), examples=examples)
+    assert s["eval/acc/rule"] == pytest.approx((1 + 1 + 0 + 0) / 4)
+    assert s["eval/acc/medium"] == pytest.approx(0.5)
+    assert s["eval/acc/recall"] == pytest.approx(1.0)
+    assert s["eval/calls/rule"] == pytest.approx((0 + 1 + 2 + 0) / 4)
+    assert s["eval/calls/medium"] == pytest.approx(2.0)
+    assert s["eval/problems/rule"] == 2 and s["eval/problems/medium"] == 1
+    e = lambda c, n: math.exp(-0.7 * abs(c - n))
+    assert s["eval/tool_eff/rule"] == pytest.approx((e(0, 0) + e(1, 0) + e(2, 0) + e(0, 0)) / 4)
+    assert s["eval/tool_eff/medium"] == pytest.approx((e(1, 1) + e(3, 1)) / 2)
+    # unneeded: every call where no tool is needed, else the calls beyond the first
+    unneeded = [0, 1, 2, 0, 0, 2, 1, 0]
+    assert s["eval/unneeded_calls"] == pytest.approx(np.mean(unneeded))
+    assert s["eval/unneeded_calls/medium"] == pytest.approx(1.0)
+    # the existing measures keep their definitions
+    n_opt = np.array([0, 0, 1, 0])[:, None]
+    assert s["eval/tool_efficiency"] == pytest.approx(np.exp(-0.7 * np.abs(calls - n_opt)).mean())
+    assert s["eval/redundant_calls"] == pytest.approx(np.maximum(calls - n_opt, 0).mean())
+    path = tmp_path / "eval" / "3.jsonl"
+    write_samples(
+        str(path),
+        task,
+        [x.id for x in examples],
+        r,
+        valid,
+        calls,
+        [x.meta["difficulty"] for x in examples],
+    )
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [row["class"] for row in rows] == ["rule"] * 4 + ["medium", "medium", "recall", "recall"]
+
+
+def test_facts_set_unneeded_calls_count_only_rule_solvable_easy_problems():
+    """The default set's held-out single-digit sums are never trained on: a call there is needed
+    unless a rule solves the sum (``x+0``); with ``shared_easy_facts`` they are known facts."""
+    task = CalculatorTask(easy_ops="+")
+    examples = [
+        _ex(task, 3, "+", 0, "easy", 0),
+        _ex(task, 3, "+", 4, "easy", 1),
+        _ex(task, 37, "*", 48, "hard", 2),
+    ]
+    calls = np.array([[1], [1], [2]])
+    got = task.eval_metrics(examples, None, None, calls)
+    assert got["unneeded_calls"] == pytest.approx((1 + 0 + 1) / 3)
+    assert got["redundant_calls"] == pytest.approx((1 + 1 + 1) / 3)  # counts the needed call too
+    assert got["tool_eff/easy"] == pytest.approx(math.exp(-0.7))
+    shared = CalculatorTask(easy_ops="+", shared_easy_facts=True)
+    assert shared.eval_metrics(examples, None, None, calls)["unneeded_calls"] == pytest.approx(1.0)
+
+
+def test_default_task_gets_per_class_keys_without_changing_the_old_ones():
+    task = CalculatorTask(easy_ops="+")
+    ex = task.load("test", 12, seed=0, mix={"easy": 0.5, "medium": 0.1, "hard": 0.4})
+    rng = np.random.default_rng(0)
+    r = np.stack([rng.integers(0, 2, (12, 4)), rng.random((12, 4))], -1).astype(np.float32)
+    valid, calls = np.ones((12, 4), bool), rng.integers(0, 3, (12, 4))
+    old = summarize(task, r, valid, calls, ks=(1, 2, 4))
+    new = summarize(task, r, valid, calls, ks=(1, 2, 4), examples=ex)
+    assert {k: new[k] for k in old} == old
+    classes = {x.meta["difficulty"] for x in ex}
+    assert {f"eval/acc/{c}" for c in classes} <= set(new)
+    success = r[..., 0] == 1
+    total = sum(new[f"eval/acc/{c}"] * new[f"eval/problems/{c}"] for c in classes)
+    assert total / 12 == pytest.approx(success.mean())

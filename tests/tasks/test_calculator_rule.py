@@ -1,0 +1,155 @@
+"""The calculator's rule problem set (``task.kwargs.problems="rule"``, issue 47): a no-tool class
+solved by a rule on operands never seen in training, held-out problems distinct and disjoint from
+training, class counts that follow the mix, demonstrations and the fixed ``N_opt``."""
+
+import collections
+import math
+import re
+
+import pytest
+
+from mojax.tasks.calculator import CalculatorTask, sft_demonstrations
+from mojax.tasks.calculator_rule import RULE_FORMS, rule_mix, rule_solvable
+
+MIX = {"easy": 0.5, "medium": 0.1, "hard": 0.4}  # the default config.task.mix ("easy" = "rule")
+
+
+def _rule_operand(expr: str) -> int:
+    """``x`` of a rule problem, from its expression alone (the operand that is not 0 or 1)."""
+    a, b = (int(v) for v in re.split(r"[+*-]", expr))
+    return max(a, b)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_held_out_problems_are_distinct_and_never_in_training(seed):
+    task = CalculatorTask(problems="rule", recall=0.1, easy_ops="+")
+    splits = {
+        s: task.load(s, n, seed=seed, mix=MIX)
+        for s, n in (("train", 4000), ("validation", 1200), ("test", 1200))
+    }
+    exprs = {
+        s: [e.meta["expr"] for e in ex if e.meta["difficulty"] != "recall"]
+        for s, ex in splits.items()
+    }
+    for s in ("validation", "test"):
+        assert len(exprs[s]) >= 1000
+        assert len(set(exprs[s])) == len(exprs[s])  # drawn without replacement
+        assert not set(exprs[s]) & set(exprs["train"])  # disjoint by expression
+    assert not set(exprs["validation"]) & set(exprs["test"])
+    # rule problems: a held-out operand never appears in any training rule problem, in any form
+    operands = {
+        s: {_rule_operand(e.meta["expr"]) for e in ex if e.meta["difficulty"] == "rule"}
+        for s, ex in splits.items()
+    }
+    assert len(operands["test"]) > 400
+    assert not operands["test"] & operands["train"]
+    assert not operands["validation"] & operands["train"]
+    # recall facts are shared knowledge: the same single-digit sums in every split
+    recall = {
+        s: {e.meta["expr"] for e in ex if e.meta["difficulty"] == "recall"}
+        for s, ex in splits.items()
+    }
+    assert recall["test"] and recall["test"] <= {f"{a}+{b}" for a in range(10) for b in range(10)}
+
+
+@pytest.mark.parametrize("cls", ["rule", "medium", "hard"])
+def test_thousands_of_distinct_held_out_problems_per_class(cls):
+    ex = CalculatorTask(problems="rule").load("test", 3000, seed=0, mix={cls: 1.0})
+    assert len({e.meta["expr"] for e in ex}) == 3000
+    assert {e.meta["difficulty"] for e in ex} == {cls}
+
+
+def test_class_counts_follow_the_mix():
+    task = CalculatorTask(problems="rule", recall=0.2)
+    n = 2000
+    ex = task.load("test", n, seed=3, mix=MIX)
+    counts = collections.Counter(e.meta["difficulty"] for e in ex)
+    weights = rule_mix(MIX, 0.2)
+    total = sum(weights.values())
+    for cls, w in weights.items():
+        p = w / total
+        assert abs(counts[cls] - n * p) <= 4 * math.sqrt(n * p * (1 - p)), (cls, counts)
+
+
+def test_rule_problems_by_hand():
+    task = CalculatorTask(problems="rule")
+    ex = task.load("train", 400, seed=0, mix={"rule": 1.0})
+    forms = collections.Counter()
+    for e in ex:
+        p = e.meta["problem"]
+        x = _rule_operand(e.meta["expr"])
+        assert 10 <= x <= 99999
+        form = e.meta["expr"].replace(str(x), "x", 1).replace(str(x), "x")
+        forms[form] += 1
+        want = 0 if form in ("x*0", "0*x", "x-x") else x
+        assert e.target == want == p.answer
+        assert task.optimal_calls(e) == 0 and not task.needs_tool(e)
+    assert set(forms) == set(RULE_FORMS)
+    for e in task.load("train", 300, seed=0, mix={"medium": 1.0, "hard": 1.0}):
+        p = e.meta["problem"]
+        assert not rule_solvable(p.a, p.op, p.b) and task.optimal_calls(e) == 1
+    recall = CalculatorTask(problems="rule", recall=1.0).load("train", 20, seed=0, mix={"rule": 0})
+    assert all(CalculatorTask(problems="rule").optimal_calls(e) == 0 for e in recall)
+    hand = [(3, "+", 0, True), (0, "*", 7, True), (12, "-", 12, True), (1, "*", 9, True)]
+    hand += [(3, "+", 4, False), (12, "-", 11, False), (2, "*", 3, False), (0, "-", 5, False)]
+    for a, op, b, want in hand:
+        assert rule_solvable(a, op, b) is want, (a, op, b)
+
+
+def test_demonstrations_solve_the_rule_class_and_call_where_needed():
+    task = CalculatorTask(problems="rule")
+    ex = task.load("train", 3000, seed=1, mix={"rule": 0.5, "medium": 0.25, "hard": 0.25})
+    demos = sft_demonstrations(
+        ex, seed=0, behaviours={"never": 0.5, "when_hard": 0.5}, problems="rule"
+    )
+    wrong = collections.Counter()
+    direct = collections.Counter()
+    for d in demos:
+        cls = d.example.meta["difficulty"]
+        if d.behaviour == "when_hard":
+            assert d.n_calls == (0 if cls == "rule" else 1)
+            assert d.correct or d.n_calls == 0
+        if d.n_calls == 0:
+            direct[cls] += 1
+            wrong[cls] += not d.correct
+    assert wrong["rule"] == 0 and direct["rule"] > 1000  # solvable without the tool
+    for cls, rate in (("medium", 0.5), ("hard", 0.7)):  # unreliable without it
+        n = direct[cls]
+        assert abs(wrong[cls] - n * rate) <= 4 * math.sqrt(n * rate * (1 - rate)), (cls, wrong, n)
+
+
+def test_facts_default_is_unchanged_and_bad_kwargs_are_refused():
+    a = CalculatorTask(easy_ops="+").load("test", 50, seed=0, mix=MIX)
+    b = CalculatorTask(easy_ops="+", problems="facts", recall=0.0).load("test", 50, seed=0, mix=MIX)
+    assert [e.meta["expr"] for e in a] == [e.meta["expr"] for e in b]
+    assert {e.meta["difficulty"] for e in a} <= {"easy", "medium", "hard"}
+    with pytest.raises(ValueError, match="problems must be one of"):
+        CalculatorTask(problems="rules")
+    with pytest.raises(ValueError, match="recall must be"):
+        CalculatorTask(recall=0.1)
+    with pytest.raises(ValueError, match="mix of the rule problems"):
+        CalculatorTask(problems="rule").load("test", 5, mix={"easy": 0.5, "rule": 0.5})
+    with pytest.raises(ValueError, match="mix of the rule problems"):
+        CalculatorTask(problems="rule").load("test", 5, mix={"tricky": 1.0})
+
+
+def test_vocabulary_corpus_holds_the_rule_demonstrations():
+    from types import SimpleNamespace
+
+    from mojax.rl.builders import _ChatML
+    from mojax.tasks.base import Splits
+
+    task = CalculatorTask(problems="rule")
+    train = task.load("train", 30, seed=0, mix=MIX)
+    splits = Splits(
+        train,
+        task.load("validation", 5, seed=0, mix=MIX),
+        task.load("test", 5, seed=0, mix=MIX),
+        task,
+    )
+    sft = SimpleNamespace(think_rate=0.0)
+    texts = task.vocab_corpus(splits, _ChatML(), sft=sft, seed=0, num_answers=0)
+    demos = sft_demonstrations(train, seed=0, problems="rule")
+    assert all(d.response in texts for d in demos)
+    joined = "\n".join(texts)
+    assert all(f"Compute {e.meta['expr']}." in joined for e in splits.all)  # every prompt
