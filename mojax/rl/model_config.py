@@ -136,7 +136,8 @@ def check_checkpoint_files(ckpt: str, key: str = "model.checkpoint") -> models.Q
 def checkpoint_errors(spec: Any) -> list[str]:
     """The problems of ``config.model.checkpoint`` (``check_checkpoint_files``) and, when the run
     reads the checkpoint's tokenizer (``tokenizer.path=''``), a directory without tokenizer
-    files; ``[]`` when it is a readable checkpoint."""
+    files; ``[]`` when it is a readable checkpoint. Every process checks on its own (the same
+    files, read only)."""
     ckpt = spec.model.checkpoint
     try:
         check_checkpoint_files(ckpt)
@@ -159,13 +160,19 @@ def _check_tokenizer_fits(spec: Any, tokenizer: Any, cfg: models.QwenConfig) -> 
     id, eos or pad id ``>= vocab_size``): they would reach the model at the first rollout."""
     bad = _ids_out_of_range(tokenizer, cfg.vocab_size)
     if bad:
-        ckpt = spec.model.checkpoint
+        ckpt, own = spec.model.checkpoint, spec.tokenizer.path == ""
+        fix = (
+            f"the tokenizer files in {ckpt} are not the ones its weights were trained with: "
+            "replace them, or set --config.tokenizer.path to the right tokenizer"
+            if own
+            else "use the checkpoint's own tokenizer (--config.tokenizer.path='') or the one it "
+            "was trained with"
+        )
         raise ConfigError(
             f"config.tokenizer.path={spec.tokenizer.path!r}: the tokenizer "
             f"({tokenizer.vocab_size} tokens) does not fit config.model.checkpoint={ckpt!r}, "
             f"whose config.json has vocab_size {cfg.vocab_size}: {bad} out of range [0, "
-            f"{cfg.vocab_size}). Use the checkpoint's own tokenizer (--config.tokenizer.path='') "
-            "or the one it was trained with"
+            f"{cfg.vocab_size}); {fix}"
         )
 
 

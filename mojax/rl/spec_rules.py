@@ -105,15 +105,13 @@ def _batch_shards(spec: Any, num_devices: int | str | None) -> int:
 
     if num_devices is None:
         return 1
-    if num_devices == "auto":
-        import jax
-
-        num_devices = jax.device_count()
     m = spec.mesh
-    try:
-        shape = sharding.resolve_mesh_shape(
-            m.data, m.fsdp, m.tensor, num_devices=int(num_devices) - m.sampler
-        )
+    try:  # the learner's devices, as mojax.sharding.mesh_errors counts them
+        if num_devices == "auto":
+            learner = len(sharding.split_devices(m.sampler)[0])
+        else:
+            learner = int(num_devices) - m.sampler
+        shape = sharding.resolve_mesh_shape(m.data, m.fsdp, m.tensor, num_devices=learner)
     except ValueError:
         return 1
     sizes = dict(zip(sharding.MESH_AXES, shape))

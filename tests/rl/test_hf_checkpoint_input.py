@@ -146,6 +146,7 @@ def test_a_tokenizer_the_checkpoint_has_no_rows_for_is_refused_at_load(ckpt):
     msg = str(info.value)
     assert f"config.model.checkpoint={str(ckpt)!r}" in msg and "vocab_size 256" in msg
     assert f"'largest token id': {tok.vocab_size - 1}" in msg and "out of range [0, 256)" in msg
+    assert f"the tokenizer files in {ckpt} are not the ones its weights were trained with" in msg
 
 
 def test_an_unreadable_tokenizer_file_is_a_config_error_naming_it(ckpt):
