@@ -244,8 +244,10 @@ TINY_CALC_MODEL = dict(
 )
 
 COMMON_ARGS = dict(
-    model="tiny",  # "tiny" (embedded default) or a variant name (qwen2.5-math-1.5b, qwen3-4b, ...)
-    checkpoint="",  # HF checkpoint dir of that model
+    # "" = "tiny" (the embedded default), or with checkpoint=DIR the architecture of DIR/config.json;
+    # or a variant name (qwen2.5-math-1.5b, qwen3-4b, ...)
+    model="",
+    checkpoint="",  # HF checkpoint dir of that model (its weights, config.json and tokenizer)
     task="calculator",
     train_path="",
     eval_path="",
@@ -271,10 +273,12 @@ THINK_WEIGHT = 0.4
 def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
     """Applies the arguments every method config accepts (``COMMON_ARGS``) to config ``c``.
 
-    Sets the task and its data paths, the mesh, ``steps`` and the model. ``model=tiny`` is the
-    embedded tiny run. Any other model sets only how that model executes: its variant and checkpoint,
-    the checkpoint's tokenizer, bf16 params / compute / KV cache, full remat, log-probs in chunks of
-    512 positions and no SFT warm start. The training recipe of ``paper=true`` is set by each method
+    Sets the task and its data paths, the mesh, ``steps`` and the model. ``model=tiny`` (the
+    default without ``checkpoint=``) is the embedded tiny run, a random init: with ``checkpoint=``
+    it is refused (it would load none of the weights). ``checkpoint=DIR`` without ``model=`` runs
+    the architecture of ``DIR/config.json``. Any other model sets only how that model executes: its
+    variant and checkpoint, the checkpoint's tokenizer, bf16 params / compute / KV cache, full
+    remat, log-probs in chunks of 512 positions and no SFT warm start. The training recipe of ``paper=true`` is set by each method
     config itself (``paper_lengths`` for the shared long-context shapes).
     """
     from mojax.tasks import task_class
@@ -289,18 +293,26 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
     task.configure(c)  # the task's own recipe defaults (task kwargs, evaluation)
     _apply_think(c, a, task)
     _apply_lora_and_packing(c, a)
-    if a.model == "tiny":
+    model = a.model or ("" if a.checkpoint else "tiny")
+    if model == "tiny":
+        if a.checkpoint:
+            raise ValueError(
+                f"config argument checkpoint={a.checkpoint!r} with model=tiny: the embedded tiny "
+                "model is a random init and loads no weights; drop model=tiny (the architecture "
+                "then comes from the checkpoint's config.json), or keep model=tiny and drop "
+                f"checkpoint= (--config.tokenizer.path={a.checkpoint} uses only its tokenizer)"
+            )
         c.model.variant = "tiny-qwen3"
         c.model.overrides = ml_collections.ConfigDict(dict(TINY_CALC_MODEL))
         if not task.builds_vocabulary:  # real data: the real Qwen2 tokenizer, no warm start
-            c.tokenizer.path = a.checkpoint or _shared_tokenizer()
+            c.tokenizer.path = _shared_tokenizer()
             c.model.overrides.vocab_size = 151936
             c.model.overrides.max_position_embeddings = 8192
             c.model.overrides.tie_word_embeddings = True
             c.ppo.logprob_chunk = 64  # never materialise [B, T, 151936] logits at once
             c.sft.steps = 0
         return
-    c.model.variant = a.model
+    c.model.variant = model  # "": the checkpoint's config.json (mojax.rl.model_config)
     c.model.checkpoint = a.checkpoint
     c.tokenizer.path = "" if a.checkpoint else c.tokenizer.path
     c.model.dtype = c.model.param_dtype = c.model.cache_dtype = "bfloat16"

@@ -148,7 +148,7 @@ def tensor_maps(config: QwenConfig) -> dict[tuple[str, ...], TensorMap]:
 # loading
 
 
-def _open_checkpoint(path: str) -> dict[str, safetensors_io.SafetensorsFile]:
+def open_checkpoint(path: str) -> dict[str, safetensors_io.SafetensorsFile]:
     """HF tensor name -> the file holding it (single file or sharded with an index)."""
     index_path = os.path.join(path, _INDEX)
     if os.path.isfile(index_path):
@@ -225,7 +225,7 @@ def load_params(path: str, config: QwenConfig, shardings: Any = None) -> Any:
         each array is then built by ``jax.make_array_from_callback`` from slice reads of the
         memmapped file, so no host ever holds a second full copy of a sharded tensor.
     """
-    files = _open_checkpoint(path)
+    files = open_checkpoint(path)
     check_checkpoint(config, files)
     maps = tensor_maps(config)
     dtype = np.dtype(config.jnp_param_dtype)

@@ -15,6 +15,7 @@ import numpy as np
 from mojax import distributed, learner, models
 from mojax import sharding as sharding_lib
 from mojax.advantages import MethodContext
+from mojax.config import ConfigError
 from mojax.models import layouts
 from mojax.rl.episodes import EpisodeRunner
 from mojax.rl.model_config import qwen_config
@@ -55,13 +56,23 @@ def build_tokenizer(spec: Any, task: Task | None, splits: Splits | None, workdir
             raise ValueError(
                 "config.tokenizer.path='' needs config.model.checkpoint (its tokenizer)"
             )
-        return models.load_tokenizer(spec.model.checkpoint)
+        what = "config.tokenizer.path='' (the tokenizer of config.model.checkpoint="
+        return _load_tokenizer(spec.model.checkpoint, f"{what}{spec.model.checkpoint!r})")
     path = os.path.expanduser(path)
     if not os.path.exists(path):
         from mojax.tasks.data import missing_file_message
 
         raise FileNotFoundError(missing_file_message(path, "config.tokenizer.path: tokenizer"))
-    return models.load_tokenizer(path)
+    return _load_tokenizer(path, f"config.tokenizer.path={spec.tokenizer.path!r}")
+
+
+def _load_tokenizer(path: str, key: str):
+    """``models.load_tokenizer(path)``; a directory without tokenizer files or files transformers
+    / sentencepiece cannot read is a ``ConfigError`` naming ``key`` and the path."""
+    try:
+        return models.load_tokenizer(os.path.expanduser(path))
+    except Exception as e:  # noqa: BLE001 - tokenizers' Rust parser raises a bare Exception
+        raise ConfigError(f"{key}: {path}: {type(e).__name__}: {e}") from e
 
 
 def corpus_texts(spec: Any, task: Task, splits: Splits) -> list[str]:

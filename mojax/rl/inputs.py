@@ -28,7 +28,7 @@ from typing import Any
 
 from mojax import distributed
 from mojax.config import ConfigError
-from mojax.rl.model_config import checkpoint_problem
+from mojax.rl.model_config import checkpoint_errors, checkpoint_problem
 from mojax.tasks.base import Task
 from mojax.tasks.splits import generates
 
@@ -55,8 +55,10 @@ def _paths(spec: Any) -> dict[str, str]:
 
 def check_files(spec: Any) -> None:
     """Raises ``ConfigError`` naming each data key whose file does not exist, ``task.train_path``
-    when a file-backed task has none, and ``model.checkpoint`` (``judge.model`` with
-    ``judge.kind='model'``) when it names no directory with a ``config.json``."""
+    when a file-backed task has none, ``model.checkpoint`` when it is not a readable HF checkpoint
+    (``mojax.rl.model_config.checkpoint_errors``: only config.json and the safetensors headers are
+    read, on every process) and ``judge.model`` (``judge.kind='model'``) when it names no
+    directory with a ``config.json``."""
     from mojax.tasks.data import missing_file_message
 
     lines = []
@@ -68,8 +70,8 @@ def check_files(spec: Any) -> None:
                 f"config.{key}={_value(spec, key)!r}: {what}. "
                 + missing_file_message(path, "data file").replace("\n", " ")
             )
-    if spec.model.checkpoint and checkpoint_problem(spec.model.checkpoint):
-        lines.append(checkpoint_problem(spec.model.checkpoint))
+    if spec.model.checkpoint:  # config.json, the safetensors headers, the tokenizer files
+        lines += checkpoint_errors(spec)
     if spec.judge.kind == "model" and checkpoint_problem(spec.judge.model, "judge.model"):
         lines.append(checkpoint_problem(spec.judge.model, "judge.model"))
     if not spec.task.train_path and _reads_files(spec.build_task()):

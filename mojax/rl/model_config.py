@@ -11,11 +11,15 @@ one the build can make.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from mojax import models
 from mojax.config import ConfigError
+
+#: The files ``mojax.models.load_tokenizer`` reads a directory's tokenizer from (any one of them).
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json", "tokenizer.model")
 
 #: A self-built vocabulary's model rows are padded to a multiple of this (as every released model
 #: pads its own; Qwen: 151,936): any tensor-parallel size that divides 128 divides it.
@@ -39,7 +43,10 @@ def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
     if spec.mode == "eval" and spec.eval.checkpoint:
         return _eval_checkpoint_config(spec, tokenizer).replace(**execution)
     if m.checkpoint:
-        return checkpoint_config(m.checkpoint).replace(**execution)
+        cfg = checkpoint_config(m.checkpoint)
+        if tokenizer is not None:
+            _check_tokenizer_fits(spec, tokenizer, cfg)
+        return cfg.replace(**execution)
     overrides = dict(m.overrides)
     build = spec.tokenizer.path == "build"
     if build and tokenizer is None:  # the largest vocabulary the build can make
@@ -58,9 +65,10 @@ def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
     except (KeyError, TypeError, ValueError) as e:
         raise ValueError(f"config.model.variant / config.model.overrides: {e}") from e
     if tokenizer is not None and tokenizer.vocab_size > cfg.vocab_size:
-        raise ValueError(
-            f"config.model: vocab_size {cfg.vocab_size} < tokenizer vocabulary "
-            f"{tokenizer.vocab_size}"
+        raise ConfigError(
+            f"config.model.overrides.vocab_size: {cfg.vocab_size} < the vocabulary of "
+            f"config.tokenizer.path={spec.tokenizer.path!r} ({tokenizer.vocab_size} tokens); "
+            "allowed: at least the tokenizer's"
         )
     return cfg.replace(**execution)
 
@@ -78,17 +86,104 @@ def checkpoint_problem(ckpt: str, key: str = "model.checkpoint") -> str:
     )
 
 
-def checkpoint_config(ckpt: str) -> models.QwenConfig:
-    """The architecture of the HF directory ``model.checkpoint`` (its ``config.json``); a missing
-    or unreadable ``config.json`` is a ``ConfigError`` naming the key."""
-    problem = checkpoint_problem(ckpt)
+def checkpoint_config(ckpt: str, key: str = "model.checkpoint") -> models.QwenConfig:
+    """The architecture of the HF directory ``config.<key>`` (its ``config.json``); a missing,
+    unparsable or unsupported ``config.json`` is a ``ConfigError`` naming the key and the file."""
+    problem = checkpoint_problem(ckpt, key)
     if problem:
         raise ConfigError(problem)
-    path = os.path.expanduser(ckpt)
+    path = os.path.join(os.path.expanduser(ckpt), "config.json")
     try:
         return models.QwenConfig.from_hf(path)
-    except (ValueError, TypeError, KeyError) as e:
-        raise ConfigError(f"config.model.checkpoint={ckpt!r}: {path}/config.json: {e}") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"config.{key}={ckpt!r}: {path}: not valid JSON ({e})") from e
+    except KeyError as e:
+        raise ConfigError(f"config.{key}={ckpt!r}: {path}: lacks the key {e}") from e
+    except AttributeError as e:
+        raise ConfigError(f"config.{key}={ckpt!r}: {path}: not a JSON object ({e})") from e
+    except (OSError, ValueError, TypeError) as e:
+        raise ConfigError(f"config.{key}={ckpt!r}: {path}: {e}") from e
+
+
+def check_checkpoint_files(ckpt: str, key: str = "model.checkpoint") -> models.QwenConfig:
+    """The architecture of the HF directory ``config.<key>``, checked against its weight files;
+    only ``config.json`` and the safetensors headers are read (every process reads them; nothing
+    is written). A ``ConfigError`` naming the key, the file and what is wrong: a missing,
+    unparsable or unsupported ``config.json``; no ``model.safetensors`` (nor an index), a file the
+    index lists that is missing, a truncated or corrupt safetensors file; a ``vocab_size`` that is
+    not the embedding's row count; any tensor missing, unexpected or mis-shaped for the config."""
+    cfg = checkpoint_config(ckpt, key)
+    path = os.path.expanduser(ckpt)
+    try:
+        files = models.hf.open_checkpoint(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"config.{key}={ckpt!r}: {e}") from e
+    embed = "model.embed_tokens.weight"
+    rows = files[embed].shape(embed)[0] if embed in files else cfg.vocab_size
+    if rows != cfg.vocab_size:
+        raise ConfigError(
+            f"config.{key}={ckpt!r}: {path}/config.json has vocab_size {cfg.vocab_size}, but "
+            f"{embed} in {files[embed].path} has {rows} rows (the embedding of {rows} tokens): "
+            "the config.json and the weights are of different models"
+        )
+    try:
+        models.hf.check_checkpoint(cfg, files)
+    except ValueError as e:
+        raise ConfigError(f"config.{key}={ckpt!r}: {e}") from e
+    return cfg
+
+
+def checkpoint_errors(spec: Any) -> list[str]:
+    """The problems of ``config.model.checkpoint`` (``check_checkpoint_files``) and, when the run
+    reads the checkpoint's tokenizer (``tokenizer.path=''``), a directory without tokenizer
+    files; ``[]`` when it is a readable checkpoint. Every process checks on its own (the same
+    files, read only)."""
+    ckpt = spec.model.checkpoint
+    try:
+        check_checkpoint_files(ckpt)
+    except ConfigError as e:
+        return e.errors
+    path = os.path.expanduser(ckpt)
+    if spec.tokenizer.path == "" and not any(
+        os.path.isfile(os.path.join(path, f)) for f in TOKENIZER_FILES
+    ):
+        return [
+            f"config.tokenizer.path='' reads the tokenizer of config.model.checkpoint={ckpt!r}, "
+            f"but {path} holds no tokenizer file (one of {list(TOKENIZER_FILES)}); copy the "
+            "model's tokenizer files there or set --config.tokenizer.path to its tokenizer"
+        ]
+    return []
+
+
+def _check_tokenizer_fits(spec: Any, tokenizer: Any, cfg: models.QwenConfig) -> None:
+    """Refuses a tokenizer that can emit ids the checkpoint's embedding has no row for (its largest
+    id, eos or pad id ``>= vocab_size``): they would reach the model at the first rollout."""
+    bad = _ids_out_of_range(tokenizer, cfg.vocab_size)
+    if bad:
+        ckpt, own = spec.model.checkpoint, spec.tokenizer.path == ""
+        fix = (
+            f"the tokenizer files in {ckpt} are not the ones its weights were trained with: "
+            "replace them, or set --config.tokenizer.path to the right tokenizer"
+            if own
+            else "use the checkpoint's own tokenizer (--config.tokenizer.path='') or the one it "
+            "was trained with"
+        )
+        raise ConfigError(
+            f"config.tokenizer.path={spec.tokenizer.path!r}: the tokenizer "
+            f"({tokenizer.vocab_size} tokens) does not fit config.model.checkpoint={ckpt!r}, "
+            f"whose config.json has vocab_size {cfg.vocab_size}: {bad} out of range [0, "
+            f"{cfg.vocab_size}); {fix}"
+        )
+
+
+def _ids_out_of_range(tokenizer: Any, vocab_size: int) -> dict[str, int]:
+    """The tokenizer's largest id, eos and pad ids that are ``>= vocab_size``."""
+    ids = {
+        "largest token id": tokenizer.vocab_size - 1,
+        "eos_token_id": getattr(tokenizer, "eos_token_id", None),
+        "pad_token_id": getattr(tokenizer, "pad_token_id", None),
+    }
+    return {k: int(v) for k, v in ids.items() if v is not None and int(v) >= vocab_size}
 
 
 def _eval_checkpoint_config(spec: Any, tokenizer: Any) -> models.QwenConfig:
@@ -106,12 +201,7 @@ def _eval_checkpoint_config(spec: Any, tokenizer: Any) -> models.QwenConfig:
     except (ValueError, TypeError, KeyError) as e:
         raise ValueError(f"config.eval.checkpoint: {path}/config.json: {e}") from e
     if tokenizer is not None:
-        ids = {
-            "largest token id": tokenizer.vocab_size - 1,
-            "eos_token_id": getattr(tokenizer, "eos_token_id", None),
-            "pad_token_id": getattr(tokenizer, "pad_token_id", None),
-        }
-        bad = {k: int(v) for k, v in ids.items() if v is not None and int(v) >= cfg.vocab_size}
+        bad = _ids_out_of_range(tokenizer, cfg.vocab_size)
         if bad:
             raise ValueError(
                 f"config.eval.checkpoint={ckpt!r}: the run's tokenizer "

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from mojax import models, pareto
 from mojax.config import Checker, option
+from mojax.rollout.spec import MAX_TOOL_TIMEOUT_S as MAX_TIMEOUT
 from mojax.sampling.continuous import KV_CACHES
 from mojax.sampling.processors import DRAWS
 
@@ -130,7 +131,9 @@ class RolloutSpec:
     top_p: float = option(help="nucleus sampling mass (1 = off)")
     top_k: int = option(help="top-k sampling (0 = off)")
     draw: str = option(help='"gumbel" | "inverse_cdf": how a token is drawn (same distribution)')
-    tool_timeout_s: float = option(help="deadline of one tool call")
+    tool_timeout_s: float = option(
+        help="deadline of one tool call, seconds in (0, 3600] (mojax.rollout.spec.MAX_TOOL_TIMEOUT_S)"
+    )
     tool_workers: int = option(help="threads running tool calls")
     sandbox: str = option(help='math\'s Python tool: "bwrap" (fails closed) | "unsafe_fallback"')
     retrieval_url: str = option(help='Search-R1 retrieval server (qa); "" = BM25 over the data')
@@ -188,7 +191,14 @@ class RolloutSpec:
         c.in_range("rollout.top_p", 0.0, 1.0, low_inclusive=False)
         c.in_range("rollout.top_k", 0)
         c.choice("rollout.draw", DRAWS)
-        c.in_range("rollout.tool_timeout_s", 0.0, low_inclusive=False)
+        t = c.typed("rollout.tool_timeout_s", (int, float))
+        if isinstance(t, int | float) and not isinstance(t, bool) and not 0 < t <= MAX_TIMEOUT:
+            c.fail(
+                "rollout.tool_timeout_s",
+                f"{t!r} is not allowed; allowed values: a finite number of seconds in "
+                f"(0, {MAX_TIMEOUT:g}] (one call's deadline holds its whole step; the sandbox's "
+                "CPU rlimit is ceil(timeout) + 1 s; mojax.rollout.spec.MAX_TOOL_TIMEOUT_S)",
+            )
         c.choice("rollout.sandbox", SANDBOX_MODES)
         c.require(
             self.max_response_len >= self.max_new_tokens,

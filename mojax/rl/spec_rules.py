@@ -33,7 +33,90 @@ def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
     errors = _shape_errors(spec) + _method_errors(spec, task) + _goal_errors(spec, task)
     errors += _sft_errors(spec, task) + task.config_errors(spec) + _offpolicy_errors(spec)
     errors += _packing_errors(spec) + _mesh_errors(spec, num_devices) + _n_opt_errors(spec, task)
+    errors += _training_errors(spec) + _batch_errors(spec, num_devices)
     return errors + _engine_errors(spec, num_devices)
+
+
+#: The most response-token slots one RL step may hold, ``prompts_per_step x num_samples x
+#: max_response_len`` (B x R): 2^31 - 1. Past it one of the step's [B, R] int32 arrays (tokens,
+#: masks, positions) alone is over 8 GiB, and the host batch holds several of them plus fp32
+#: log-probs: far beyond what one step's memory allows (the paper recipes use 1024 x 8 x 3072 =
+#: 2.5e7).
+MAX_STEP_TOKENS = 2**31 - 1
+
+
+def _training_errors(spec: Any) -> list[str]:
+    """A training run that trains something: ``steps >= 1`` (``steps=0`` only for an SFT-only run,
+    ``sft.steps > 0``, as ``configs/sft.py``), and no greedy rollouts (``rollout.temperature=0``):
+    the G samples of a prompt would be one response, every group has zero variance and every
+    advantage is 0 (as with ``num_samples=1``). Greedy decoding is for evaluation
+    (``eval.temperature=0``)."""
+    c, r = Checker({}), spec.rollout
+    if spec.mode != "train":
+        return []
+    c.require(
+        spec.steps >= 1 or spec.sft.steps > 0,
+        "steps",
+        f"{spec.steps} is not allowed; allowed values: >= 1 RL steps (0 only for an SFT-only run, "
+        "with sft.steps > 0: it would train nothing)",
+    )
+    c.require(
+        spec.steps == 0 or r.temperature > 0,
+        "rollout.temperature",
+        f"{r.temperature!r} is not allowed for training; allowed values: > 0. Greedy rollouts "
+        f"make the rollout.num_samples={r.num_samples} samples of a prompt one response: every "
+        "group has zero variance and trains nothing (greedy decoding is for evaluation: "
+        "eval.temperature=0)",
+    )
+    return c.errors
+
+
+def _batch_errors(spec: Any, num_devices: int | str | None) -> list[str]:
+    """``rollout.prompts_per_step``: ``B x R`` within :data:`MAX_STEP_TOKENS`, and ``B = P x G``
+    rows a multiple of the devices the learner's mesh spreads rows over (its "batch" axes), which
+    the static sampler's rows and the unpacked update batch are split over (the continuous engine
+    pads its slots, and packing rebuilds the update's rows to a multiple). ``num_devices`` None:
+    the mesh is not checked."""
+    c, r = Checker({}), spec.rollout
+    rows = r.prompts_per_step * r.num_samples
+    c.require(
+        rows * r.max_response_len <= MAX_STEP_TOKENS,
+        "rollout.prompts_per_step",
+        f"{r.prompts_per_step} is too large: prompts_per_step x num_samples x max_response_len = "
+        f"{rows} x {r.max_response_len} = {rows * r.max_response_len:.3g} response tokens per "
+        f"step; allowed: at most {MAX_STEP_TOKENS} (2^31 - 1, one [B, R] int32 array of 8 GiB)",
+    )
+    shards = _batch_shards(spec, num_devices)
+    if shards > 1 and (r.engine == "static" or not spec.packing.enabled):
+        c.require(
+            rows % shards == 0,
+            "rollout.prompts_per_step",
+            f"B = prompts_per_step x num_samples = {r.prompts_per_step} x {r.num_samples} = {rows} "
+            f"must be a multiple of the {shards} devices the mesh spreads rows over (its 'batch' "
+            "axes); allowed: prompts_per_step such that B is",
+        )
+    return c.errors
+
+
+def _batch_shards(spec: Any, num_devices: int | str | None) -> int:
+    """Devices the learner's mesh splits the rows over (1: unknown or an invalid mesh, which
+    ``_mesh_errors`` reports)."""
+    import math
+
+    if num_devices is None:
+        return 1
+    m = spec.mesh
+    try:  # the learner's devices, as mojax.sharding.mesh_errors counts them
+        if num_devices == "auto":
+            learner = len(sharding.split_devices(m.sampler)[0])
+        else:
+            learner = int(num_devices) - m.sampler
+        shape = sharding.resolve_mesh_shape(m.data, m.fsdp, m.tensor, num_devices=learner)
+    except ValueError:
+        return 1
+    sizes = dict(zip(sharding.MESH_AXES, shape))
+    axes = dict(spec.rules).get("batch") or ()
+    return math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
 
 
 def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:

@@ -43,6 +43,13 @@ FINISH_REASONS = (
     "budget",
 )
 
+#: The longest ``tool_timeout_s`` a rollout accepts: one hour. A call's deadline holds its whole
+#: RL step (the rollout waits for its slowest call), and it sizes what the tool sets from it: the
+#: Python sandbox's RLIMIT_CPU is ``ceil(timeout_s) + 1`` CPU-seconds (``math.ceil(inf)`` raises
+#: OverflowError) and the pool's waits must stay below ``threading.TIMEOUT_MAX`` (~9.2e9 s). A
+#: call that needs longer than an hour is a hung call for RL, not a tool call.
+MAX_TOOL_TIMEOUT_S = 3600.0
+
 # the config key of each field that has one (named in errors)
 _CONFIG_KEYS = {
     "max_new_tokens": "config.rollout.max_new_tokens",
@@ -88,7 +95,8 @@ class RolloutSpec:
       pad_id: written after each row's end.
       count_malformed: malformed calls (shown an error observation) count in ``n_calls``.
       stateful: one ``tool.session()`` per row (later cells see earlier ones, as ToRL).
-      tool_timeout_s: deadline of a call in the rollout's own pool (a backstop).
+      tool_timeout_s: deadline of a call in the rollout's own pool (a backstop): finite, in
+        ``(0, MAX_TOOL_TIMEOUT_S]``, or None.
       min_prompt_bucket: prompts are padded to ``max(min_prompt_bucket, next_pow2(len))``.
       min_obs_bucket: observation appends are padded to ``max(min_obs_bucket, next_pow2(len))``
         cache slots (each distinct bucket compiles the continue program once).
@@ -142,8 +150,12 @@ class RolloutSpec:
             _check_int("max_total_len", self.max_total_len, 1)
         if not self.eos_ids or not all(isinstance(i, numbers.Integral) for i in self.eos_ids):
             raise ValueError(f"{_name('eos_ids')} must be a non-empty tuple of ids: {self.eos_ids}")
-        if self.tool_timeout_s is not None and not self.tool_timeout_s > 0:
-            raise ValueError(f"{_name('tool_timeout_s')} must be > 0 or None")
+        t = self.tool_timeout_s
+        if t is not None and not (isinstance(t, numbers.Real) and 0 < t <= MAX_TOOL_TIMEOUT_S):
+            raise ValueError(
+                f"{_name('tool_timeout_s')} must be a finite number of seconds in "
+                f"(0, {MAX_TOOL_TIMEOUT_S:g}] (MAX_TOOL_TIMEOUT_S) or None, got {t!r}"
+            )
         try:  # the sampler's own rule, checked here once instead of at the first decode
             SamplingParams(self.temperature, self.top_k, self.top_p, draw=self.draw)
         except ValueError as e:
