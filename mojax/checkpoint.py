@@ -413,6 +413,17 @@ class Checkpointer:
         self.close()
 
 
+def read_host_state(step_dir: str | os.PathLike) -> Any:
+    """The host state of one committed step directory, read alone (no arrays, nothing written;
+    one process). Raises whatever the JSON reader raises for a damaged or missing item."""
+    reader = ocp.JsonCheckpointHandler()
+    try:
+        host = reader.restore(epath.Path(os.fspath(step_dir)) / _HOST, args=ocp.args.JsonRestore())
+    finally:
+        reader.close()
+    return decode_host_state(host["host_state"])
+
+
 def _raise_unless_ok(verdicts: list[tuple[str, str]]) -> None:
     """Raises the decision of all processes' verdicts: any failure -> ``CheckpointError``, else
     any damage -> ``CorruptCheckpointError``; nothing when every process read the step."""

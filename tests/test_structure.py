@@ -111,7 +111,8 @@ LAYERS = (
     ("tasks", ("mojax.tasks",)),
     ("rollout", ("mojax.rollout",)),
     ("infra", ("mojax.checkpoint", "mojax.checkpoint_damage", "mojax.logbook", "mojax.log_backends",
-               "mojax.plots", "mojax.workdir", "mojax.workdir_lock")),
+               "mojax.plots", "mojax.workdir", "mojax.workdir_lock",
+               "mojax.workdir_restore")),
     ("loop", ("mojax.rl",)),
     ("entry", ("mojax.main", "mojax.export", "mojax.defaults", "mojax.compare")),
 )  # fmt: skip
