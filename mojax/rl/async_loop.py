@@ -169,7 +169,10 @@ class Pipeline:
         """One RL step (see the module docstring); returns the new host and train state, the step's
         metrics and its episodes (for transcripts)."""
         k, t, t0 = run.spec.rollout.staleness, host.step, time.time()
-        queue, times = list(host.inflight), {}
+        g = run.spec.rollout.num_samples
+        expect = lambda j: inflight_lib.Expect(t + j, t, k, g)  # noqa: E731
+        queue = inflight_lib.valid_prefix(list(host.inflight), self.examples, expect, run.workdir)
+        times = {}
         want = min(t + max(k, 1), run.spec.steps) - t  # rollouts of steps t .. t + k - 1
         if len(queue) < want:  # a fresh start, or a rollout dropped on a signal: fill up
             params, times["time/weight_transfer_s"] = self.transfer(learner.policy_params(state))
