@@ -6,6 +6,12 @@
   ``. _ = + -`` become ``_``; a name over 100 characters is cut and ends in a hash of the argument.
 * **Saved config.** At the start of training, process 0 writes the resolved config to
   ``<workdir>/config.json`` (``mojax.logbook.read_config`` and ``python -m mojax.export`` read it).
+  It, ``inputs.json`` and ``done`` are written durably (``mojax.jsonl.write_durable``: the file and
+  its directory fsynced), and every RL checkpoint keeps a copy of the config in its host state.
+* **Damaged config.json.** An empty, cut or non-UTF-8 ``config.json`` in a workdir with run outputs
+  is refused (:class:`WorkdirError`, naming the file and what is wrong) with the choices:
+  ``python -m mojax.workdir_restore WORKDIR`` (rewrite it from the newest checkpoint's copy),
+  ``--config.resume=force`` or ``--config.resume=new``, which both work on it.
 * **Refusal.** A training run in a workdir whose ``config.json`` differs from the new config in any
   key outside :data:`RESUMABLE` (run length and checkpoint / eval cadence) or :data:`LOGGING_ONLY`
   stops before anything is built, with a :class:`WorkdirError` that lists each differing key as
@@ -13,7 +19,9 @@
   the same way, since what it ran cannot be checked. A workdir whose run stopped before any output
   (e.g. on a bad data path) holds nothing to resume: its ``config.json`` is simply replaced.
 * **Overrides** (``config.resume``): ``""`` (default) applies the check; ``"force"`` continues from
-  the workdir's checkpoints under the new config and overwrites ``config.json``; ``"new"`` renames
+  the workdir's checkpoints under the new config and overwrites ``config.json`` (and removes
+  ``done``) only once the checkpoint restored (:class:`Deferred`), so a force that fails leaves
+  them as they were; ``"new"`` renames
   the old workdir to ``<workdir>.old-<n>`` (the first free ``n``) and starts from scratch.
 * **A rerun of a ``resume=new`` command resumes.** ``config.json`` records ``resume="new"``; when
   the workdir holds a committed checkpoint of a run started by ``resume=new`` with the same

@@ -24,7 +24,8 @@ Checkpoints: the in-flight rollouts are *checkpointed* (``HostState.inflight``,
 ``mojax.rl.inflight``): the host state a checkpoint stores is the one after the steps it has
 trained (the in-flight rollouts' data position, ``N_optimal`` tracker and reward stats travel with
 each rollout and are applied when it is consumed), and a resumed run consumes the saved rollouts
-exactly as the uninterrupted run does. Every rollout is consumed through its JSON form, in either
+exactly as the uninterrupted run does. A saved rollout that fails its checksum or validation is
+moved aside and generated again (``mojax.rl.inflight.valid_prefix``). Every rollout is consumed through its JSON form, in either
 run. A signal during the generation that follows an update (``mojax.rl.interrupts``) keeps the
 update and drops the rollout being generated: the step is saved with its after-step phases
 pending (:class:`InterruptedAfterUpdate`), and the resumed run generates the missing rollouts first,
