@@ -208,6 +208,7 @@ def read_config(workdir_or_file: str | os.PathLike):
 
     Raises:
       FileNotFoundError: no config.json there (naming the path).
+      ValueError: it is empty, cut or not UTF-8 (naming the path and the restore command).
     """
     import ml_collections
 
@@ -218,7 +219,13 @@ def read_config(workdir_or_file: str | os.PathLike):
         raise FileNotFoundError(
             f"no run config at {path}: the run did not save one (pass --config=configs/x.py[:arg])"
         )
-    return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+    except ValueError as e:  # cut, empty or not UTF-8 (UnicodeDecodeError is a ValueError)
+        raise ValueError(
+            f"{path} is damaged ({type(e).__name__}: {e}); rewrite it from the copy its "
+            f"checkpoints keep with: python -m mojax.workdir_restore {path.parent}"
+        ) from None
 
 
 # ------------------------------------------------------------------------------------ transcripts

@@ -57,9 +57,10 @@ class WorkdirLockedError(RuntimeError):
 
 
 def _read(path: str) -> str:
-    """The stripped text of ``path``; "" when it cannot be read."""
+    """The stripped text of ``path`` (a byte that is not UTF-8 replaced); "" when it cannot be
+    read."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8", errors="replace") as f:
             return f.read().strip()
     except OSError:
         return ""
@@ -237,8 +238,8 @@ class WorkdirLock:
     def _judge_holder(self) -> None:
         """Raises naming a live holder; takes a stale lock away (the caller retries)."""
         try:
-            with open(self.path, encoding="utf-8") as f:
-                text = f.read()
+            with open(self.path, encoding="utf-8", errors="replace") as f:
+                text = f.read()  # a damaged byte makes it unreadable JSON, not a traceback
             age = time.time() - os.path.getmtime(self.path)
         except FileNotFoundError:
             return  # released meanwhile

@@ -103,13 +103,13 @@ LIVE = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(STALE) + ["unreadable and old"])
+@pytest.mark.parametrize("case", sorted(STALE) + ["unreadable and old", "not UTF-8 and old"])
 def test_a_provably_gone_holder_is_taken_over(tmp_path, monkeypatch, case):
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     path = tmp_path / LOCK_FILE
-    if case == "unreadable and old":
-        path.write_text("{")
+    if case in ("unreadable and old", "not UTF-8 and old"):
+        path.write_bytes(b"{" if case == "unreadable and old" else b'{"pid": 1\xff, "host": "x"}')
         os.utime(path, (time.time() - 120, time.time() - 120))
     else:
         path.write_text(json.dumps(STALE[case]))
@@ -118,16 +118,17 @@ def test_a_provably_gone_holder_is_taken_over(tmp_path, monkeypatch, case):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("case", sorted(LIVE) + ["unreadable and new"])
+@pytest.mark.parametrize("case", sorted(LIVE) + ["unreadable and new", "not UTF-8 and new"])
 def test_a_possibly_live_holder_is_not_taken_over(tmp_path, monkeypatch, case):
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     path = tmp_path / LOCK_FILE
-    text = "{" if case == "unreadable and new" else json.dumps(LIVE[case])
-    path.write_text(text)
+    raw = {"unreadable and new": b"{", "not UTF-8 and new": b'{"pid": 1, "host": "\xff'}
+    text = raw.get(case) or json.dumps(LIVE[case]).encode()
+    path.write_bytes(text)
     with pytest.raises(WorkdirLockedError, match="is in use by another training run"):
         WorkdirLock(tmp_path).acquire()
-    assert path.read_text() == text and os.listdir(tmp_path) == [LOCK_FILE]
+    assert path.read_bytes() == text and os.listdir(tmp_path) == [LOCK_FILE]
 
 
 OTHER_MACHINE = "f" * 32

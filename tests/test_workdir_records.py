@@ -166,3 +166,14 @@ def test_a_non_utf8_metrics_line_is_skipped_with_a_warning(tmp_path, caplog):
     with log_lib.MetricsWriter(tmp_path, resume_step=3, tensorboard=False):  # truncated on resume
         pass
     assert (tmp_path / "metrics.jsonl").read_bytes() == lines[0] + b"\n" + lines[2] + b"\n"
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_read_config_of_a_damaged_file_names_it_and_the_restore(tmp_path, case):
+    """``mojax.logbook.read_config`` (``python -m mojax.export`` reads the run's config with it)."""
+    (tmp_path / "config.json").write_bytes(DAMAGE[case][0])
+    with pytest.raises(ValueError) as info:
+        log_lib.read_config(tmp_path)
+    msg = str(info.value)
+    assert msg.startswith(f"{tmp_path / 'config.json'} is damaged (")
+    assert f"python -m mojax.workdir_restore {tmp_path}" in msg
