@@ -149,12 +149,20 @@ def tiny_run(tmp_path_factory):
 def test_a_damaged_inflight_rollout_in_a_real_checkpoint_is_generated_again(tiny_run, tmp_path):
     import shutil
 
-    from test_async_loop import _run
+    from test_async_loop import _run, metrics
 
-    work = tmp_path / "run"
-    shutil.copytree(tiny_run, work)
-    shutil.rmtree(work / "checkpoints" / "2")
-    (work / "done").unlink()
+    def resumable_copy(name):
+        work = tmp_path / name
+        shutil.copytree(tiny_run, work)
+        shutil.rmtree(work / "checkpoints" / "2")
+        (work / "done").unlink()
+        return work
+
+    intact = resumable_copy("intact")  # its record passes the checks after a real orbax round trip
+    out = _run(intact, TINY)
+    assert "is damaged" not in out and not (intact / "inflight.corrupt").exists()
+    assert metrics(intact) == metrics(tiny_run)  # consumed as the uninterrupted run did
+    work = resumable_copy("run")
     meta = work / "checkpoints" / "1" / "host" / "metadata"
     saved = json.loads(meta.read_text())
     record = saved["host_state"]["inflight"][0]
