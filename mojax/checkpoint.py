@@ -56,6 +56,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from mojax import checkpoint_damage as damage_lib
+from mojax import checkpoint_save as save_lib
 from mojax import distributed
 from mojax.paths import local_path
 
@@ -68,6 +69,11 @@ _OK, _CORRUPT, _FAILED = "ok", "corrupt", "failed"
 class CheckpointError(RuntimeError):
     """A checkpoint step cannot be restored (corrupt, unreadable for now, or it does not fit the
     restore target)."""
+
+
+class CheckpointSaveError(CheckpointError):
+    """A checkpoint step could not be written (a full disk, an I/O error); the message names the
+    workdir, the free space and the last committed step, which is intact."""
 
 
 class CorruptCheckpointError(CheckpointError):
@@ -197,6 +203,11 @@ class Checkpointer:
         )
         self._state_reader = ocp.StandardCheckpointHandler()
         self._host_reader = ocp.JsonCheckpointHandler()
+        self._pending: int | None = None  # an async save started and not yet waited for
+        self._save_failed = False
+        self._quiet = None if read_only else save_lib.QuietSaveFailures()
+        if self._quiet is not None:
+            logging.getLogger("absl").addFilter(self._quiet)
 
     # --- saving
     def save(self, step: int, state: Any, host_state: Any = None, *, force: bool = False) -> bool:
@@ -214,11 +225,35 @@ class Checkpointer:
         args = ocp.args.Composite(
             **{_STATE: ocp.args.StandardSave(state), _HOST: ocp.args.JsonSave(host)}
         )
-        return self._manager.save(int(step), args=args, force=force)
+        failing = int(step) if self._pending is None else self._pending  # orbax waits first
+        started = self._saving(
+            failing, lambda: self._manager.save(int(step), args=args, force=force)
+        )
+        self._pending = int(step) if started else None
+        return started
 
     def wait(self) -> None:
-        """Block until pending async saves are written and committed."""
-        self._manager.wait_until_finished()
+        """Block until pending async saves are written and committed.
+
+        Raises:
+          CheckpointSaveError: the save could not be written (e.g. the disk is full); the
+            message names the workdir, the free space and the intact previous step.
+        """
+        self._saving(self._pending, self._manager.wait_until_finished)
+        self._pending = None
+
+    def _saving(self, step: int | None, fn) -> Any:
+        """``fn()``, an ``OSError`` (or TensorStore's ``RESOURCE_EXHAUSTED``) of a write turned
+        into one :class:`CheckpointSaveError` (``mojax.checkpoint_save``), once orbax's other
+        save threads ended."""
+        try:
+            return fn()
+        except (OSError, ValueError) as e:
+            if not isinstance(e, OSError) and not save_lib.no_space(e):
+                raise
+            self._save_failed, self._pending = True, None
+            save_lib.join_save_threads()
+            raise CheckpointSaveError(save_lib.save_failed_message(self.directory, step, e)) from e
 
     def _check_writable(self, what: str) -> None:
         if self.read_only:
@@ -397,20 +432,47 @@ class Checkpointer:
         orbax (0.12) runs on a thread of its own and does not join in ``close``: a run that stops
         right after opening its checkpoints (e.g. on a bad data file) would otherwise leave that
         thread reading the directory while the interpreter shuts down, and it prints a traceback.
+
+        After a failed save (:class:`CheckpointSaveError`, already raised) orbax raises the same
+        error again here; it is not raised twice. A save that fails first here is raised once
+        the manager's threads are released.
         """
-        self._manager.wait_until_finished()
+        reported, error = self._save_failed, None
+        try:
+            self.wait()
+        except CheckpointSaveError as e:
+            error = None if reported else e
         await_cleanup = getattr(self._manager, "_maybe_await_cleanup_tmp_directory", None)
         if await_cleanup is not None:
             await_cleanup()
-        self._manager.close()
+        try:
+            self._manager.close()
+        except Exception:  # noqa: BLE001 - the failed save's error again, already raised once
+            if not self._save_failed:
+                raise
         self._state_reader.close()
         self._host_reader.close()
+        if self._quiet is not None:
+            logging.getLogger("absl").removeFilter(self._quiet)
+        if error is not None:
+            raise error
 
     def __enter__(self) -> Checkpointer:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def read_host_state(step_dir: str | os.PathLike) -> Any:
+    """The host state of one committed step directory, read alone (no arrays, nothing written;
+    one process). Raises whatever the JSON reader raises for a damaged or missing item."""
+    reader = ocp.JsonCheckpointHandler()
+    try:
+        host = reader.restore(epath.Path(os.fspath(step_dir)) / _HOST, args=ocp.args.JsonRestore())
+    finally:
+        reader.close()
+    return decode_host_state(host["host_state"])
 
 
 def _raise_unless_ok(verdicts: list[tuple[str, str]]) -> None:

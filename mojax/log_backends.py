@@ -27,6 +27,8 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mojax.jsonl import append_line, decoded_lines, write_durable
+
 WANDB_ID_FILE = "wandb_run_id"
 WANDB_MODES = ("online", "offline", "disabled")
 
@@ -46,8 +48,7 @@ class JsonlBackend:
 
     def write(self, step: int, record: Mapping[str, Any]) -> None:
         del step
-        self._file.write(json.dumps(dict(record)) + "\n")
-        self._file.flush()
+        append_line(self._file, json.dumps(dict(record)))
 
     def close(self) -> None:
         self._file.close()
@@ -61,12 +62,13 @@ def truncate_after(path: str | os.PathLike, resume_step: int | None) -> None:
         return
     kept = [
         line
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and resume_step is not None and line_step(line) <= resume_step
+        for line in decoded_lines(path)  # a line that is not UTF-8 is dropped (with a warning)
+        if line is not None
+        and line.strip()
+        and resume_step is not None
+        and line_step(line) <= resume_step
     ]
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    write_durable(path, "".join(line + "\n" for line in kept))
 
 
 def line_step(line: str) -> int:

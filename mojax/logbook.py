@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from mojax import log_backends
-from mojax.jsonl import METRICS_FILE, read_jsonl, read_metrics
+from mojax.jsonl import METRICS_FILE, read_jsonl, read_metrics, write_durable
 from mojax.log_backends import WandbOptions
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
@@ -189,16 +189,15 @@ def write_config(workdir: str | os.PathLike, config: Any) -> pathlib.Path | None
     """Writes the resolved run config to ``<workdir>/config.json`` (process 0 only).
 
     The file is ``config.to_json()`` of the ConfigDict (a plain mapping is dumped as JSON), the
-    format ``read_config`` and ``python -m mojax.export`` read back.
+    format ``read_config`` and ``python -m mojax.export`` read back; written durably
+    (``mojax.jsonl.write_durable``).
     """
     if not is_main_process():
         return None
     path = pathlib.Path(workdir) / CONFIG_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     text = config.to_json(indent=2) if hasattr(config, "to_json") else json.dumps(config, indent=2)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_durable(path, text + "\n")  # fsynced file and directory: never left empty or cut
     return path
 
 
@@ -209,6 +208,7 @@ def read_config(workdir_or_file: str | os.PathLike):
 
     Raises:
       FileNotFoundError: no config.json there (naming the path).
+      ValueError: it is empty, cut or not UTF-8 (naming the path and the restore command).
     """
     import ml_collections
 
@@ -219,7 +219,13 @@ def read_config(workdir_or_file: str | os.PathLike):
         raise FileNotFoundError(
             f"no run config at {path}: the run did not save one (pass --config=configs/x.py[:arg])"
         )
-    return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+    except ValueError as e:  # cut, empty or not UTF-8 (UnicodeDecodeError is a ValueError)
+        raise ValueError(
+            f"{path} is damaged ({type(e).__name__}: {e}); rewrite it from the copy its "
+            f"checkpoints keep with: python -m mojax.workdir_restore {path.parent}"
+        ) from None
 
 
 # ------------------------------------------------------------------------------------ transcripts

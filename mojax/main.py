@@ -13,7 +13,8 @@ Exit codes: 0 done (or already finished); 2 a bad config, a URL path, a missing 
 file, or a workdir holding another run (or whose data files changed) or locked by another job (one block on stderr naming the key, its value and the allowed values;
 the traceback only with ``--verbosity=1``); 3 a checkpoint that could not be restored (damaged
 beyond fallback, an I/O error, or a tree that does not fit: the message says which; nothing was
-moved unless damaged); 128 + the signal number (143 SIGTERM, 130 SIGINT) when a signal stopped
+moved unless damaged); 4 a checkpoint that could not be saved (a full disk: the message names the
+workdir and the free space; the previous checkpoint step is intact); 128 + the signal number (143 SIGTERM, 130 SIGINT) when a signal stopped
 the run after checkpointing its last finished step (``mojax.preemption``).
 """
 
@@ -42,6 +43,7 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "Multi-process: this proc
 flags.mark_flags_as_required(["config"])
 EXIT_CONFIG = 2
 EXIT_CHECKPOINT = 3
+EXIT_SAVE = 4
 
 
 def default_workdir(config_path: str) -> str:
@@ -119,7 +121,7 @@ def main(argv):
         except ValueError as e:
             print(_error_block("invalid command line", [str(e)]), file=sys.stderr)
             sys.exit(EXIT_CONFIG)
-    from mojax.checkpoint import CheckpointError
+    from mojax.checkpoint import CheckpointError, CheckpointSaveError
     from mojax.preemption import Preempted
     from mojax.rl import trainer
     from mojax.tasks.data import DataFileError
@@ -149,6 +151,11 @@ def main(argv):
             raise
         print(_error_block("invalid data file", [str(e)]), file=sys.stderr)
         sys.exit(EXIT_CONFIG)
+    except CheckpointSaveError as e:
+        if verbose:
+            raise
+        print(f"mojax: checkpoint not saved\n{e}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_SAVE)
     except CheckpointError as e:
         if verbose:
             raise

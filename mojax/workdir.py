@@ -6,6 +6,12 @@
   ``. _ = + -`` become ``_``; a name over 100 characters is cut and ends in a hash of the argument.
 * **Saved config.** At the start of training, process 0 writes the resolved config to
   ``<workdir>/config.json`` (``mojax.logbook.read_config`` and ``python -m mojax.export`` read it).
+  It, ``inputs.json`` and ``done`` are written durably (``mojax.jsonl.write_durable``: the file and
+  its directory fsynced), and every RL checkpoint keeps a copy of the config in its host state.
+* **Damaged config.json.** An empty, cut or non-UTF-8 ``config.json`` in a workdir with run outputs
+  is refused (:class:`WorkdirError`, naming the file and what is wrong) with the choices:
+  ``python -m mojax.workdir_restore WORKDIR`` (rewrite it from the newest checkpoint's copy),
+  ``--config.resume=force`` or ``--config.resume=new``, which both work on it.
 * **Refusal.** A training run in a workdir whose ``config.json`` differs from the new config in any
   key outside :data:`RESUMABLE` (run length and checkpoint / eval cadence) or :data:`LOGGING_ONLY`
   stops before anything is built, with a :class:`WorkdirError` that lists each differing key as
@@ -13,7 +19,9 @@
   the same way, since what it ran cannot be checked. A workdir whose run stopped before any output
   (e.g. on a bad data path) holds nothing to resume: its ``config.json`` is simply replaced.
 * **Overrides** (``config.resume``): ``""`` (default) applies the check; ``"force"`` continues from
-  the workdir's checkpoints under the new config and overwrites ``config.json``; ``"new"`` renames
+  the workdir's checkpoints under the new config and overwrites ``config.json`` (and removes
+  ``done``) only once the checkpoint restored (:class:`Deferred`), so a force that fails leaves
+  them as they were; ``"new"`` renames
   the old workdir to ``<workdir>.old-<n>`` (the first free ``n``) and starts from scratch.
 * **A rerun of a ``resume=new`` command resumes.** ``config.json`` records ``resume="new"``; when
   the workdir holds a committed checkpoint of a run started by ``resume=new`` with the same
@@ -49,6 +57,7 @@ from typing import Any
 from mojax import environment, paths
 from mojax import logbook as log_lib
 from mojax.config import ConfigError
+from mojax.jsonl import fsync_dir, write_json_durable
 from mojax.workdir_lock import LOCK_FILE, WorkdirLock
 
 #: Keys that may change between runs of one workdir: the run continues under the new values.
@@ -191,19 +200,19 @@ def prepare(
       defaults: ``{config key: default}`` for keys an older ``config.json`` lacks.
 
     Returns:
-      None to train (``config.json`` and ``inputs.json`` are written, a stale ``done`` removed),
-      or :class:`Finished`.
+      None to train (``config.json`` and ``inputs.json`` are written, a stale ``done`` removed);
+      under ``resume=force`` with a committed checkpoint a :class:`Deferred` whose ``write()``
+      the trainer calls once the checkpoint restored; or :class:`Finished`.
 
     Raises:
-      WorkdirError: the workdir holds a run of a different config or whose data files changed
-        (and ``config.resume`` is ""), or only damaged checkpoint steps (and ``config.resume`` is
+      WorkdirError: the workdir holds a run of a different config, whose data files changed or
+        whose ``config.json`` is damaged (and ``config.resume`` is ""), or only damaged checkpoint steps (and ``config.resume`` is
         not "new").
       ConfigError: ``config.resume`` is not one of :data:`RESUME_MODES`.
     """
     mode = resume_mode(config)
     has_run = _has_outputs(workdir)
-    saved_path = os.path.join(workdir, log_lib.CONFIG_FILE)
-    saved = log_lib.read_config(saved_path) if os.path.isfile(saved_path) else None
+    saved, problem = read_saved_config(workdir)
     record = inputs is not None
     inputs, saved_inputs = dict(inputs or {}), _read_inputs(workdir)
     same = {k for k, v in inputs.items() if saved_inputs.get(k) == v}
@@ -216,6 +225,8 @@ def prepare(
         saved, has_run = None, False
     elif _only_damaged_steps(workdir):
         raise WorkdirError(_damaged_message(workdir))
+    elif mode == "" and problem and has_run:
+        raise WorkdirError(_damaged_config_message(workdir, problem))
     elif mode == "" and saved is None and has_run:
         raise WorkdirError(_no_config_message(workdir))
     elif mode == "" and saved is not None and has_run:
@@ -229,6 +240,8 @@ def prepare(
     done = _done_steps(workdir) if has_run else None
     if done is not None and done >= int(config["steps"]):
         return Finished(_finished_message(workdir, done), _last_metrics(workdir))
+    records = Deferred(workdir, config_tree(config), inputs if record else None)
+    defer = mode == "force" and any(n.isdigit() for n in _step_names(workdir))
     _barrier("mojax_workdir_checked")
     if log_lib.is_main_process():
         if mode == "new":
@@ -236,15 +249,65 @@ def prepare(
             if moved:
                 print(f"mojax: --config.resume=new: moved the old workdir to {moved}", flush=True)
         os.makedirs(workdir, exist_ok=True)
-        if os.path.exists(os.path.join(workdir, DONE_FILE)):
-            os.remove(os.path.join(workdir, DONE_FILE))  # extended: not done any more
-        log_lib.write_config(
-            workdir, {**config_tree(config), "environment": environment.snapshot()}
-        )
-        if record:
-            _write_json(os.path.join(workdir, INPUTS_FILE), inputs)
-    _barrier("mojax_workdir_written")
+    _barrier("mojax_workdir_moved")
+    if defer:
+        return records
+    records.write()
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Deferred:
+    """The records a training run writes into its workdir: ``config.json`` (the resolved config
+    plus ``environment``), ``inputs.json`` (``inputs``, unless None) and the removal of a stale
+    ``done``. :func:`prepare` writes them itself, except under ``resume=force`` with a committed
+    checkpoint, where it returns this and the trainer calls :meth:`write` once the checkpoint
+    restored: a force that fails to restore (exit 3) leaves the workdir's records as they were."""
+
+    workdir: str
+    tree: dict[str, Any]
+    inputs: dict[str, str] | None
+
+    def write(self) -> None:
+        """Writes the records durably (``mojax.jsonl.write_durable``): process 0 writes, then
+        every process meets at a barrier."""
+        if log_lib.is_main_process():
+            done = os.path.join(self.workdir, DONE_FILE)
+            if os.path.exists(done):
+                os.remove(done)  # extended or forced: not done any more
+                fsync_dir(self.workdir)
+            tree = {**self.tree, "environment": environment.snapshot()}
+            log_lib.write_config(self.workdir, tree)
+            if self.inputs is not None:
+                path = os.path.join(self.workdir, INPUTS_FILE)
+                write_json_durable(path, self.inputs, sort_keys=True)
+        _barrier("mojax_workdir_written")
+
+
+def read_saved_config(workdir: str) -> tuple[Any, str | None]:
+    """``(config, problem)``: the ConfigDict of ``<workdir>/config.json`` (None when absent or
+    unreadable) and, for an unreadable one, what is wrong with it (empty, cut, not UTF-8)."""
+    import ml_collections
+
+    path = os.path.join(workdir, log_lib.CONFIG_FILE)
+    if not os.path.isfile(path):
+        return None, None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        return None, f"cannot be read ({e})"
+    if not raw.strip():
+        return None, f"is empty ({len(raw)} bytes; cut by a crash)"
+    try:
+        tree = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return None, f"is not UTF-8 text (byte offset {e.start}: {raw[e.start : e.start + 1]!r})"
+    except ValueError as e:
+        return None, f"is not valid JSON ({e}; {len(raw)} bytes: cut by a crash?)"
+    if not isinstance(tree, dict):
+        return None, f"holds a JSON {type(tree).__name__}, not the run's config"
+    return ml_collections.ConfigDict(tree), None
 
 
 def _step_names(workdir: str) -> list[str]:
@@ -278,14 +341,6 @@ def _read_inputs(workdir: str) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
-def _write_json(path: str, value: Any) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
 
 
 def _has_outputs(workdir: str) -> bool:
@@ -381,6 +436,19 @@ def _no_config_message(workdir: str) -> str:
         f"workdir {workdir} holds run outputs but no {log_lib.CONFIG_FILE}, so its config cannot "
         "be checked against this one (it was written by an older mojax). Either:\n"
         + _OVERRIDES.format(workdir=workdir)
+    )
+
+
+def _damaged_config_message(workdir: str, problem: str) -> str:
+    path = os.path.join(workdir, log_lib.CONFIG_FILE)
+    return (
+        f"workdir {workdir}: its {path} {problem}, so the run it holds cannot be checked against "
+        "this config. Either:\n"
+        f"  python -m mojax.workdir_restore {workdir}   rewrite it from the copy the "
+        "latest checkpoint holds (the damaged file is kept as config.json.damaged), then rerun\n"
+        "  --config.resume=force  continue from its checkpoints under this config (config.json "
+        "is rewritten once the checkpoint restored)\n"
+        f"  --config.resume=new    move the old workdir to {workdir}.old-<n> and start from scratch"
     )
 
 

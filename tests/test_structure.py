@@ -110,8 +110,10 @@ LAYERS = (
     ("tools", ("mojax.rollout.tools",)),
     ("tasks", ("mojax.tasks",)),
     ("rollout", ("mojax.rollout",)),
-    ("infra", ("mojax.checkpoint", "mojax.checkpoint_damage", "mojax.logbook", "mojax.log_backends",
-               "mojax.plots", "mojax.workdir", "mojax.workdir_lock")),
+    ("infra", ("mojax.checkpoint", "mojax.checkpoint_damage", "mojax.checkpoint_save",
+               "mojax.logbook", "mojax.log_backends",
+               "mojax.plots", "mojax.workdir", "mojax.workdir_lock",
+               "mojax.workdir_restore")),
     ("loop", ("mojax.rl",)),
     ("entry", ("mojax.main", "mojax.export", "mojax.defaults", "mojax.compare")),
 )  # fmt: skip

@@ -121,7 +121,10 @@ def test_changed_config_is_refused_listing_old_and_new(tmp_path):
 def test_force_continues_and_overwrites_config_json(tmp_path):
     fake_run(tmp_path, load("grpo"))
     new = with_keys(load("grpo"), resume="force", **{"optimizer.learning_rate": 5e-4})
-    assert wd.prepare(new, str(tmp_path)) is None
+    records = wd.prepare(new, str(tmp_path))  # written once the checkpoint restored (issue 49)
+    assert isinstance(records, wd.Deferred)
+    assert log_lib.read_config(tmp_path).optimizer.learning_rate != 5e-4
+    records.write()
     assert log_lib.read_config(tmp_path).optimizer.learning_rate == 5e-4
     assert (tmp_path / "checkpoints" / "2").is_dir()  # kept: the run resumes from it
     # the next plain rerun of the forced config is accepted
@@ -156,7 +159,10 @@ def test_outputs_without_config_json_are_refused(tmp_path):
     (tmp_path / "checkpoints" / "3").mkdir(parents=True)
     with pytest.raises(wd.WorkdirError, match="no config.json"):
         wd.prepare(load("grpo"), str(tmp_path))
-    assert wd.prepare(with_keys(load("grpo"), resume="force"), str(tmp_path)) is None
+    forced = wd.prepare(with_keys(load("grpo"), resume="force"), str(tmp_path))
+    assert isinstance(forced, wd.Deferred)  # config.json written once the checkpoint restored
+    forced.write()
+    assert (tmp_path / "config.json").is_file()
 
 
 def test_finished_run_says_how_to_extend(tmp_path):

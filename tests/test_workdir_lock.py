@@ -58,7 +58,9 @@ def test_second_job_is_refused_naming_the_holder_then_takes_over_once_it_died(tm
         WorkdirLock(work).acquire()
     msg = str(info.value)
     assert f"workdir {work} is in use by another training run (lock file {work / LOCK_FILE})" in msg
-    assert f"host {socket.gethostname()}, pid {holder.pid}, started {record['started']}" in msg
+    mid = record["machine_id"] or "none recorded"
+    assert f"host {socket.gethostname()} (machine id {mid}), pid {holder.pid}, started" in msg
+    assert f"started {record['started']}" in msg
     assert f"remove {work / LOCK_FILE}" in msg
     assert (work / LOCK_FILE).read_text() == held
     os.killpg(holder.pid, signal.SIGKILL)  # kill -9: the lock file stays behind
@@ -101,13 +103,13 @@ LIVE = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(STALE) + ["unreadable and old"])
+@pytest.mark.parametrize("case", sorted(STALE) + ["unreadable and old", "not UTF-8 and old"])
 def test_a_provably_gone_holder_is_taken_over(tmp_path, monkeypatch, case):
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     path = tmp_path / LOCK_FILE
-    if case == "unreadable and old":
-        path.write_text("{")
+    if case in ("unreadable and old", "not UTF-8 and old"):
+        path.write_bytes(b"{" if case == "unreadable and old" else b'{"pid": 1\xff, "host": "x"}')
         os.utime(path, (time.time() - 120, time.time() - 120))
     else:
         path.write_text(json.dumps(STALE[case]))
@@ -116,16 +118,81 @@ def test_a_provably_gone_holder_is_taken_over(tmp_path, monkeypatch, case):
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("case", sorted(LIVE) + ["unreadable and new"])
+@pytest.mark.parametrize("case", sorted(LIVE) + ["unreadable and new", "not UTF-8 and new"])
 def test_a_possibly_live_holder_is_not_taken_over(tmp_path, monkeypatch, case):
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
     path = tmp_path / LOCK_FILE
-    text = "{" if case == "unreadable and new" else json.dumps(LIVE[case])
-    path.write_text(text)
+    raw = {"unreadable and new": b"{", "not UTF-8 and new": b'{"pid": 1, "host": "\xff'}
+    text = raw.get(case) or json.dumps(LIVE[case]).encode()
+    path.write_bytes(text)
     with pytest.raises(WorkdirLockedError, match="is in use by another training run"):
         WorkdirLock(tmp_path).acquire()
-    assert path.read_text() == text and os.listdir(tmp_path) == [LOCK_FILE]
+    assert path.read_bytes() == text and os.listdir(tmp_path) == [LOCK_FILE]
+
+
+OTHER_MACHINE = "f" * 32
+
+
+@pytest.mark.skipif(not os.path.isfile("/etc/machine-id"), reason="no /etc/machine-id here")
+@pytest.mark.parametrize("boot", ["another boot id", "this boot id"])
+def test_a_run_on_another_machine_of_the_same_name_is_never_taken_over(tmp_path, boot):
+    """Issue 49: cloned machines share hostnames (``vm``); one of them holding a workdir on NFS
+    read as "this host rebooted" (another boot id) or "dead pid" (its pid is not ours)."""
+    rec = _record(machine_id=OTHER_MACHINE, pid=2**22 + 1)
+    if boot == "another boot id":
+        rec["boot_id"] = "another-boot"
+    path = tmp_path / LOCK_FILE
+    path.write_text(json.dumps(rec))
+    with pytest.raises(WorkdirLockedError) as info:
+        WorkdirLock(tmp_path).acquire()
+    msg = str(info.value)
+    assert f"host {socket.gethostname()} (machine id {OTHER_MACHINE}), pid {2**22 + 1}" in msg
+    assert "It runs on another machine" in msg and f"remove {path}" in msg
+    assert json.loads(path.read_text()) == rec and os.listdir(tmp_path) == [LOCK_FILE]
+
+
+MINE = "0123456789abcdef0123456789abcdef"
+MACHINE_CASES = {  # (record changes, this machine's id ("" = no machine-id file), taken over)
+    "same machine id, another boot (rebooted)": ({"boot_id": "b2"}, MINE, True),
+    "same machine id, same boot, dead pid": ({"pid": 2**22 + 1}, MINE, True),
+    "other machine id, another boot": ({"machine_id": "f" * 32, "boot_id": "b2"}, MINE, False),
+    "older record (no machine id), another boot": (
+        {"machine_id": None, "boot_id": "b2"},
+        MINE,
+        False,
+    ),
+    "older record (no machine id), same boot, dead pid": (
+        {"machine_id": None, "pid": 2**22 + 1},
+        MINE,
+        True,
+    ),
+    "no machine id here, same boot, dead pid": ({"machine_id": "", "pid": 2**22 + 1}, "", True),
+    "no machine id here, another boot": ({"machine_id": "", "boot_id": "b2"}, "", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MACHINE_CASES))
+def test_the_machine_id_decides_what_a_same_named_holder_is(tmp_path, case):
+    changes, mine, taken = MACHINE_CASES[case]
+    mid_file = tmp_path / "machine-id"
+    if mine:
+        mid_file.write_text(mine + "\n")
+    work = tmp_path / "w"
+    work.mkdir()
+    rec = {**holder_record("someone-else", str(mid_file)), **changes}
+    if rec["machine_id"] is None:
+        del rec["machine_id"]  # written by a mojax before issue 49
+    (work / LOCK_FILE).write_text(json.dumps(rec))
+    lock = WorkdirLock(work, machine_id_path=str(mid_file))
+    if taken:
+        with lock:
+            held = json.loads((work / LOCK_FILE).read_text())
+            assert held["pid"] == os.getpid() and held["machine_id"] == mine
+        return
+    with pytest.raises(WorkdirLockedError, match="never takes it over"):
+        lock.acquire()
+    assert json.loads((work / LOCK_FILE).read_text()) == rec
 
 
 def test_resume_new_keeps_the_lock_in_the_new_workdir(tmp_path):

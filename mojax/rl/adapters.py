@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from mojax import learner
+from mojax import workdir as workdir_lib
 from mojax.models import lora as lora_lib
 from mojax.rl.warm_start import initial_params
 
@@ -35,8 +36,11 @@ def base_name(spec: Any) -> dict[str, Any]:
 
 
 def saved_host(run, host) -> dict[str, Any]:
-    """The host state a checkpoint saves: ``host`` plus, under LoRA, the base's name."""
+    """The host state a checkpoint saves: ``host``, the run's resolved config (``config``: the
+    copy ``python -m mojax.workdir_restore`` rewrites a damaged ``config.json`` from) and, under
+    LoRA, the base's name."""
     out = host.to_dict()
+    out["config"] = workdir_lib.config_tree(run.spec.resolved)
     if enabled(run):
         out["lora_base"] = base_name(run.spec)
     return out

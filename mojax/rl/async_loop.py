@@ -24,7 +24,8 @@ Checkpoints: the in-flight rollouts are *checkpointed* (``HostState.inflight``,
 ``mojax.rl.inflight``): the host state a checkpoint stores is the one after the steps it has
 trained (the in-flight rollouts' data position, ``N_optimal`` tracker and reward stats travel with
 each rollout and are applied when it is consumed), and a resumed run consumes the saved rollouts
-exactly as the uninterrupted run does. Every rollout is consumed through its JSON form, in either
+exactly as the uninterrupted run does. A saved rollout that fails its checksum or validation is
+moved aside and generated again (``mojax.rl.inflight.valid_prefix``). Every rollout is consumed through its JSON form, in either
 run. A signal during the generation that follows an update (``mojax.rl.interrupts``) keeps the
 update and drops the rollout being generated: the step is saved with its after-step phases
 pending (:class:`InterruptedAfterUpdate`), and the resumed run generates the missing rollouts first,
@@ -169,7 +170,10 @@ class Pipeline:
         """One RL step (see the module docstring); returns the new host and train state, the step's
         metrics and its episodes (for transcripts)."""
         k, t, t0 = run.spec.rollout.staleness, host.step, time.time()
-        queue, times = list(host.inflight), {}
+        g = run.spec.rollout.num_samples
+        expect = lambda j: inflight_lib.Expect(t + j, t, k, g)  # noqa: E731
+        queue = inflight_lib.valid_prefix(list(host.inflight), self.examples, expect, run.workdir)
+        times = {}
         want = min(t + max(k, 1), run.spec.steps) - t  # rollouts of steps t .. t + k - 1
         if len(queue) < want:  # a fresh start, or a rollout dropped on a signal: fill up
             params, times["time/weight_transfer_s"] = self.transfer(learner.policy_params(state))

@@ -14,18 +14,50 @@ each, encoded by :func:`encode` into plain JSON (arrays as base64 with dtype and
 * ``host``: the host state its collection left behind (data position, ``N_optimal`` tracker, the
   training split's reward stats), applied when the step consumes it.
 
-Every process holds the same in-flight rollouts (the rollout and its rewards are all-gathered).
+Every record carries ``schema`` (:data:`SCHEMA`) and ``sha256``, a checksum over the canonical JSON
+of the rest (:func:`seal`). Before a step consumes the queue, :func:`valid_prefix` checks each record
+in order: the schema, the checksum, that it decodes (every key there, base64 that decodes, arrays of
+their dtype and shape), its shapes (``B = len(example_ids) * num_samples`` rows, lengths within the
+``[B, L]`` buffer, ``num_samples`` equal to the config's ``rollout.num_samples``) and its place in
+the schedule (``step`` = the step it is queued for; ``0 <= step - version <= rollout.staleness``;
+``version`` no later than the current step). The first record that fails is moved aside to
+``<workdir>/inflight.corrupt`` (``inflight.corrupt-1``, ... if taken), with one warning naming the
+file and the reason; it and the records after it (built on its host state) are dropped, and the
+step generates them again with the weights it resumed with (as after a signal,
+``mojax.rl.async_loop``).
+
+Every process holds the same in-flight rollouts (the rollout and its rewards are all-gathered), so
+every process reaches the same verdict; process 0 alone writes the moved-aside file.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
+import hashlib
+import json
+import logging
+import os
 from typing import Any
 
 import numpy as np
 
+from mojax import distributed
+from mojax.checkpoint import encode_host_state
+from mojax.jsonl import write_durable
 from mojax.rl.episodes import Episodes
+
+#: The version of an in-flight record's layout (1: the records before ``schema`` and ``sha256``).
+SCHEMA = 2
+CORRUPT_FILE = "inflight.corrupt"
+_log = logging.getLogger(__name__)
+
+
+class InFlightError(ValueError):
+    """An in-flight rollout record fails its schema, checksum or validation (the message says
+    which)."""
+
 
 _ROLLOUT_ARRAYS = ("tokens", "logprobs", "loss_mask", "lengths", "n_calls")
 _OPTIONAL = ("set_rewards", "set_valid", "kept", "reason_valid", "goal_weights")
@@ -74,7 +106,7 @@ def _scalar(v: Any) -> Any:
 
 
 def _unarray(d: dict[str, Any]) -> np.ndarray:
-    raw = base64.b64decode(d["b64"])
+    raw = base64.b64decode(d["b64"], validate=True)
     return np.frombuffer(raw, np.dtype(d["dtype"])).reshape(d["shape"]).copy()
 
 
@@ -102,22 +134,139 @@ def encode(item: InFlight) -> dict[str, Any]:
     for k in _OPTIONAL:
         v = getattr(eps, k)
         out[k] = None if v is None else _array(v)
-    return out
+    return seal(out)
 
 
-def decode(d: dict[str, Any], examples_by_id: dict[str, Any]) -> InFlight:
+def _digest(d: dict[str, Any]) -> str:
+    body = {k: v for k, v in d.items() if k != "sha256"}
+    text = json.dumps(encode_host_state(body), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def seal(d: dict[str, Any]) -> dict[str, Any]:
+    """``d`` with ``schema`` = :data:`SCHEMA` and its checksum ``sha256`` (set in place)."""
+    d["schema"] = SCHEMA
+    d["sha256"] = _digest(d)
+    return d
+
+
+@dataclasses.dataclass(frozen=True)
+class Expect:
+    """Where a record belongs: RL ``step`` it is queued for, the ``current`` step, the config's
+    ``staleness`` and ``num_samples``."""
+
+    step: int
+    current: int
+    staleness: int
+    num_samples: int
+
+
+def decode(d: Any, examples_by_id: dict[str, Any], expect: Expect | None = None) -> InFlight:
     """The :class:`InFlight` of :func:`encode`'s data; ``examples_by_id`` maps the training split's
     example ids to its examples.
 
     Raises:
-      KeyError naming an example id the training split does not have (a checkpoint of another
-      task or data).
+      InFlightError: the record fails its schema, its checksum, decoding (naming the key), its
+        shapes, or ``expect`` (module docstring); or names an example id the training split does
+        not have (a checkpoint of another task or data).
     """
+    if not isinstance(d, dict):
+        raise InFlightError(f"not a JSON object but {type(d).__name__}")
+    if d.get("schema") != SCHEMA:
+        raise InFlightError(
+            f"schema {d.get('schema', 1)!r} (written by an older mojax); this one reads {SCHEMA}"
+        )
+    if d.get("sha256") != _digest(d):
+        raise InFlightError("checksum mismatch: its contents changed after it was written")
+    try:
+        item = _build(d, examples_by_id)
+    except InFlightError:
+        raise
+    except KeyError as e:
+        raise InFlightError(f"key {e} is missing") from None
+    except (ValueError, TypeError, AttributeError, binascii.Error) as e:
+        raise InFlightError(f"does not decode ({type(e).__name__}: {e})") from None
+    problem = _shape_problem(item.episodes) or (expect and _place_problem(item, expect))
+    if problem:
+        raise InFlightError(problem)
+    return item
+
+
+def _shape_problem(eps: Episodes) -> str | None:
+    """What is inconsistent in a decoded record's shapes, or None."""
+    r, p, g = eps.rollout, len(eps.examples), eps.num_samples
+    b = p * g
+    if len(eps.prompt_ids) != p or g < 1 or r.tokens.ndim != 2 or r.tokens.shape[0] != b:
+        return f"tokens {r.tokens.shape} do not hold {p} prompts x num_samples {g} rows"
+    width = r.tokens.shape[1]
+    if r.logprobs.shape != r.tokens.shape or r.loss_mask.shape != r.tokens.shape:
+        return f"logprobs {r.logprobs.shape} / loss_mask {r.loss_mask.shape} != {r.tokens.shape}"
+    if r.lengths.shape != (b,) or r.n_calls.shape != (b,):
+        return f"lengths {r.lengths.shape} / n_calls {r.n_calls.shape} are not [{b}]"
+    if r.lengths.min(initial=0) < 0 or r.lengths.max(initial=0) > width:
+        return f"lengths {r.lengths.min()}..{r.lengths.max()} lie outside the buffer of {width}"
+    if len(r.finish_reason) != b or len(r.texts) != b:
+        return f"{len(r.finish_reason)} finish reasons / {len(r.texts)} texts for {b} rows"
+    lead = {"rewards": (p, g), "valid": (p, g), "set_rewards": (p, g), "set_valid": (p, g)}
+    lead.update(reason_valid=(p, g), kept=(p,), goal_weights=(p,))
+    for name, want in lead.items():
+        a = getattr(eps, name)
+        if a is not None and tuple(a.shape[: len(want)]) != want:
+            return f"{name} has shape {a.shape}, not {want}..."
+    return None
+
+
+def _place_problem(item: InFlight, e: Expect) -> str | None:
+    """Where a record does not fit the schedule or the config, or None."""
+    if item.episodes.num_samples != e.num_samples:
+        return f"num_samples {item.episodes.num_samples}, the config's is {e.num_samples}"
+    if item.step != e.step:
+        return f"it is for RL step {item.step} where step {e.step} is due"
+    lag = item.step - item.version
+    if not (0 <= lag <= e.staleness and item.version <= e.current):
+        return (
+            f"step {item.step} / version {item.version} do not fit staleness {e.staleness} "
+            f"at step {e.current} (0 <= step - version <= staleness, version <= the step)"
+        )
+    return None
+
+
+def valid_prefix(queue: list, examples_by_id: dict[str, Any], expect, workdir: str) -> list:
+    """The records of ``queue`` up to the first that fails :func:`decode` (``expect(j)``: the
+    :class:`Expect` of record ``j``); that one is moved aside (module docstring) and logged."""
+    for j, d in enumerate(queue):
+        try:
+            decode(d, examples_by_id, expect(j))
+        except InFlightError as e:
+            aside = _move_aside(d, workdir)
+            _log.warning(
+                "in-flight rollout %d of the restored checkpoint is damaged: %s; moved aside to %s"
+                " and generated again (%d later in-flight rollout(s) dropped with it)",
+                j, e, aside, len(queue) - j - 1,
+            )  # fmt: skip
+            return queue[:j]
+    return queue
+
+
+def _move_aside(d: Any, workdir: str) -> str:
+    """Writes record ``d`` to the first free ``<workdir>/inflight.corrupt[-n]`` (process 0)."""
+    base = os.path.join(workdir or ".", CORRUPT_FILE)
+    path, n = base, 0
+    while os.path.exists(path):
+        n += 1
+        path = f"{base}-{n}"
+    if distributed.is_leader():
+        write_durable(path, json.dumps(encode_host_state(d)) + "\n")
+    return path
+
+
+def _build(d: dict[str, Any], examples_by_id: dict[str, Any]) -> InFlight:
+    """The :class:`InFlight` of a record (raises whatever a missing key or a bad value raises)."""
     missing = [i for i in d["example_ids"] if i not in examples_by_id]
     if missing:
-        raise KeyError(
-            f"in-flight rollout of step {d['step']}: example ids {missing[:5]} are not in the "
-            "training split (the checkpoint was written for other data)"
+        raise InFlightError(
+            f"example ids {missing[:5]} are not in the training split (the checkpoint was "
+            "written for other data)"
         )
     r = d["rollout"]
     rollout = _Rollout(

@@ -23,6 +23,7 @@ from mojax import learner, plots
 from mojax import logbook as log_lib
 from mojax import workdir as workdir_lib
 from mojax.distributed import is_leader
+from mojax.jsonl import write_durable
 from mojax.preemption import Interrupted, Preempted, Preemption
 from mojax.rl import adapters, inputs, interrupts
 from mojax.rl import spec as spec_lib
@@ -63,17 +64,20 @@ def run(config, workdir: str) -> dict[str, float]:
         os.makedirs(workdir, exist_ok=True)
         return evaluate_only(spec, workdir)
     with workdir_lib.lock(workdir):
-        finished = inputs.prepare_workdir(spec, workdir)
-        if finished is not None:
+        prepared = inputs.prepare_workdir(spec, workdir)
+        if isinstance(prepared, workdir_lib.Finished):
             if is_leader():
-                print(finished.message, flush=True)
-            return finished.summary
-        return train_and_evaluate(spec, workdir)
+                print(prepared.message, flush=True)
+            return prepared.summary
+        return train_and_evaluate(spec, workdir, records=prepared)
 
 
-def train_and_evaluate(spec: RunSpec, workdir: str) -> dict[str, float]:
+def train_and_evaluate(
+    spec: RunSpec, workdir: str, records: workdir_lib.Deferred | None = None
+) -> dict[str, float]:
     """Trains ``spec`` in ``workdir`` (resuming from its latest checkpoint); returns the last
-    step's metrics.
+    step's metrics. ``records``: the workdir records ``resume=force`` writes once the checkpoint
+    restored (``mojax.workdir.Deferred``).
 
     Raises:
       Preempted: SIGTERM / SIGINT / SIGHUP arrived; the work under way was abandoned and the last
@@ -90,6 +94,8 @@ def train_and_evaluate(spec: RunSpec, workdir: str) -> dict[str, float]:
         with Preemption(grace_s=spec.preemption_grace_s) as preemption:
             run_ = build_run(spec, workdir, pool, interrupt=preemption.check)
             state, host, resumed = restore_or_start(run_, workdir, ckpt)
+            if records is not None:  # resume=force: config.json and done only now
+                records.write()
             writer = log_lib.MetricsWriter(
                 workdir,
                 resume_step=interrupts.resume_step(host, resumed),
@@ -105,8 +111,7 @@ def train_and_evaluate(spec: RunSpec, workdir: str) -> dict[str, float]:
         ckpt.wait()
         plots.plot_run(workdir, run_.task.objective_names)
         if is_leader():
-            with open(os.path.join(workdir, workdir_lib.DONE_FILE), "w") as f:
-                f.write(f"{spec.steps}\n")
+            write_durable(os.path.join(workdir, workdir_lib.DONE_FILE), f"{spec.steps}\n")
         return last
     finally:
         ckpt.close()
