@@ -113,7 +113,7 @@ if [ "$DRY" = 1 ]; then  # a loaded 2-core CPU compiles slowly: wider limits
   export JAX_PLATFORMS=cpu
   : "${DECODE_S:=300}" "${MFU_S:=200}" "${LORA_S:=200}" "${GRPO05_S:=200}" "${GRPO15_S:=200}" "${TRL_S:=400}"
   CEIL="--device cpu --gib 0.01 --n 256 --iters 3"; M05=tiny-qwen3; M15=tiny-qwen2; M7=tiny-qwen3; V05=tiny-qwen3; V15=tiny-qwen2
-  DEC="--configs tiny-qwen3:gpu --batches 1,4 --prompt 16 --new_tokens 8 --repeats 1 --force"
+  DEC="--batches 1,4 --prompt 16 --new_tokens 8 --repeats 1 --force"
   MFU="--mode gpu --dtype float32 --remat full --logprob_chunk 16 --rounds 1 --steps 1 --force"
   B1="--batch 2 --seq 32"; B2="--batch 1 --seq 64"; LORA="--lora_rank 4 --batch 2 --seq 32"
   GRPO="--dtype float32 --prompts 2 --samples 2 --prompt_len 8 --new_tokens 16 --mean_len 4 \
