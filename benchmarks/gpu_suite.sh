@@ -106,8 +106,12 @@ fi
 # DRY=1: the same steps at tiny shapes on the CPU (JAX_PLATFORMS=cpu), proving they run, not timing.
 # KERNEL_LAYOUT: gpu_decode.py's layout of the fused decode kernel (issue 48, built elsewhere);
 # decoded beside today's layouts when gpu_decode.py accepts it, skipped (said so) when not.
-# TRL: its pure-Python wheels, carried in ./.whl (see docs/performance.md section 6), are installed
-# into a scratch folder; the step is skipped, said so, when `import trl` still fails.
+# TRL: its pure-Python wheels, carried in ./.whl (1.8 MB; the device image has torch, transformers,
+# accelerate, pyarrow, pandas, xxhash; it lacks trl, datasets, dill, multiprocess), fetched here by
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_17_x86_64 -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+# (the versions of benchmarks/logs/rl_step_peers_env/trl.txt) and named in the call's carry, are
+# installed into a scratch folder; the step is skipped, said so, when `import trl` still fails.
 KERNEL_LAYOUT=${KERNEL_LAYOUT:-fused_kernel}
 if [ "$DRY" = 1 ]; then  # a loaded 2-core CPU compiles slowly: wider limits
   export JAX_PLATFORMS=cpu
