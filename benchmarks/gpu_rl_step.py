@@ -56,9 +56,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _harness  # noqa: E402
 from _peer_common import reward_of_ids  # noqa: E402
+from _peer_mojax import ROW_BUCKET  # noqa: E402  (packed rows: a multiple of it, few shapes)
 
 STOP_ID = 1  # the forced stop token (any id of the vocabulary; ``_peer_common``'s ``<eos>``)
-ROW_BUCKET = 16  # packed rows rounded up to a multiple of this (``_peer_mojax.ROW_BUCKET``)
 PARTS = ("handover", "generation", "rewards", "update", "step")
 
 
