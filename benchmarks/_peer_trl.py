@@ -1,6 +1,7 @@
 """TRL's side of ``benchmarks/rl_step_peers.py``: ``trl.GRPOTrainer`` with transformers generation.
 
-Runs under its own virtualenv (``/work/venvs/trl``: torch CPU, transformers, trl). One
+Runs under its own virtualenv (``/work/venvs/trl``: torch CPU, transformers, trl), or any Python
+with torch and transformers plus trl's pure-Python wheels on ``PYTHONPATH`` (the GPU suite). One
 ``trainer.train()`` of ``--warmup + --steps`` optimizer steps; each step generates P x G
 completions (``per_device_train_batch_size = generation_batch_size = P * G``,
 ``num_generations = G``, one step per generation; with ``--micro_rows R``,
@@ -8,6 +9,9 @@ completions (``per_device_train_batch_size = generation_batch_size = P * G``,
 P x G / R``, so one generation batch of P x G is still one optimizer step), scores them with the
 shared Python reward (``completion_ids``), and takes one AdamW step (``beta = 0``: no reference
 model; ``loss_type`` TRL's default "dapo", token-mean; ε 0.2; constant lr; max grad norm 1).
+
+``--trl_device cuda`` (``benchmarks/gpu_suite.sh``): the same on the GPU, bf16 mixed precision
+(fp32 weights, ``bf16=True``), the clocks read after ``torch.cuda.synchronize``.
 
 Timed without touching TRL's code: ``generation`` wraps the model's ``generate`` (the call TRL
 makes), ``update`` is the rest of the optimizer step after ``_generate_and_score_completions``
@@ -27,6 +31,8 @@ def main(args) -> None:
     import transformers
     import trl
 
+    cuda = getattr(args, "trl_device", "cpu") == "cuda"  # bf16 mixed precision on the GPU
+    sync = torch.cuda.synchronize if cuda else (lambda: None)  # the clocks read finished work
     inp = load_inputs(args.ckpt)
     prompts, g, n = inp["prompts"], inp["num_samples"], inp["max_new_tokens"]
     p = len(prompts)
@@ -44,7 +50,7 @@ def main(args) -> None:
         temperature=1.0, top_p=1.0, top_k=0, beta=0.0, epsilon=0.2, learning_rate=inp["lr"],
         lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0, max_steps=total,
         shuffle_dataset=False, logging_steps=1, report_to="none", save_strategy="no",
-        use_cpu=True, bf16=False, fp16=False, disable_dropout=True, seed=inp["seed"],
+        use_cpu=not cuda, bf16=cuda, fp16=False, disable_dropout=True, seed=inp["seed"],
         generation_kwargs=gen_kwargs, dataloader_num_workers=0,
     )  # fmt: skip
     lengths: list[float] = []
@@ -65,6 +71,7 @@ def main(args) -> None:
     def timed_generate(*a, **kw):
         t = now()
         out = generate(*a, **kw)
+        sync()
         gen_time[0] += now() - t
         return out
 
@@ -84,6 +91,7 @@ def main(args) -> None:
             marks["begin"] = now()
 
         def on_step_end(self, *a, **kw):
+            sync()
             end = now()
             timer.add(gen_time[0], end - marks["scored"], end - marks["begin"],
                       response_len=lengths[-1])  # fmt: skip

@@ -150,6 +150,8 @@ def parse(argv=None):
         default=0,
         help="rows per micro-batch of the one update, mojax and TRL (0 = the whole batch at once)",
     )
+    ap.add_argument("--trl_device", default="cpu", choices=("cpu", "cuda"),
+                    help="the TRL side's device (cuda: bf16 mixed precision; benchmarks/gpu_suite.sh)")  # fmt: skip
     ap.add_argument("--mojax_python", default=sys.executable)
     ap.add_argument("--trl_python", default="/work/venvs/trl/bin/python")
     ap.add_argument("--tunix_python", default="/work/venvs/tunix/bin/python")
@@ -310,7 +312,7 @@ def main(argv=None) -> int:
             argv_w = ["--ckpt", os.path.join(ckpt, dist), "--dist", dist, "--steps",
                       str(args.steps), "--warmup", str(args.warmup), "--compact_chunk",
                       str(args.compact_chunk), "--micro_rows", str(args.micro_rows),
-                      "--mojax_draw", args.mojax_draw]  # fmt: skip
+                      "--mojax_draw", args.mojax_draw, "--trl_device", args.trl_device]  # fmt: skip
             print(f"\n-- distribution {dist}", flush=True)
             runs = _harness.alternate(
                 __file__, {s: argv_w for s in sides}, args.rounds, env=env,
