@@ -227,7 +227,9 @@ def observations(
             counters["tool_errors"] += result.error is not None
             counters["timeouts"] += bool(result.timed_out)
             counters["output_truncated"] += bool(result.truncated)
-        ids, cut = encode_observation(tokenizer, task, result.observation, spec.max_obs_tokens)
+        ids, cut = encode_observation(  # the malformed-call message is the framework's own text
+            tokenizer, task, result.observation, spec.max_obs_tokens, trusted=row.call is None
+        )
         counters["obs_truncated"] += cut
         fields = dict(
             call=row.call,

@@ -123,7 +123,9 @@ def build(tok, task, prompt, segments, tool):
         if k + 1 < len(segments):  # a call ends this segment: append its observation
             call = task.parse_tool_call(tok.decode(ids))
             text = malformed_message(task.tool_stop) if call is None else tool(call).observation
-            obs, _ = encode_observation(tok, task, text, SETTINGS["max_obs_tokens"])
+            obs, _ = encode_observation(
+                tok, task, text, SETTINGS["max_obs_tokens"], trusted=call is None
+            )
             obs_spans.append((len(seq) - len(prompt), len(seq) - len(prompt) + len(obs)))
             seq += obs
             policy += [False] * len(obs)

@@ -116,6 +116,17 @@ _DEV_LINKS = (
 # sandbox's own user namespace): to remount, to disable user namespaces, to empty the bounding set.
 ROOT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN")
 USERNS_CAPS = ("CAP_SYS_ADMIN", "CAP_SYS_RESOURCE", "CAP_SETPCAP")
+# Files of the fresh /proc that name the host, covered by /dev/null (on a nodev mount, so opening
+# one fails with EACCES): the kernel command line (on a VM it can name the hypervisor's vsock
+# ports), and the command line and mount table of PID 1, bwrap's init, whose argv holds every host
+# path of the bwrap command line.
+PROC_HIDDEN = (
+    "/proc/cmdline",
+    "/proc/1/cmdline",
+    "/proc/1/task/1/cmdline",
+    "/proc/1/mountinfo",
+    "/proc/1/task/1/mountinfo",
+)
 
 
 def bwrap_argv(
@@ -126,8 +137,9 @@ def bwrap_argv(
     New PID, network, IPC, UTS and cgroup namespaces, ``--die-with-parent``, ``--new-session``, an
     empty environment, read-only system trees and interpreter ``roots``, a read-only ``/``, a
     private ``/tmp`` of ``tmp_bytes`` as the working directory, and a read-only ``/dev`` with only
-    null, zero, full, random, urandom and a ``/dev/shm`` of ``shm_bytes`` (no ptys). A non-root host
-    also gets a user namespace here; a root host does not, because bwrap would map the sandbox to
+    null, zero, full, random, urandom and a ``/dev/shm`` of ``shm_bytes`` (no ptys), and the
+    host-naming files of ``/proc`` covered (``PROC_HIDDEN``). A non-root host also gets a user
+    namespace here; a root host does not, because bwrap would map the sandbox to
     uid 0 there -- the bootstrap drops to the sandbox uid and makes its own user namespace instead.
     Neither mode passes ``--disable-userns``: the bootstrap still needs the capabilities kept here,
     and disables user namespaces itself (the same sysctl) before it drops them.
@@ -142,7 +154,10 @@ def bwrap_argv(
         argv += ["--setenv", key, value]
     for path in SYSTEM_RO + _ETC_RO:
         argv += ["--ro-bind-try", path, path]
-    argv += ["--proc", "/proc", "--perms", "0755", "--tmpfs", "/dev"]
+    argv += ["--proc", "/proc"]
+    for path in PROC_HIDDEN:
+        argv += ["--ro-bind", "/dev/null", path]
+    argv += ["--perms", "0755", "--tmpfs", "/dev"]
     for name in _DEVICES:
         argv += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
     for name, target in _DEV_LINKS:

@@ -15,8 +15,10 @@ Modes (``mode=``; the trainer's ``rollout.sandbox`` config value is passed here 
   ``/dev/shm``, together capped at ``tmpfs_mb`` and ``max_files`` files. Model code always runs
   in a user namespace of its own call in which it cannot create another one, with no capabilities,
   as a non-zero uid (``sandbox_uid``, 65534, when the host runs as root: the kernel exempts uid 0
-  from RLIMIT_NPROC), under the seccomp filter of ``_seccomp`` (no namespaces, mounts, ptrace,
-  keyctl, bpf, perf_event_open, userfaultfd, io_uring, memfd or SysV/POSIX IPC memory). No working
+  from RLIMIT_NPROC), under the seccomp allow-list of ``_seccomp`` (only the system calls ordinary
+  programs need; sockets only AF_UNIX / AF_INET / AF_INET6; no namespaces, mounts, ptrace, keyctl,
+  bpf, perf_event_open, userfaultfd, io_uring, memfd or SysV/POSIX IPC memory). The kernel command
+  line and bwrap's own argv (``/proc/cmdline``, ``/proc/1/cmdline``) are covered. No working
   bwrap: ``SandboxUnavailableError`` at construction, saying how to fix it.
 * ``"unsafe_fallback"`` (``"fallback"`` is accepted as the same) -- only when asked for by name,
   with a warning logged by every instance: a plain subprocess: ``python -I``, empty environment
