@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 
 DECODE_KERNELS = ("none", "pallas_gpu", "pallas_gpu_interpret")
 
@@ -187,7 +188,9 @@ def qkv_rope(x, positions, ln_scale, kernel, bias, q_scale, k_scale, inv_freq, r
         ],
         out_specs=pl.BlockSpec((_ROWS, None, 2, half), lambda i, j: (i, j, 0, 0)),
         out_shape=jax.ShapeDtypeStruct((rows, nh, 2, half), dtype),
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),
         interpret=interpret,
+        name="mojax_qkv_rope",
     )(
         positions.astype(jnp.int32)[:, None],
         x,
@@ -265,7 +268,9 @@ def attend_dense(q, keys_t, values, visible, *, dtype, interpret=False):
         ],
         out_specs=pl.BlockSpec((None, None, gp, d), lambda i, j: (i, j, 0, 0)),
         out_shape=jax.ShapeDtypeStruct((b, k, gp, d), dtype),
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),
         interpret=interpret,
+        name="mojax_decode_attention",
     )(qg, keys_t, values, visible.astype(jnp.int32))
     return out[:, :, :g].reshape(b, h, d)
 
