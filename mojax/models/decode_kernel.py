@@ -8,7 +8,7 @@ the q/k RMSNorms, RoPE's cos / sin and rotations for q and k, the scores, the ma
 
 * **kernel A** (``qkv_rope``): the input RMSNorm, the q/k/v product over the fused kernel ``[E,
   (H + 2K) D]``, the bias (Qwen2), the q/k RMSNorm (Qwen3) and RoPE (cos / sin computed in the
-  kernel from the positions) -- one launch. Grid: (blocks of 16 rows, the H + 2K heads); a
+  kernel from the positions) -- one launch. Grid: (blocks of 16 to 64 rows, the H + 2K heads); a
   program recomputes its rows' norm (``E`` floats a row) and runs a GEMV-shaped product of its
   head's ``D`` columns, as two halves of ``D / 2`` so that RoPE's rotate-half needs no slicing of
   values.
@@ -48,7 +48,7 @@ from jax.experimental.pallas import triton as pltriton
 
 DECODE_KERNELS = ("none", "pallas_gpu", "pallas_gpu_interpret")
 
-_ROWS = 16  # rows of kernel A's programs (Triton's dot takes at least 16)
+_ROWS = (16, 64)  # rows of kernel A's programs: at least 16 (Triton's dot), at most 64
 _HEADS = 16  # kernel B's query heads per program (a kv head's G, padded)
 _NEG = -1e30  # as ``mojax.models.layers._NEG``
 
@@ -104,7 +104,7 @@ def _rms(x32, sumsq, n, eps, scale, dtype):
 
 def _qkv_rope_kernel(pos_ref, x_ref, ln_ref, w_ref, b_ref, qn_ref, kn_ref, inv_ref, o_ref, *,
                      heads, kv_heads, block_e, eps, rope_scale, qk_norm, dtype, exact):  # fmt: skip
-    """One program: ``_ROWS`` rows x one output head (module docstring, kernel A)."""
+    """One program: a block of rows x one output head (module docstring, kernel A)."""
     h = pl.program_id(1)
     e = x_ref.shape[1]
     rows = x_ref.shape[0]
@@ -158,7 +158,8 @@ def qkv_rope(x, positions, ln_scale, kernel, bias, q_scale, k_scale, inv_freq, r
     b, e = x.shape
     nh, d = kernel.shape[1], kernel.shape[2]
     half = d // 2
-    rows = -(-b // _ROWS) * _ROWS
+    block = max(_ROWS[0], _pow2_at_most(2 * b - 1, _ROWS[1]))  # one block up to 64 rows
+    rows = -(-b // block) * block
     if rows != b:
         x = jnp.pad(x, ((0, rows - b), (0, 0)))
         positions = jnp.pad(positions, (0, rows - b))
@@ -175,10 +176,10 @@ def qkv_rope(x, positions, ln_scale, kernel, bias, q_scale, k_scale, inv_freq, r
     full = lambda shape: pl.BlockSpec(shape, lambda i, j: (0,) * len(shape))
     out = pl.pallas_call(
         body,
-        grid=(rows // _ROWS, nh),
+        grid=(rows // block, nh),
         in_specs=[
-            pl.BlockSpec((_ROWS, 1), lambda i, j: (i, 0)),
-            pl.BlockSpec((_ROWS, e), lambda i, j: (i, 0)),
+            pl.BlockSpec((block, 1), lambda i, j: (i, 0)),
+            pl.BlockSpec((block, e), lambda i, j: (i, 0)),
             full((1, e)),
             pl.BlockSpec((e, None, 2, half), lambda i, j: (0, j, 0, 0)),
             pl.BlockSpec((None, 2, 1, half), lambda i, j: (j, 0, 0, 0)),
@@ -186,7 +187,7 @@ def qkv_rope(x, positions, ln_scale, kernel, bias, q_scale, k_scale, inv_freq, r
             full((2, 1, half)),
             full((1, half)),
         ],
-        out_specs=pl.BlockSpec((_ROWS, None, 2, half), lambda i, j: (i, j, 0, 0)),
+        out_specs=pl.BlockSpec((block, None, 2, half), lambda i, j: (i, j, 0, 0)),
         out_shape=jax.ShapeDtypeStruct((rows, nh, 2, half), dtype),
         compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),
         interpret=interpret,
@@ -283,11 +284,13 @@ def applies(impl: str, tokens: int, config) -> bool:
     return impl == "pallas_gpu_interpret" or fits(config.hidden_size, config.head_dim, None)
 
 
-def attends(impl: str, tokens: int, slots: int) -> bool:
-    """Whether a decode step over a ``LayerKVCache`` of ``slots`` slots takes kernel B."""
+def attends(impl: str, tokens: int, slots: int, head_dim: int) -> bool:
+    """Whether a decode step over a ``LayerKVCache`` of ``slots`` slots takes kernel B (the
+    Triton lowering: at least 16 slots, a power-of-two head dim >= 16)."""
     if impl == "none" or tokens != 1:
         return False
-    return impl == "pallas_gpu_interpret" or slots >= 16
+    pow2 = head_dim >= 16 and head_dim & (head_dim - 1) == 0
+    return impl == "pallas_gpu_interpret" or (slots >= 16 and pow2)
 
 
 def attend_layer_major(qg, keys_t, values, visible, dtype, *, impl):

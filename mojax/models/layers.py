@@ -319,7 +319,7 @@ class Attention(nn.Module):
             keys, values, kv = layer_cache.write_layer(kv, layer, kk, vv, write_idx)
             s = keys.shape[-1]  # keys [B, K, D, C]
             attend_fn = functools.partial(attend_layer_major, one_query=one)
-            if decode_kernel.attends(lay.decode_kernel, t, s):  # kernel B
+            if decode_kernel.attends(lay.decode_kernel, t, s, d):  # kernel B
                 attend_fn = functools.partial(
                     decode_kernel.attend_layer_major, impl=lay.decode_kernel
                 )
