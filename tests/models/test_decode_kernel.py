@@ -45,11 +45,17 @@ def _rms(x, scale, eps):
     return (x32 * jax.lax.rsqrt(var + eps)).astype(x.dtype) * scale.astype(x.dtype)
 
 
-@pytest.mark.parametrize("qk_norm, bias, b", [(True, False, 19), (False, True, 70)])
-def test_qkv_rope_kernel_equals_the_reference_maths(qk_norm, bias, b):
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+
+
+@pytest.mark.parametrize(
+    "qk_norm, bias, b, rope", [(True, False, 19, None), (False, True, 70, YARN)]
+)
+def test_qkv_rope_kernel_equals_the_reference_maths(qk_norm, bias, b, rope):
     """19 rows (one block of 32, padded) or 70 (two of 64), E = 96 (three chunks of 32), H = 6,
-    K = 2, D = 32."""
+    K = 2, D = 32; default RoPE or YaRN (its cos / sin scale 1.14)."""
     cfg = mm.get_variant("tiny-qwen3", dtype="float32", hidden_size=96, num_heads=6, head_dim=32)
+    cfg = cfg.replace(rope_scaling=rope) if rope else cfg
     e, h, k, d = 96, 6, 2, 32
     rng = np.random.RandomState(0)
     f = lambda *s: jnp.asarray(rng.randn(*s), jnp.float32)
