@@ -15,7 +15,9 @@ the q/k RMSNorms, RoPE's cos / sin and rotations for q and k, the scores, the ma
 * **kernel B** (``attend_dense``): the one-query attention of each row and kv head over the
   dense per-layer cache (``LayerKVCache``: keys ``[B, K, D, C]``, values ``[B, K, C, D]``), an
   online softmax over blocks of slots (flash-decoding's inner loop), the G query heads of a kv
-  head in one dot (padded to 16 rows); the mask is the row's visible slots.
+  head in one dot (padded to 16 rows); the mask is the row's visible slots. When the rows and kv
+  heads give fewer than ~128 programs (small batches) a row's slots are split over several
+  programs (flash-decoding) whose partial softmaxes a few XLA ops merge.
 
 Not fused: the cache write (the XLA scatter of ``mojax.models.layer_cache.write_layer`` between
 A and B: a Pallas kernel writes whole blocks, a row's one new slot is a scatter); the output
@@ -50,6 +52,7 @@ DECODE_KERNELS = ("none", "pallas_gpu", "pallas_gpu_interpret")
 
 _ROWS = (16, 64)  # rows of kernel A's programs: at least 16 (Triton's dot), at most 64
 _HEADS = 16  # kernel B's query heads per program (a kv head's G, padded)
+_PROGRAMS = 128  # kernel B splits a row's slots until about this many programs run (~SMs)
 _NEG = -1e30  # as ``mojax.models.layers._NEG``
 
 
@@ -206,8 +209,9 @@ def qkv_rope(x, positions, ln_scale, kernel, bias, q_scale, k_scale, inv_freq, r
     return out[:, :heads], out[:, heads : heads + kv_heads], out[:, heads + kv_heads :]
 
 
-def _attend_kernel(q_ref, k_ref, v_ref, m_ref, o_ref, *, block_c, dtype, exact):
-    """One program: one row and kv head over all its slots (module docstring, kernel B)."""
+def _attend_kernel(q_ref, k_ref, v_ref, m_ref, *out_refs, block_c, per_split, dtype, exact):
+    """One program: one row and kv head over its slots, or over the ``per_split`` blocks of
+    slots of its split (module docstring, kernel B)."""
     slots, d = v_ref.shape
     q = q_ref[...].astype(dtype)  # [Gp, D]
     n_blocks = -(-slots // block_c)
@@ -235,17 +239,41 @@ def _attend_kernel(q_ref, k_ref, v_ref, m_ref, o_ref, *, block_c, dtype, exact):
         jnp.zeros((gp, d), jnp.float32),
         jnp.zeros((1, 1), jnp.float32),
     )
-    _, l, acc, seen = lax.fori_loop(0, n_blocks, body, init)
-    out = jnp.where(seen > 0, acc / l, 0.0)  # no visible key: zeros, as ``layers.attend``
-    o_ref[...] = out.astype(o_ref.dtype)
+    if per_split is None:  # one split: normalise here
+        _, l, acc, seen = lax.fori_loop(0, n_blocks, body, init)
+        out = jnp.where(seen > 0, acc / l, 0.0)  # no visible key: zeros, as ``layers.attend``
+        out_refs[0][...] = out.astype(out_refs[0].dtype)
+        return
+    first = pl.program_id(2) * per_split
+    m, l, acc, _ = lax.fori_loop(first, jnp.minimum(first + per_split, n_blocks), body, init)
+    acc_ref, m_out, l_out = out_refs
+    acc_ref[...], m_out[...], l_out[...] = acc, m, l
 
 
-def attend_dense(q, keys_t, values, visible, *, dtype, interpret=False):
+def _splits(rows: int, kv_heads: int, n_blocks: int) -> tuple[int, int]:
+    """``(splits, blocks per split)``: a row's slots split so that about ``_PROGRAMS`` programs
+    run (flash-decoding), one split when the rows and kv heads already give that many."""
+    splits = max(1, min(n_blocks, _PROGRAMS // (rows * kv_heads)))
+    per = -(-n_blocks // splits)
+    return -(-n_blocks // per), per
+
+
+def _combine(acc, m, l, visible, dtype):
+    """The splits' partial softmaxes ``acc [B, K, S, Gp, D]``, ``m`` / ``l [B, K, S, Gp, 1]``
+    rescaled to their common maximum and normalised once; zeros where a row sees no slot."""
+    w = jnp.exp(m - jnp.max(m, axis=2, keepdims=True))
+    out = jnp.sum(w * acc, axis=2) / jnp.sum(w * l, axis=2)
+    return jnp.where(jnp.any(visible, axis=1)[:, None, None, None], out, 0.0).astype(dtype)
+
+
+def attend_dense(q, keys_t, values, visible, *, dtype, interpret=False, splits=None):
     """Kernel B: one query token per row over one layer of a ``LayerKVCache``.
 
     Args:
       q: ``[B, H, D]`` (after RoPE); keys_t: ``[B, K, D, C]``; values: ``[B, K, C, D]``;
       visible: bool ``[B, C]`` the slots the query sees (causal and real), C >= 16.
+      splits: partitions of a row's slots (None: ``_splits``); several: each program returns its
+        partial softmax and ``_combine`` merges them (a few XLA ops).
     Returns ``[B, H, D]`` in ``dtype``: ``layers.attend_layer_major`` up to the numerics of the
     module docstring (zeros for a row that sees no slot).
     """
@@ -254,25 +282,36 @@ def attend_dense(q, keys_t, values, visible, *, dtype, interpret=False):
     g = h // k
     gp = max(_HEADS, _pow2_at_most(2 * g - 1, 1 << 20))
     qg = jnp.pad(q.reshape(b, k, g, d).astype(dtype), ((0, 0), (0, 0), (0, gp - g), (0, 0)))
+    block_c = _pow2_at_most(c, 128)
+    n_blocks = -(-c // block_c)
+    n, per = _splits(b, k, n_blocks) if splits is None else (splits, -(-n_blocks // splits))
     body = functools.partial(
-        _attend_kernel, block_c=_pow2_at_most(c, 128), dtype=jnp.dtype(dtype),
-        exact=_exact(dtype, interpret),
+        _attend_kernel, block_c=block_c, per_split=per if n > 1 else None,
+        dtype=jnp.dtype(dtype), exact=_exact(dtype, interpret),
     )  # fmt: skip
-    out = pl.pallas_call(
+    part = lambda w, t: (
+        pl.BlockSpec((None, None, None, gp, w), lambda i, j, s: (i, j, s, 0, 0)),
+        jax.ShapeDtypeStruct((b, k, n, gp, w), t),
+    )
+    outs = [part(d, jnp.float32), part(1, jnp.float32), part(1, jnp.float32)]
+    if n == 1:
+        outs = [part(d, dtype)]
+    res = pl.pallas_call(
         body,
-        grid=(b, k),
+        grid=(b, k, n),
         in_specs=[
-            pl.BlockSpec((None, None, gp, d), lambda i, j: (i, j, 0, 0)),
-            pl.BlockSpec((None, None, d, c), lambda i, j: (i, j, 0, 0)),
-            pl.BlockSpec((None, None, c, d), lambda i, j: (i, j, 0, 0)),
-            pl.BlockSpec((1, c), lambda i, j: (i, 0)),
+            pl.BlockSpec((None, None, gp, d), lambda i, j, s: (i, j, 0, 0)),
+            pl.BlockSpec((None, None, d, c), lambda i, j, s: (i, j, 0, 0)),
+            pl.BlockSpec((None, None, c, d), lambda i, j, s: (i, j, 0, 0)),
+            pl.BlockSpec((1, c), lambda i, j, s: (i, 0)),
         ],
-        out_specs=pl.BlockSpec((None, None, gp, d), lambda i, j: (i, j, 0, 0)),
-        out_shape=jax.ShapeDtypeStruct((b, k, gp, d), dtype),
+        out_specs=[o[0] for o in outs],
+        out_shape=[o[1] for o in outs],
         compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),
         interpret=interpret,
         name="mojax_decode_attention",
     )(qg, keys_t, values, visible.astype(jnp.int32))
+    out = res[0][:, :, 0] if n == 1 else _combine(*res, visible, dtype)
     return out[:, :, :g].reshape(b, h, d)
 
 

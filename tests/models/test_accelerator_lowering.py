@@ -125,11 +125,12 @@ def test_tpu_decode_step_lowers_with_the_mosaic_paged_kernel():
     assert "tpu_custom_call" in calls, calls
 
 
-def _kernel_step(cache_kind):
+def _kernel_step(cache_kind, rows):
     """One decode token under the GPU layouts with ``decode_kernel="pallas_gpu"``, at the 0.5B's
     attention shapes (E = 896: chunks of 128; 14 heads over 2 kv heads, G = 7 padded to 16; D =
     128), on a per-layer dense cache of 40 slots (blocks of 32, the last one overlapping) or a
-    paged one."""
+    paged one; ``rows`` rows (3: kernel B splits each row's slots; 64: one program per row and kv
+    head)."""
     lay = dataclasses.replace(layouts.GPU, decode_kernel="pallas_gpu")
     cfg = CFG.replace(layouts=lay, hidden_size=896, num_heads=14, head_dim=128, scan_layers=False)
     params = jax.eval_shape(lambda: mm.init_params(cfg, jax.random.key(0)))
@@ -137,23 +138,23 @@ def _kernel_step(cache_kind):
     shapes = jax.eval_shape(lambda p: decode(p).params, params)
     cfg = cfg.replace(fused_projections=True)
     if cache_kind == "layer":
-        make = lambda: layer_cache.to_layer_major(mm.init_cache(cfg, B, 40))
+        make = lambda: layer_cache.to_layer_major(mm.init_cache(cfg, rows, 40))
     else:
-        make = lambda: init_paged_cache(cfg, B, 64, 16, 16, per_layer=True)
+        make = lambda: init_paged_cache(cfg, rows, 64, 16, 16, per_layer=True)
 
     def step(p, tok, cache):
         mask = jnp.ones_like(tok, bool)
         return Qwen(cfg).apply({"params": p}, tok, attention_mask=mask, cache=cache)
 
-    return step, (shapes, jax.ShapeDtypeStruct((B, 1), jnp.int32), jax.eval_shape(make))
+    return step, (shapes, jax.ShapeDtypeStruct((rows, 1), jnp.int32), jax.eval_shape(make))
 
 
-@pytest.mark.parametrize("cache_kind", ["layer", "paged"])
-def test_gpu_decode_kernels_lower_to_triton_for_cuda(cudnn_9_10, cache_kind):
+@pytest.mark.parametrize("cache_kind, rows", [("layer", 3), ("layer", 64), ("paged", 3)])
+def test_gpu_decode_kernels_lower_to_triton_for_cuda(cudnn_9_10, cache_kind, rows):
     """Kernel A (norm, q/k/v, q/k norm, RoPE) in every layer, kernel B (the attention) over the
     per-layer dense cache; over pages the attention is JAX's paged kernel (``mojax.models.
     decode_kernel``)."""
-    fn, args = _kernel_step(cache_kind)
+    fn, args = _kernel_step(cache_kind, rows)
     exported = _export(fn, "cuda", *args)
     names = re.findall(r'name = "(mojax_\w+|paged_attention\w*)', exported.mlir_module())
     n, dense = CFG.num_layers, cache_kind == "layer"

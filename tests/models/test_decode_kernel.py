@@ -78,19 +78,22 @@ def test_qkv_rope_kernel_equals_the_reference_maths(qk_norm, bias, b, rope):
         np.testing.assert_allclose(np.asarray(g), np.asarray(r[:, 0]), atol=1e-5, rtol=0)
 
 
-def test_attend_kernel_equals_attend_layer_major():
-    """GQA (3 query heads per kv head, padded to 16), C = 40 slots in blocks of 32 (the last
-    block overlaps the first), ragged masks, a row with no visible slot (zeros)."""
-    b, h, k, d, c = 4, 6, 2, 32, 40
+@pytest.mark.parametrize("c, splits", [(40, 1), (40, None), (300, 2), (300, 3)])
+def test_attend_kernel_equals_attend_layer_major(c, splits):
+    """GQA (3 query heads per kv head, padded to 16), C = 40 slots in blocks of 32 or 300 in
+    blocks of 128 (the last block overlapping the one before), in one program per row and kv
+    head or split over 2 or 3 (None: as many as blocks here), ragged masks, a row with no
+    visible slot (zeros)."""
+    b, h, k, d = 4, 6, 2, 32
     rng = np.random.RandomState(1)
     q = jnp.asarray(rng.randn(b, h, d), jnp.float32)
     keys_t = jnp.asarray(rng.randn(b, k, d, c), jnp.float32)
     values = jnp.asarray(rng.randn(b, k, c, d), jnp.float32)
     visible = rng.rand(b, c) < 0.6
-    visible[1, :30] = False  # only the overlapping last block's own slots
+    visible[1, : c - 10] = False  # only the overlapping last block's own slots
     visible[3] = False
     got = decode_kernel.attend_dense(
-        q, keys_t, values, jnp.asarray(visible), dtype=jnp.float32, interpret=True
+        q, keys_t, values, jnp.asarray(visible), dtype=jnp.float32, interpret=True, splits=splits
     )
     qg = q.reshape(b, 1, k, h // k, d)
     want = attend_layer_major(qg, keys_t, values, jnp.asarray(visible)[:, None], jnp.float32)
