@@ -32,6 +32,12 @@ normaliser (kernel B rounds the unnormalised probabilities to the compute dtype 
 product and divides once at the end; the reference rounds the normalised ones), and cos / sin
 (the kernel's, not XLA's).
 
+Not built: a TPU (Mosaic) variant (these kernels do not lower for Mosaic as written: its tiles
+want other block shapes); a fused cache write; the kernels under a mesh that splits the rows
+(a Pallas call is not partitioned: XLA would gather its operands; the paged path takes the
+gather attention per shard there). Without fused projections (``fuse_decode_projections``) the
+layer concatenates the q/k/v kernels for kernel A on each call.
+
 ``impl``: ``"pallas_gpu"`` (Triton lowering) or ``"pallas_gpu_interpret"`` (the same kernels in
 Pallas' interpreter, the CPU tests). Shapes the Triton lowering does not take (``fits``) run the
 reference layer. Shape legend (``mojax/__init__.py``): B rows, C slots, E embed, H heads, K kv
