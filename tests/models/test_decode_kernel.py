@@ -11,7 +11,8 @@ References:
   against the same calls without: fp32 logits to 1e-5 (the model tests' fp32 tolerance);
 * 64 greedy tokens through ``mojax.sampling.generate`` (the static decode loop) with and without
   the kernels: the same tokens and log-probs to 1e-5, for Qwen2 (q/k/v bias) and Qwen3 (q/k
-  norm), both GQA, ragged prompts (left padding in the bucket);
+  norm), both GQA, ragged prompts (left padding in the bucket); and the continuous sampler
+  (dense slots, pages) with the kernels against the static sampler without;
 * bf16: XLA CPU runs no bf16 x bf16 -> fp32 dot, so a bf16 model's prefill does not run here
   (the model tests have no bf16 logits to borrow a tolerance from); a bf16 model decoded token
   by token (one-token calls, whose reference attention is a multiply-reduce) is compared with
@@ -164,6 +165,26 @@ def test_greedy_decode_of_64_tokens_is_the_same_with_the_kernels(variant, lay):
     np.testing.assert_array_equal(np.asarray(ker.tokens), np.asarray(ref.tokens))
     np.testing.assert_allclose(np.asarray(ker.logprobs), np.asarray(ref.logprobs), atol=1e-5)
     assert len(set(np.asarray(ref.tokens).ravel().tolist())) > 10  # not one repeated token
+
+
+@pytest.mark.parametrize("kv_cache", ["dense", "paged"])
+def test_continuous_sampler_with_the_kernels_gives_the_static_samplers_tokens(kv_cache):
+    """The continuous sampler (2 slots for 3 rows: slots at different write positions, a row
+    entering a freed slot; dense slots or pages of 4) with the kernels: the static sampler's
+    greedy tokens without them."""
+    from mojax.sampling.continuous import ContinuousSampler
+
+    model = _model("tiny-qwen3", "float32", 5)
+    prompts = np.random.RandomState(4).randint(1, 200, (3, 9)).astype(np.int32)
+    kw = dict(key=jax.random.key(0), max_new_tokens=np.asarray([20, 12, 24]), temperature=0.0,
+              prompt_lengths=np.asarray([9, 2, 5]), max_response_len=24, max_total_len=48)  # fmt: skip
+    ref = ms.generate(model.replace_config(layouts=layouts.CPU), prompts, **kw)
+    ker = model.replace_config(layouts=_with_kernel(layouts.CPU))
+    sampler = ContinuousSampler.of(ker, slots=2, kv_cache=kv_cache, page_size=4, num_pages=24)
+    got = sampler.generate(prompts, **kw)
+    np.testing.assert_array_equal(np.asarray(got.lengths), np.asarray(ref.lengths))
+    np.testing.assert_array_equal(np.asarray(got.tokens), np.asarray(ref.tokens))
+    np.testing.assert_allclose(np.asarray(got.logprobs), np.asarray(ref.logprobs), atol=1e-5)
 
 
 @jax.jit
