@@ -22,6 +22,9 @@ Where the rest goes, from three contrasts and the compiled program:
   (``Layouts.fuse_decode_projections``, ``mojax.models.fused``): three launches fewer per layer;
   ``unfused`` is the backend's layouts with that switched off, ``fused_oneq`` adds the CPU's
   multiply-reduce attention for a decode step (``Layouts.one_query_reduce``);
+* ``kernel``: the backend's layouts with a decode step's attention half in the Pallas kernels of
+  ``mojax.models.decode_kernel`` (``Layouts.decode_kernel="pallas_gpu"``: norm, q/k/v, q/k norm
+  and RoPE in one launch, the attention over the per-layer cache in another), against ``gpu``;
 * ``kernels``: the launches per decode step read from the optimised HLO (fusions, library calls,
   copies in the decode loop's body, and in the layer loop's body times L).
 
@@ -142,6 +145,8 @@ def _model(variant, layout, dtype):
         )
     elif layout == "unfused":
         lay = dataclasses.replace(lay, fuse_decode_projections=False)
+    elif layout == "kernel":  # the Pallas decode kernels (``mojax.models.decode_kernel``)
+        lay = dataclasses.replace(lay, decode_kernel="pallas_gpu")
     cfg = cfg.replace(layouts=lay)
     params = jax.jit(init_params, static_argnums=0)(cfg, jax.random.key(0))
     return QwenModel(config=cfg, params=params)
@@ -285,7 +290,9 @@ def main(argv=None):
     )
     ap.add_argument("--variant", default="0.5b")
     ap.add_argument(
-        "--layout", default="gpu", choices=["gpu", "perlayer", "fused", "fused_oneq", "unfused"]
+        "--layout",
+        default="gpu",
+        choices=["gpu", "perlayer", "fused", "fused_oneq", "unfused", "kernel"],
     )
     ap.add_argument("--batches", default="1,64,256")
     ap.add_argument("--prompt", type=int, default=128)

@@ -14,14 +14,14 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from mojax.models import attention as attention_lib
 from mojax.models import cache as cache_lib
-from mojax.models import layer_cache, layouts, paged_attention
+from mojax.models import decode_kernel, layer_cache, layouts, paged_attention
 from mojax.models import lora as lora_lib
 from mojax.models.config import QwenConfig
 from mojax.models.paged_cache import PagedKVCache
+from mojax.models.rope import apply_rope, rope_frequencies
 
 _NEG = -1e30  # finite, so a row with no visible key gives a uniform (not NaN) softmax
 
@@ -41,7 +41,8 @@ class RMSNorm(nn.Module):
     axis_name: str = "norm"
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, scale_only=False):
+        """The normed ``x``, or with ``scale_only`` the scale itself (``x``: its shape only)."""
         cfg = self.config
         scale = self.param(
             "scale",
@@ -49,80 +50,12 @@ class RMSNorm(nn.Module):
             (x.shape[-1],),
             cfg.jnp_param_dtype,
         )
+        if scale_only:
+            return scale
         x32 = x.astype(jnp.float32)
         var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
         y = (x32 * jax.lax.rsqrt(var + cfg.rms_norm_eps)).astype(cfg.jnp_dtype)
         return y * scale.astype(cfg.jnp_dtype)
-
-
-# --------------------------------------------------------------------------------------------------
-# RoPE
-
-
-def rope_frequencies(config: QwenConfig) -> tuple[np.ndarray, float]:
-    """Inverse frequencies ``[D/2]`` (fp32) and the cos/sin scale of the configured RoPE.
-
-    "default": ``theta^(-2i/D)`` (RoFormer eq. 15). "yarn": the NTK-by-parts interpolation of YaRN
-    (Peng et al. 2023, eqs. 17-19) with the attention factor ``0.1 ln(s) + 1`` (eq. 22), computed
-    step by step as transformers' ``_compute_yarn_parameters`` does (fp32), so logits match it.
-    """
-    dim = config.head_dim
-    base = config.rope_theta
-    exponent = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
-    pos_freqs = np.power(np.float32(base), exponent, dtype=np.float32)
-    rs = config.rope_scaling_dict
-    rope_type = rs.get("rope_type", "default")
-    if rope_type == "default":
-        return (np.float32(1.0) / pos_freqs).astype(np.float32), 1.0
-    # yarn
-    orig_max = rs.get("original_max_position_embeddings") or config.max_position_embeddings
-    factor = rs.get("factor")
-    if factor is None:
-        factor = config.max_position_embeddings / orig_max
-    factor = float(factor)
-
-    def get_mscale(scale, mscale=1.0):
-        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
-
-    attention_factor = rs.get("attention_factor")
-    if attention_factor is None:
-        mscale, mscale_all_dim = rs.get("mscale"), rs.get("mscale_all_dim")
-        if mscale and mscale_all_dim:
-            attention_factor = get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)
-        else:
-            attention_factor = get_mscale(factor)
-    beta_fast = rs.get("beta_fast") or 32
-    beta_slow = rs.get("beta_slow") or 1
-
-    def correction_dim(num_rotations):
-        return (dim * math.log(orig_max / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if rs.get("truncate", True):
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = np.clip(
-        (np.arange(dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1
-    ).astype(np.float32)
-    extrapolation_factor = np.float32(1) - ramp
-    inv_extra = np.float32(1.0) / pos_freqs
-    inv_inter = np.float32(1.0) / (np.float32(factor) * pos_freqs)
-    inv_freq = inv_inter * (1 - extrapolation_factor) + inv_extra * extrapolation_factor
-    return inv_freq.astype(np.float32), float(attention_factor)
-
-
-def apply_rope(x: jax.Array, positions: jax.Array, config: QwenConfig) -> jax.Array:
-    """Rotates ``x [B, T, N, D]`` by ``positions [B, T]`` (HF "rotate_half" convention), in fp32."""
-    inv_freq, scale = rope_frequencies(config)
-    freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, D/2]
-    emb = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]  # [B, T, 1, D]
-    cos, sin = jnp.cos(emb) * scale, jnp.sin(emb) * scale
-    x32 = x.astype(jnp.float32)
-    half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
-    return (x32 * cos + rotated * sin).astype(x.dtype)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -144,15 +77,14 @@ class Projection(nn.Module):
     bias_ndim: int = 0  # trailing kernel dims that carry a bias (0 = no bias)
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, weights_only=False):
+        """The product, or with ``weights_only`` ``(kernel [in, out], bias or None)``."""
         cfg = self.config
         in_shape, out_shape = self.kernel_shape[: self.n_in], self.kernel_shape[self.n_in :]
         lead = x.shape[: x.ndim - self.n_in]
         n_in, n_out = math.prod(in_shape), math.prod(out_shape)
-        y = x.reshape(-1, n_in) @ self._kernel_2d(n_in, n_out)
-        lora = cfg.lora
-        if lora is not None and self.name in lora.targets:
-            y = y + _lora_delta(self, x.reshape(-1, n_in), in_shape, out_shape)
+        kernel = self._kernel_2d(n_in, n_out)
+        bias = None
         if self.bias_ndim:
             bias = self.param(
                 "bias",
@@ -162,6 +94,13 @@ class Projection(nn.Module):
                 self.kernel_shape[-self.bias_ndim :],
                 cfg.jnp_param_dtype,
             )
+        if weights_only:
+            return kernel, bias
+        y = x.reshape(-1, n_in) @ kernel
+        lora = cfg.lora
+        if lora is not None and self.name in lora.targets:
+            y = y + _lora_delta(self, x.reshape(-1, n_in), in_shape, out_shape)
+        if bias is not None:
             y = y + bias.astype(cfg.jnp_dtype).reshape(n_out)
         return y.reshape(*lead, *out_shape)
 
@@ -341,15 +280,21 @@ class Attention(nn.Module):
     config: QwenConfig
 
     @nn.compact
-    def __call__(self, x, positions, q_idx, k_valid, write_idx, kv, layer):
+    def __call__(self, x, positions, q_idx, k_valid, write_idx, kv, layer, ln_scale=None):
+        """``ln_scale`` given (``decode_kernel.applies``): ``x`` is the residual stream before the
+        input norm, which kernel A applies with the q/k/v product, q/k norms and RoPE."""
         cfg = self.config
         h, k, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        q, kk, vv = self._qkv(x)
-        if cfg.qk_norm:
-            q = RMSNorm(cfg, "head_dim", name="q_norm")(q)
-            kk = RMSNorm(cfg, "head_dim", name="k_norm")(kk)
-        q = constrain(apply_rope(q, positions, cfg), "batch", "length", "heads", "head_dim")
-        kk = constrain(apply_rope(kk, positions, cfg), "batch", "length", "kv_heads", "head_dim")
+        if ln_scale is not None:
+            q, kk, vv = self._qkv_kernel(x, ln_scale, positions)
+        else:
+            q, kk, vv = self._qkv(x)
+            if cfg.qk_norm:
+                q = RMSNorm(cfg, "head_dim", name="q_norm")(q)
+                kk = RMSNorm(cfg, "head_dim", name="k_norm")(kk)
+            q, kk = apply_rope(q, positions, cfg), apply_rope(kk, positions, cfg)
+        q = constrain(q, "batch", "length", "heads", "head_dim")
+        kk = constrain(kk, "batch", "length", "kv_heads", "head_dim")
         vv = constrain(vv, "batch", "length", "kv_heads", "head_dim")
 
         lay = layouts.of(cfg)
@@ -374,6 +319,10 @@ class Attention(nn.Module):
             keys, values, kv = layer_cache.write_layer(kv, layer, kk, vv, write_idx)
             s = keys.shape[-1]  # keys [B, K, D, C]
             attend_fn = functools.partial(attend_layer_major, one_query=one)
+            if decode_kernel.attends(lay.decode_kernel, t, s, d):  # kernel B
+                attend_fn = functools.partial(
+                    decode_kernel.attend_layer_major, impl=lay.decode_kernel
+                )
         else:  # cached: write this chunk at each row's slots, attend over the whole cache row
             k_all, v_all = kv
             k_all = cache_lib.write_layer(k_all, layer, kk, write_idx)
@@ -405,6 +354,31 @@ class Attention(nn.Module):
         vv = Projection(cfg, 1, (e, k, d), ("embed", "kv_heads", "head_dim"), bias,
                         name="v_proj")(x)  # fmt: skip
         return q, kk, vv
+
+    def _qkv_kernel(self, x, ln_scale, positions):
+        """q, k, v as ``_qkv`` + q/k norms + RoPE, by ``decode_kernel.qkv_rope`` (kernel A)."""
+        cfg = self.config
+        e, h, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        bias = 2 if cfg.qkv_bias else 0
+        if cfg.fused_projections:
+            parts = [(h + 2 * k, None, "qkv_proj")]
+        else:
+            parts = [(h, "heads", "q_proj"), (k, "kv_heads", "k_proj"), (k, "kv_heads", "v_proj")]
+        ws = [Projection(cfg, 1, (e, n, d), ("embed", ax, "head_dim"), bias,
+                         name=name)(x, weights_only=True) for n, ax, name in parts]  # fmt: skip
+        w = jnp.concatenate([a.reshape(e, -1, d) for a, _ in ws], axis=1)
+        b = jnp.concatenate([c for _, c in ws]) if bias else None
+        shape = jax.ShapeDtypeStruct((d,), cfg.jnp_dtype)
+        norms = (None, None)
+        if cfg.qk_norm:
+            norms = [RMSNorm(cfg, "head_dim", name=n)(shape, True) for n in ("q_norm", "k_norm")]
+        inv_freq, rope_scale = rope_frequencies(cfg)
+        qkv = decode_kernel.qkv_rope(
+            x[:, 0], positions[:, 0], ln_scale, w, b, *norms,
+            inv_freq, rope_scale, heads=h, kv_heads=k, eps=cfg.rms_norm_eps, dtype=cfg.jnp_dtype,
+            interpret=layouts.of(cfg).decode_kernel == "pallas_gpu_interpret",
+        )  # fmt: skip
+        return tuple(a[:, None] for a in qkv)
 
     def _out(self, out):
         cfg = self.config
@@ -467,10 +441,13 @@ class DecoderLayer(nn.Module):
     @nn.compact
     def __call__(self, carry, positions, q_idx, k_valid, write_idx, layer):
         x, kv = carry
-        h = RMSNorm(self.config, name="input_layernorm")(x)
-        a, kv = Attention(self.config, name="self_attn")(
-            h, positions, q_idx, k_valid, write_idx, kv, layer
-        )
+        cfg = self.config
+        norm = RMSNorm(cfg, name="input_layernorm")
+        attn = Attention(cfg, name="self_attn")
+        if decode_kernel.applies(layouts.of(cfg).decode_kernel, x.shape[1], cfg):  # kernel A
+            a, kv = attn(x, positions, q_idx, k_valid, write_idx, kv, layer, norm(x, True))
+        else:
+            a, kv = attn(norm(x), positions, q_idx, k_valid, write_idx, kv, layer)
         x = x + a
         h = RMSNorm(self.config, name="post_attention_layernorm")(x)
         x = constrain(x + MLP(self.config, name="mlp")(h), "batch", "length", "embed")

@@ -48,6 +48,11 @@ class Layouts:
       fuse_decode_projections: the decode loop runs each layer's q/k/v as one product and its
         gate/up as one (``mojax.models.fused``; the params are rewritten once before the loop):
         wider products, which the GPU runs nearer the bandwidth (``docs/performance.md`` section 6).
+      decode_kernel: a decode step's attention half in Pallas kernels (``mojax.models.decode_kernel``:
+        the input norm, q/k/v, q/k norms and RoPE in one; the attention over a ``LayerKVCache`` in
+        another): ``"none"`` (the reference layer), ``"pallas_gpu"`` (Triton) or
+        ``"pallas_gpu_interpret"`` (Pallas' interpreter, the CPU tests). Not a default anywhere
+        until a GPU measures it faster.
     """
 
     one_query_reduce: bool = False
@@ -58,12 +63,15 @@ class Layouts:
     attention: str = "reference"
     paged_attention: str = "gather"
     fuse_decode_projections: bool = False
+    decode_kernel: str = "none"
 
     def __post_init__(self):
+        from mojax.models import decode_kernel
         from mojax.models.attention import IMPLS
         from mojax.models.paged_attention import check_impl
 
         check_impl(self.paged_attention)
+        decode_kernel.check_impl(self.decode_kernel)
 
         if self.attention not in IMPLS:
             raise ValueError(f"Layouts.attention={self.attention!r} is not one of {IMPLS}")

@@ -18,6 +18,7 @@ Their values are tested on the CPU in interpret mode (``tests/models/test_attent
 their lowering for the real platform, which this file covers.
 """
 
+import dataclasses
 import re
 import types
 
@@ -27,7 +28,7 @@ import pytest
 from jax import export
 
 import mojax.models as mm
-from mojax.models import fused, layouts
+from mojax.models import fused, layer_cache, layouts
 from mojax.models.paged_cache import init_paged_cache
 from mojax.models.qwen import Qwen
 
@@ -122,6 +123,45 @@ def test_tpu_decode_step_lowers_with_the_mosaic_paged_kernel():
     fn, args = _decode_step(layouts.TPU, "bfloat16")
     calls = _custom_calls(_export(fn, "tpu", *args))
     assert "tpu_custom_call" in calls, calls
+
+
+def _kernel_step(cache_kind, rows):
+    """One decode token under the GPU layouts with ``decode_kernel="pallas_gpu"``, at the 0.5B's
+    attention shapes (E = 896: chunks of 128; 14 heads over 2 kv heads, G = 7 padded to 16; D =
+    128), on a per-layer dense cache of 40 slots (blocks of 32, the last one overlapping) or a
+    paged one; ``rows`` rows (3: kernel B splits each row's slots; 64: one program per row and kv
+    head)."""
+    lay = dataclasses.replace(layouts.GPU, decode_kernel="pallas_gpu")
+    cfg = CFG.replace(layouts=lay, hidden_size=896, num_heads=14, head_dim=128, scan_layers=False)
+    params = jax.eval_shape(lambda: mm.init_params(cfg, jax.random.key(0)))
+    decode = lambda p: fused.for_decode(mm.QwenModel(config=cfg, params=p))
+    shapes = jax.eval_shape(lambda p: decode(p).params, params)
+    cfg = cfg.replace(fused_projections=True)
+    if cache_kind == "layer":
+        make = lambda: layer_cache.to_layer_major(mm.init_cache(cfg, rows, 40))
+    else:
+        make = lambda: init_paged_cache(cfg, rows, 64, 16, 16, per_layer=True)
+
+    def step(p, tok, cache):
+        mask = jnp.ones_like(tok, bool)
+        return Qwen(cfg).apply({"params": p}, tok, attention_mask=mask, cache=cache)
+
+    return step, (shapes, jax.ShapeDtypeStruct((rows, 1), jnp.int32), jax.eval_shape(make))
+
+
+@pytest.mark.parametrize("cache_kind, rows", [("layer", 3), ("layer", 64), ("paged", 3)])
+def test_gpu_decode_kernels_lower_to_triton_for_cuda(cudnn_9_10, cache_kind, rows):
+    """Kernel A (norm, q/k/v, q/k norm, RoPE) in every layer, kernel B (the attention) over the
+    per-layer dense cache; over pages the attention is JAX's paged kernel (``mojax.models.
+    decode_kernel``)."""
+    fn, args = _kernel_step(cache_kind, rows)
+    exported = _export(fn, "cuda", *args)
+    names = re.findall(r'name = "(mojax_\w+|paged_attention\w*)', exported.mlir_module())
+    n, dense = CFG.num_layers, cache_kind == "layer"
+    assert names.count("mojax_qkv_rope") == n, names
+    assert names.count("mojax_decode_attention") == (n if dense else 0), names
+    assert any(x.startswith("paged_attention") for x in names) == (not dense), names
+    assert "__gpu$xla.gpu.triton" in _custom_calls(exported)
 
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
