@@ -106,7 +106,7 @@ cat "$OUT/gpu_profile.log"
 fi
 # PARTS=issue48 (issue 48 item 4): speed as a user gets it, on one card with its ceilings
 # DRY=1: the same steps at tiny shapes on the CPU (JAX_PLATFORMS=cpu), proving they run, not timing.
-# KERNEL_LAYOUT: gpu_decode.py's layout of the fused decode kernel (issue 48, built elsewhere);
+# KERNEL_LAYOUT: gpu_decode.py's layout of the Pallas decode kernels (default `kernel`);
 # decoded beside today's layouts when gpu_decode.py accepts it, skipped (said so) when not.
 # TRL: its pure-Python wheels, carried in ./.whl (1.8 MB; the device image has torch, transformers,
 # accelerate, pyarrow, pandas, xxhash; it lacks trl, datasets, dill, multiprocess), fetched here by
@@ -114,7 +114,8 @@ fi
 #     --platform manylinux_2_17_x86_64 -d .whl trl==1.16.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
 # (the versions of benchmarks/logs/rl_step_peers_env/trl.txt) and named in the call's carry, are
 # installed into a scratch folder; the step is skipped, said so, when `import trl` still fails.
-KERNEL_LAYOUT=${KERNEL_LAYOUT:-fused_kernel}
+[ "$DRY" = 1 ] && : "${KERNEL_LAYOUT:=perlayer}"  # the CPU cannot run Triton: a stand-in layout
+KERNEL_LAYOUT=${KERNEL_LAYOUT:-kernel}  # gpu_decode.py's Pallas decode kernels (Layouts.decode_kernel)
 if [ "$DRY" = 1 ]; then  # a loaded 2-core CPU compiles slowly: wider limits
   export JAX_PLATFORMS=cpu
   : "${DECODE_S:=300}" "${MFU_S:=200}" "${LORA_S:=200}" "${GRPO05_S:=200}" "${GRPO15_S:=200}" "${TRL_S:=400}"
