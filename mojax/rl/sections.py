@@ -12,8 +12,7 @@ from typing import Any, ClassVar
 
 from mojax import models, pareto
 from mojax.config import Checker, option
-from mojax.sampling.continuous import KV_CACHES
-from mojax.sampling.processors import DRAWS
+from mojax.sampling.protocol import DRAWS, KV_CACHES, engines
 
 DTYPES = ("float32", "bfloat16", "float16")
 SANDBOX_MODES = (
@@ -106,10 +105,6 @@ class TaskSpec:
         c.raise_if_any()
 
 
-#: ``rollout.engine`` values: the static in-graph sampler, or continuous batching.
-ENGINES = ("static", "continuous")
-
-
 @dataclasses.dataclass(frozen=True)
 class RolloutSpec:
     """``config.rollout`` + DAPO dynamic sampling: how one step's episodes are collected.
@@ -196,7 +191,7 @@ class RolloutSpec:
             "must be >= rollout.max_new_tokens (it holds every turn and observation)",
         )
         c.in_range("rollout.decode_segment", 0)
-        c.choice("rollout.engine", ENGINES)
+        c.choice("rollout.engine", engines())  # the registry, ``protocol.SAMPLERS``
         c.in_range("rollout.slots", 1)
         c.choice("rollout.kv_cache", KV_CACHES)
         c.in_range("rollout.page_size", 1)

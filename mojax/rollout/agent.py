@@ -59,8 +59,8 @@ from mojax.rollout.observations import decode_ids
 from mojax.rollout.rows import WAIT_FALSE_STOP, DecodeView, Row, Turn, settle
 from mojax.rollout.spec import RolloutSpec
 from mojax.rollout.tools.pool import ToolPool
-from mojax.sampling import buckets
-from mojax.sampling.sampler import InGraphSampler, Sampler
+from mojax.sampling import protocol
+from mojax.sampling.protocol import Sampler
 
 
 @dataclasses.dataclass
@@ -130,7 +130,7 @@ def _turn_budget(spec: RolloutSpec, left: int) -> int:
 
 def _fits(spec: RolloutSpec, view: DecodeView, cache_slots: int, width: int, min_bucket: int):
     """The cache can take an append of ``width`` tokens and one more decode step."""
-    return view.cache_end + buckets.bucket_length(width, min_bucket) + 1 <= cache_slots
+    return view.cache_end + protocol.bucket_length(width, min_bucket) + 1 <= cache_slots
 
 
 def _pause_plan(
@@ -192,10 +192,10 @@ def _round_plan(
 
 
 def as_sampler(sampler_or_model, mesh=None, rules=DEFAULT_LOGICAL_AXIS_RULES) -> Sampler:
-    """A ``Sampler`` as is; a ``QwenModel`` as the in-graph sampler over ``mesh``."""
-    if hasattr(sampler_or_model, "append_and_continue"):
+    """A ``Sampler`` as is; a ``QwenModel`` as the static in-graph engine over ``mesh``."""
+    if hasattr(sampler_or_model, "update_weights"):
         return sampler_or_model
-    return InGraphSampler.of(sampler_or_model, mesh=mesh, rules=rules)
+    return protocol.in_graph(sampler_or_model, mesh=mesh, rules=rules)
 
 
 def run_rollout(
@@ -243,41 +243,39 @@ def run_rollout(
     b = prompts.shape[0] * g
     name = getattr(task, "name", task)
     sampler = as_sampler(sampler, mesh, rules)
-    continuous = continuous_agent.applies(sampler)
-    if continuous:  # several processes: one engine each, over its own prompt groups
-        layout = distributed.group_layout(b, g)
-    else:
+    rounds = protocol.rounds(sampler)
+    if rounds:  # the static engine: rows where its devices hold them
         layout = distributed.row_layout(sampler.row_sharding, b)
+    else:  # a session per process, over its own prompt groups (``protocol``)
+        layout = distributed.group_layout(b, g)
     owned = layout.owner == distributed.process_index()
     runner = ToolRunner(spec, tool, pool, owned, name, gather=layout.shared)
     rows = [Row(call_budget=spec.first_budget(), local=bool(x)) for x in layout.local]
     counters: collections.Counter = collections.Counter(decode_calls=1)
-    prompt_bucket = buckets.bucket_length(int(prompt_lengths.max()), spec.min_prompt_bucket)
-    cache_slots = spec.cache_slots(prompt_bucket)
-    decode = dict(spec.sampling)
     poll = interrupt or (lambda: None)
-    first = _first_call(spec, prompts, prompt_lengths, key, g, cache_slots, decode)
     try:
         poll()
-        if continuous:  # tool turns enter the running decode
-            first["max_new_tokens"] = spec.max_new_tokens  # a whole turn: no rounds to pause for
-            out = continuous_agent.drive(
-                spec, sampler, rows, runner, tokenizer, task, first, counters, poll
-            )
-            view = DecodeView.of(out, layout)  # host buffers (one process)
-        else:
+        if rounds:
             out, view = _rounds(
-                spec, sampler, rows, runner, tokenizer, task, first, counters, poll, layout
+                spec, sampler, rows, runner, tokenizer, task, (prompts, prompt_lengths, key, g),
+                counters, poll, layout,
+            )  # fmt: skip
+        else:  # tool turns enter the running decode
+            requests = _requests(spec, prompts, prompt_lengths, key, g)
+            out, view = continuous_agent.drive(
+                spec, sampler, rows, runner, tokenizer, task, requests, counters, poll
             )
     finally:
         runner.close()
     return _result(spec, rows, view, out, tokenizer, _counters(counters, layout), g, layout)
 
 
-def _rounds(spec, sampler, rows, runner, tokenizer, task, first, counters, poll, layout):
-    """The round-based rollout (module docstring) on any ``Sampler``; returns the last decode
-    call's output and its ``DecodeView``."""
+def _rounds(spec, sampler, rows, runner, tokenizer, task, call, counters, poll, layout):
+    """The round-based rollout (module docstring) of the static engine (``protocol.rounds``);
+    ``call``: ``(prompts, prompt_lengths, key, G)``. Returns the last decode call's output and
+    its ``DecodeView``."""
     decode = dict(spec.sampling)
+    first = _first_call(spec, *call, decode)
     cache_slots = first["max_total_len"]
     out = sampler.generate(**first)
     while True:
@@ -290,9 +288,10 @@ def _rounds(spec, sampler, rows, runner, tokenizer, task, first, counters, poll,
         counters["decode_calls"] += 1
 
 
-def _first_call(spec, prompts, prompt_lengths, key, g, cache_slots, decode) -> dict:
+def _first_call(spec, prompts, prompt_lengths, key, g, decode) -> dict:
     """The arguments of the prefill and first decode call (a whole turn, or its first segment)
-    of every row (``Sampler.generate``)."""
+    of every row (``InGraphSampler.generate``); the cache is sized by ``spec.cache_slots``."""
+    prompt_bucket = protocol.bucket_length(int(prompt_lengths.max()), spec.min_prompt_bucket)
     return dict(
         prompt_tokens=prompts,
         key=key,
@@ -302,10 +301,28 @@ def _first_call(spec, prompts, prompt_lengths, key, g, cache_slots, decode) -> d
         prompt_lengths=prompt_lengths,
         pad_id=spec.pad_id,
         max_response_len=spec.max_response_len,
-        max_total_len=cache_slots,
+        max_total_len=spec.cache_slots(prompt_bucket),
         cache_dtype=spec.cache_dtype,
         min_prompt_bucket=spec.min_prompt_bucket,
         **decode,
+    )
+
+
+def _requests(spec, prompts, prompt_lengths, key, g) -> protocol.Requests:
+    """The rollout's rows for ``Sampler.open``: a whole first turn each (no rounds to pause
+    for); the engine sizes its cache from ``spec.limits()``."""
+    return protocol.Requests(
+        prompt_tokens=prompts,
+        prompt_lengths=prompt_lengths,
+        key=key,
+        num_samples=g,
+        max_new_tokens=spec.max_new_tokens,
+        stop_token_ids=spec.sampler_stop_ids,
+        max_response_len=spec.max_response_len,
+        limits=spec.limits(),
+        pad_id=spec.pad_id,
+        cache_dtype=spec.cache_dtype,
+        min_prompt_bucket=spec.min_prompt_bucket,
     )
 
 

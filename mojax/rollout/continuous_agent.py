@@ -1,8 +1,9 @@
-"""A multi-turn rollout on the continuous-batching sampler: tool turns enter the running decode.
+"""A multi-turn rollout on a session engine: tool turns enter the running decode.
 
-With a ``ContinuousSampler`` (``rollout.engine='continuous'``), ``run_rollout`` does not decode in
-rounds. It opens one ``ContinuousSession`` for the rollout and steps it segment by segment; after
-each segment, for the rows that segment finished::
+With an engine driven as sessions (``protocol.Sampler`` with ``rounds = False``: the continuous
+engine, ``rollout.engine='continuous'``, or any engine of ``protocol.SAMPLERS``), ``run_rollout``
+does not decode in rounds. It opens one ``protocol.Session`` for the rollout and steps it (the
+continuous engine: segment by segment); after each step, for the rows that step finished::
 
     settle        sort each finished row: done (eos, length, budget), a tool call, a rejected
                   multi-token stop candidate                              rows.settle(only=...)
@@ -42,11 +43,7 @@ from mojax import distributed
 from mojax.rollout.calls import ToolRunner, observations, parse_calls
 from mojax.rollout.rows import WAIT_FALSE_STOP, WAIT_TOOL, DecodeView, Row, settle
 from mojax.rollout.spec import RolloutSpec
-
-
-def applies(sampler) -> bool:
-    """The sampler can be stepped by this driver (it has ``open``: a ``ContinuousSampler``)."""
-    return callable(getattr(sampler, "open", None))
+from mojax.sampling import protocol
 
 
 def drive(
@@ -56,19 +53,17 @@ def drive(
     runner: ToolRunner,
     tokenizer,
     task,
-    generate_kwargs: dict,
+    requests: protocol.Requests,
     counters: collections.Counter,
     poll,
 ):
-    """Runs the whole rollout on one session (module docstring); returns its ``SamplingOutput``.
+    """Runs the whole rollout on one session (module docstring) of a ``protocol.Sampler``;
+    returns its output and the ``DecodeView`` of its rows.
 
-    ``generate_kwargs``: the first decode call's arguments (``ContinuousSampler.open``), its
-    ``max_new_tokens`` the whole first turn. ``poll`` is called after every segment (several
-    processes: once, at the end)."""
+    ``requests``: the rows (``Sampler.open``), ``max_new_tokens`` the whole first turn. ``poll``
+    is called after every step (several processes: once, at the end)."""
     alone = distributed.process_count() == 1
-    own = None if alone else distributed.own_groups(len(generate_kwargs["prompt_tokens"]))
-    session = sampler.open(**generate_kwargs, own=own)
-    state = session.state
+    session = sampler.open(requests, dict(spec.sampling))
     for row in rows:
         row.start_call(0, spec.max_new_tokens)
     while session.busy or runner.pending:
@@ -78,23 +73,28 @@ def drive(
             finished = np.zeros((0,), np.int64)
         if alone:
             poll()
-        view = DecodeView(state.tokens, state.length.astype(np.int64), state.finish_reason, 0)
-        tool_rows, _ = settle(spec, rows, view, tokenizer, counters, only=finished)
+        tool_rows, _ = settle(spec, rows, _view(session), tokenizer, counters, only=finished)
         runner.start(rows, parse_calls(spec, rows, tool_rows, task, counters))
         results = runner.ready(wait=not session.busy)
         _requeue(spec, session, rows, results, tokenizer, task, counters)
     if not alone:
         poll()  # the same number of times on every process
-    counters["decode_calls"] = 1
-    counters["segments"] += session.segments
-    return state.output()
+    for name, value in session.counters().items():
+        counters[name] = value
+    return session.output(), _view(session)
+
+
+def _view(session) -> DecodeView:
+    """The session's host buffers as the rows read them (no shared cache position)."""
+    p = session.view()
+    return DecodeView(p.tokens, np.asarray(p.lengths).astype(np.int64), p.finish_reason, 0)
 
 
 def _requeue(spec, session, rows: list[Row], results: dict, tokenizer, task, counters) -> None:
     """Requeues the rows whose observation is ready (``results``, or a malformed call) and the
     rejected stop candidates, each with a new turn or the rest of its turn (``_round_plan`` of
-    ``mojax.rollout.agent``, per row). A row whose context, observation and one more token do
-    not fit its cache slot ends with ``budget``."""
+    ``mojax.rollout.agent``, per row). A row whose observation and one more token do not fit
+    its room in the engine's cache (``session.fits``) ends with ``budget``."""
     ready = [
         i
         for i, row in enumerate(rows)
@@ -102,13 +102,15 @@ def _requeue(spec, session, rows: list[Row], results: dict, tokenizer, task, cou
     ]
     obs = observations(spec, rows, results, tokenizer, task, counters, only=ready)
     false_stops = [i for i, row in enumerate(rows) if row.waiting == WAIT_FALSE_STOP]
-    state = session.state
-    room = state.max_total_len - state.prompts.shape[1]  # a slot's cache past the prompt bucket
+    order = sorted(list(obs) + false_stops)
+    if not order:
+        return
+    fits = session.fits(order, [len(obs[i][0]) if i in obs else 0 for i in order])
     take, appended, budgets = [], [], []
-    for i in sorted(list(obs) + false_stops):
+    for i, fit in zip(order, fits, strict=True):
         row = rows[i]
         ids, fields = obs.get(i, ([], None))
-        if row.length + len(ids) + 1 > room:
+        if not fit:
             row.end("budget", **(fields or {}))
             counters["cache_exhausted"] += 1
             continue

@@ -24,7 +24,7 @@ import numpy as np
 from mojax.distributed import RowLayout
 from mojax.rollout.observations import decode_ids
 from mojax.rollout.spec import RolloutSpec
-from mojax.sampling.state import LENGTH, STOP
+from mojax.sampling.protocol import LENGTH, STOP
 
 # what a row that is not finished waits for between decode calls
 WAIT_TOOL, WAIT_FALSE_STOP = "tool", "false_stop"

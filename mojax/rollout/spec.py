@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from mojax.rollout import stops as stops_lib
-from mojax.sampling import buckets
-from mojax.sampling.processors import SamplingParams
-from mojax.sampling.state import FINISH_REASONS as SAMPLER_FINISH_REASONS
-from mojax.sampling.state import LENGTH, STOP
+from mojax.sampling import protocol
+from mojax.sampling.protocol import FINISH_REASONS as SAMPLER_FINISH_REASONS
+from mojax.sampling.protocol import LENGTH, STOP
 
 #: Per-row ``finish_reason`` of a rollout. The first two are the sampler's own (its
 #: ``FINISH_REASONS`` minus ``running``): ``stop`` (an eos / end-of-turn id), ``length`` (a turn
@@ -145,7 +144,7 @@ class RolloutSpec:
         if self.tool_timeout_s is not None and not self.tool_timeout_s > 0:
             raise ValueError(f"{_name('tool_timeout_s')} must be > 0 or None")
         try:  # the sampler's own rule, checked here once instead of at the first decode
-            SamplingParams(self.temperature, self.top_k, self.top_p, draw=self.draw)
+            protocol.check_sampling(self.temperature, self.top_k, self.top_p, self.draw)
         except ValueError as e:
             keys = "config.rollout.temperature / top_p / top_k / draw"
             raise ValueError(f"RolloutSpec sampling settings ({keys}): {e}") from None
@@ -244,20 +243,27 @@ class RolloutSpec:
         """Token budget of the first decode call (a segment, or the whole first turn)."""
         return min(self.decode_segment or self.max_new_tokens, self.max_new_tokens)
 
-    def cache_slots(self, prompt_bucket: int) -> int:
-        """Cache slots for a batch whose prompts pad to ``prompt_bucket``.
-
-        ``max_total_len`` when set; else room for ``max_turns`` full turns and observation
-        buckets, plus ``max_new_tokens`` of slack for rejected multi-token stop candidates, plus
-        the empty appends between decode segments (``false_stop_bucket`` each).
-        """
-        if self.max_total_len is not None:
-            return self.max_total_len
-        obs_bucket = buckets.bucket_length(self.max_obs_tokens, self.min_obs_bucket)
+    def limits(self) -> protocol.Limits:
+        """What a rollout may add to a row (``protocol.Limits``), from which an engine sizes its
+        cache: ``max_turns`` full turns and observation buckets, ``max_new_tokens`` of slack for
+        rejected multi-token stop candidates, the empty appends between decode segments
+        (``false_stop_bucket`` each), or ``max_total_len`` when set."""
         slack = 0 if self.stop is None or self.stop.exact else self.max_new_tokens
         pauses = 0
         if self.decode_segment:
             per_turn = math.ceil(self.max_new_tokens / self.decode_segment) - 1
             pauses = self.max_turns * per_turn * self.false_stop_bucket
-        turns = self.max_turns * self.max_new_tokens + (self.max_turns - 1) * obs_bucket
-        return prompt_bucket + turns + slack + pauses
+        return protocol.Limits(
+            turns=self.max_turns,
+            turn_tokens=self.max_new_tokens,
+            obs_tokens=self.max_obs_tokens,
+            min_obs_bucket=self.min_obs_bucket,
+            stop_slack=slack,
+            pause_slots=pauses,
+            max_total_len=self.max_total_len,
+        )
+
+    def cache_slots(self, prompt_bucket: int) -> int:
+        """Cache slots for a batch whose prompts pad to ``prompt_bucket``
+        (``protocol.cache_slots`` of ``limits``)."""
+        return protocol.cache_slots(prompt_bucket, self.limits())

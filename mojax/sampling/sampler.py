@@ -1,6 +1,7 @@
-"""The sampler interface a rollout receives, and its first implementation, the in-graph sampler.
+"""The static engine: the in-graph sampler (``rollout.engine='static'``).
 
-A rollout (``mojax.rollout.run_rollout``) needs three things from a generation engine::
+The protocol of every engine is ``mojax.sampling.protocol``. The static engine is still driven in
+rounds (``rounds = True``): a rollout (``mojax.rollout.run_rollout``) calls::
 
     sampler.update_weights(params)                   # the policy to sample from (after each update)
     out = sampler.generate(prompts, key=..., ...)    # prefill + decode until every row stops
@@ -8,8 +9,7 @@ A rollout (``mojax.rollout.run_rollout``) needs three things from a generation e
 
 and ``sampler.row_sharding``: how the rows of a call lie over the devices (None: one device), so
 each process reads and writes only the rows it holds. :class:`InGraphSampler` is the KV-cached
-``lax.while_loop`` sampler of ``mojax.sampling`` on the run's mesh; another engine (continuous
-batching, a separate sampler mesh) implements the same three calls.
+``lax.while_loop`` sampler of ``mojax.sampling`` on the run's mesh.
 
 The model config's execution layouts are resolved when the sampler is built
 (``mojax.models.layouts.resolve``), once.
@@ -17,37 +17,29 @@ The model config's execution layouts are resolved when the sampler is built
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 from mojax import sharding as sharding_lib
 from mojax.models import layouts as layouts_lib
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import api
-from mojax.sampling.state import SamplingOutput, SamplingState
+from mojax.sampling.protocol import Sampler
+from mojax.sampling.state import SamplingOutput
 
-
-class Sampler(Protocol):
-    """What a rollout needs from a generation engine (see the module docstring)."""
-
-    row_sharding: Any
-
-    def update_weights(self, params: Any) -> None: ...
-
-    def generate(self, prompt_tokens, **kwargs) -> SamplingOutput: ...
-
-    def append_and_continue(
-        self, state: SamplingState, obs_tokens, obs_lengths, resume, **kwargs
-    ) -> SamplingOutput: ...
+__all__ = ["InGraphSampler", "Sampler", "build", "memory_report", "of_model"]
 
 
 class InGraphSampler:
     """The in-graph sampler (``mojax.sampling.generate`` / ``append_and_continue``) on a mesh.
+
+    ``rounds``: the rollout drives it in rounds of ``generate`` / ``append_and_continue`` on one
+    KV cache (``mojax.rollout.agent``), not as a ``protocol.Session``.
 
     Args:
       config: the policy's ``QwenConfig`` (its layouts are resolved here if unset).
       params: the initial weights (or None until ``update_weights``).
       mesh, rules: the device mesh and logical axis rules the calls shard over (None: one device).
     """
+
+    rounds = True
 
     def __init__(self, config, params=None, *, mesh=None, rules=DEFAULT_LOGICAL_AXIS_RULES):
         self.config = layouts_lib.resolve(config)
@@ -100,3 +92,27 @@ class InGraphSampler:
             rules=self.rules,
             **kwargs,
         )
+
+
+def build(model_config, rollout, mesh, rules) -> InGraphSampler:
+    """The static engine of a run (``protocol.SAMPLERS['static']``): the in-graph sampler on the
+    run's mesh (``rollout``: the ``config.rollout`` section; the static engine reads none of its
+    engine settings)."""
+    del rollout
+    return InGraphSampler(model_config, mesh=mesh, rules=rules)
+
+
+def of_model(model: QwenModel, mesh=None, rules=None) -> InGraphSampler:
+    """The in-graph sampler over ``model`` (``protocol.in_graph``; ``rules`` None: the default
+    logical axis rules)."""
+    return InGraphSampler.of(
+        model, mesh=mesh, rules=DEFAULT_LOGICAL_AXIS_RULES if rules is None else rules
+    )
+
+
+def memory_report(spec, mesh, rules, state, model_config, prompt_len, out) -> tuple[int, int]:
+    """``(held, transient)`` bytes per device of the static engine in the dry run
+    (``mojax.sampling.memory.static_report``)."""
+    from mojax.sampling import memory
+
+    return memory.static_report(spec, mesh, rules, state, model_config, prompt_len, out)
