@@ -247,7 +247,7 @@ class RolloutSpec:
         """What a rollout may add to a row (``protocol.Limits``), from which an engine sizes its
         cache: ``max_turns`` full turns and observation buckets, ``max_new_tokens`` of slack for
         rejected multi-token stop candidates, the empty appends between decode segments
-        (``false_stop_bucket`` each), or ``max_total_len`` when set."""
+        (``false_stop_bucket`` each), or ``max_total_len`` when set; and the decode segment."""
         slack = 0 if self.stop is None or self.stop.exact else self.max_new_tokens
         pauses = 0
         if self.decode_segment:
@@ -261,6 +261,8 @@ class RolloutSpec:
             stop_slack=slack,
             pause_slots=pauses,
             max_total_len=self.max_total_len,
+            segment=self.decode_segment,
+            false_stop_bucket=self.false_stop_bucket,
         )
 
     def cache_slots(self, prompt_bucket: int) -> int:

@@ -24,9 +24,10 @@ Several processes: a session decodes the rows of this process's own block of pro
 (``mojax.distributed.own_groups``); its ``view`` and ``output`` hold every row, filled in for
 those rows; the rollout all-gathers once at the end.
 
-The static in-graph engine still decodes a rollout in rounds of ``generate`` /
-``append_and_continue`` on its shared KV cache (``Sampler.rounds``; ``mojax.rollout.agent``); the
-engines with ``rounds = False`` are driven as sessions (``mojax.rollout.continuous_agent``).
+One driver runs every engine (``mojax.rollout.continuous_agent``). A session's ``rounds`` says how
+it takes requeued rows: the static engine (``mojax.sampling.static_session``) decodes in rounds on
+one shared KV cache and takes a whole round at once; the continuous engine takes each row as its
+observation is ready, while the others decode on.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ __all__ = [
     "engines",
     "in_graph",
     "memory_report",
-    "rounds",
+    "round_sampler",
 ]
 
 #: ``rollout.engine`` -> ``"module:function"`` of the engine's ``build(model_config, rollout,
@@ -89,6 +90,10 @@ class Limits:
       stop_slack: extra tokens for rejected multi-token stop candidates.
       pause_slots: extra slots of the empty appends between decode segments.
       max_total_len: cache slots set outright (None: the rule of ``cache_slots``).
+      segment: most tokens a row decodes before its engine's step returns (0: a whole turn; the
+        static engine pauses such rows and resumes them itself, bounding a step's latency).
+      false_stop_bucket: cache slots of an empty append (a static-shape engine's resume of a
+        paused row or a rejected stop candidate).
     """
 
     turns: int
@@ -98,6 +103,8 @@ class Limits:
     stop_slack: int = 0
     pause_slots: int = 0
     max_total_len: int | None = None
+    segment: int = 0
+    false_stop_bucket: int = 1
 
 
 def cache_slots(prompt_bucket: int, limits: Limits) -> int:
@@ -158,7 +165,18 @@ class Progress:
 
 
 class Session(Protocol):
-    """One rollout's rows in an engine (module docstring)."""
+    """One rollout's rows in an engine (module docstring).
+
+    Attributes:
+      rounds: the engine takes requeued rows a whole round at a time (the static engine: the
+        driver requeues once every call of the round has its result, and steps in lockstep on
+        every process); False: one by one, as their observations are ready.
+      layout: the ``mojax.distributed.RowLayout`` of the rows: which ones this process decodes,
+        reads and runs the tools of.
+    """
+
+    rounds: bool
+    layout: Any
 
     @property
     def busy(self) -> bool:
@@ -194,22 +212,11 @@ class Session(Protocol):
 
 
 class Sampler(Protocol):
-    """A generation engine (module docstring). ``rounds``: True for the static engine, which
-    the rollout drives in rounds of ``generate`` / ``append_and_continue`` instead of ``open``."""
-
-    rounds: bool
-    row_sharding: Any
+    """A generation engine (module docstring)."""
 
     def update_weights(self, params: Any) -> None: ...
 
     def open(self, requests: Requests, sampling: Mapping[str, Any]) -> Session: ...
-
-
-def rounds(sampler) -> bool:
-    """The rollout drives ``sampler`` in rounds of ``generate`` / ``append_and_continue`` (the
-    static engine, and a sampler that declares no ``rounds``), not as sessions (``rounds =
-    False``: ``open``)."""
-    return bool(getattr(sampler, "rounds", True))
 
 
 def engines() -> tuple[str, ...]:
@@ -252,6 +259,13 @@ def in_graph(model, mesh=None, rules=None) -> Sampler:
     """The static engine over an existing ``QwenModel`` (its class kept; the static module's
     ``of_model``): what a rollout samples with when it is given a model."""
     return _entry("static", "of_model")(model, mesh, rules)
+
+
+def round_sampler(sampler) -> Sampler:
+    """A sampler of the static engine's calls (``generate``, ``append_and_continue``,
+    ``row_sharding``; e.g. a wrapper around the in-graph sampler) as a ``Sampler``: its sessions
+    are the static engine's rounds over those calls (the static module's ``round_sampler``)."""
+    return _entry("static", "round_sampler")(sampler)
 
 
 def check_sampling(temperature, top_k, top_p, draw) -> None:

@@ -1,7 +1,7 @@
 """The static engine: the in-graph sampler (``rollout.engine='static'``).
 
-The protocol of every engine is ``mojax.sampling.protocol``. The static engine is still driven in
-rounds (``rounds = True``): a rollout (``mojax.rollout.run_rollout``) calls::
+The protocol of every engine is ``mojax.sampling.protocol``; the static engine's sessions
+(``mojax.sampling.static_session``) run a rollout in rounds of three calls::
 
     sampler.update_weights(params)                   # the policy to sample from (after each update)
     out = sampler.generate(prompts, key=..., ...)    # prefill + decode until every row stops
@@ -23,23 +23,22 @@ from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import api
 from mojax.sampling.protocol import Sampler
 from mojax.sampling.state import SamplingOutput
+from mojax.sampling.static_session import StaticSession
 
-__all__ = ["InGraphSampler", "Sampler", "build", "memory_report", "of_model"]
+__all__ = ["InGraphSampler", "Sampler", "build", "memory_report", "of_model", "round_sampler"]
 
 
 class InGraphSampler:
     """The in-graph sampler (``mojax.sampling.generate`` / ``append_and_continue``) on a mesh.
 
-    ``rounds``: the rollout drives it in rounds of ``generate`` / ``append_and_continue`` on one
-    KV cache (``mojax.rollout.agent``), not as a ``protocol.Session``.
+    ``open`` returns a ``StaticSession``: a rollout in rounds of ``generate`` /
+    ``append_and_continue`` on one KV cache (``mojax.sampling.static_session``).
 
     Args:
       config: the policy's ``QwenConfig`` (its layouts are resolved here if unset).
       params: the initial weights (or None until ``update_weights``).
       mesh, rules: the device mesh and logical axis rules the calls shard over (None: one device).
     """
-
-    rounds = True
 
     def __init__(self, config, params=None, *, mesh=None, rules=DEFAULT_LOGICAL_AXIS_RULES):
         self.config = layouts_lib.resolve(config)
@@ -72,6 +71,10 @@ class InGraphSampler:
             raise ValueError("InGraphSampler: call update_weights(params) before sampling")
         return self.model
 
+    def open(self, requests, sampling) -> StaticSession:
+        """The rows of ``requests`` as a session of rounds (``protocol.Sampler.open``)."""
+        return StaticSession(self, requests, sampling)
+
     def generate(self, prompt_tokens, **kwargs) -> SamplingOutput:
         """``mojax.sampling.generate`` with this sampler's weights, mesh and rules."""
         return api.generate(
@@ -100,6 +103,25 @@ def build(model_config, rollout, mesh, rules) -> InGraphSampler:
     engine settings)."""
     del rollout
     return InGraphSampler(model_config, mesh=mesh, rules=rules)
+
+
+class _Rounds:
+    """``protocol.round_sampler``: an object with the static engine's calls as a ``Sampler``."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def update_weights(self, params) -> None:
+        self.inner.update_weights(params)
+
+    def open(self, requests, sampling) -> StaticSession:
+        return StaticSession(self.inner, requests, sampling)
+
+
+def round_sampler(inner) -> _Rounds:
+    """``inner`` (``generate``, ``append_and_continue``, ``row_sharding``) as a ``Sampler`` whose
+    sessions are the static engine's rounds over its calls (``protocol.round_sampler``)."""
+    return _Rounds(inner)
 
 
 def of_model(model: QwenModel, mesh=None, rules=None) -> InGraphSampler:

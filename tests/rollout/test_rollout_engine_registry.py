@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import pytest
 
+from mojax import distributed
 from mojax.rollout import RolloutSpec, run_rollout
 from mojax.rollout.tools import Calculator
 from mojax.sampling import protocol
@@ -30,9 +31,12 @@ from test_rollout_agent import SETTINGS, build, prompts_for, tok  # noqa: E402,F
 class ReplaySession:
     """Rows that replay their scripted turns: one turn per ``step`` for every queued row."""
 
+    rounds = False  # requeued rows are taken one by one
+
     def __init__(self, scripts, requests: protocol.Requests):
         g, r = requests.num_samples, requests.max_response_len
         b = len(requests.prompt_tokens) * g
+        self.layout = distributed.group_layout(b, g)  # one process: every row
         self.scripts = [scripts[i // g] for i in range(b)]  # a prompt's G samples alike
         self.turn = np.zeros((b,), np.int64)
         self.stops = set(int(i) for i in requests.stop_token_ids)
@@ -71,7 +75,7 @@ class ReplaySession:
 
     def fits(self, rows, appended) -> np.ndarray:
         room = self.tokens.shape[1]  # no cache: the response buffer is the room
-        return self.length[np.asarray(rows)] + np.asarray(appended) + 1 <= room
+        return self.length[np.asarray(rows, np.int64)] + np.asarray(appended, np.int64) + 1 <= room
 
     def view(self) -> protocol.Progress:
         return protocol.Progress(self.tokens, self.length, self.reason)
@@ -88,17 +92,14 @@ class ReplaySession:
 class ReplaySampler:
     """The toy engine: ``open`` replays ``scripts[p]`` (token lists, one per turn) for prompt p."""
 
-    rounds = False
-    row_sharding = None
-
     def __init__(self, scripts):
-        self.scripts, self.weights = scripts, None
+        self.scripts, self.weights, self.sampling = scripts, None, None
 
     def update_weights(self, params) -> None:
         self.weights = params
 
     def open(self, requests, sampling) -> ReplaySession:
-        assert sampling["temperature"] == 1.0  # the rollout's sampling settings reach the engine
+        self.sampling = dict(sampling)
         return ReplaySession(self.scripts, requests)
 
 
@@ -146,6 +147,7 @@ def test_a_registered_engine_is_built_and_driven(tok, replay):  # noqa: F811
     assert got.n_calls.tolist() == [1, 0]
     assert [t.ended_by for t in got.turns[0]] == ["tool", "stop"]
     assert got.counters["decode_calls"] == 2 and got.counters["tool_calls"] == 1
+    assert sampler.sampling["temperature"] == 1.0  # the rollout's sampling settings reach it
 
 
 def test_the_config_check_reads_the_registry(replay):
@@ -163,3 +165,19 @@ def test_the_config_check_reads_the_registry(replay):
         run_spec(c)
     with pytest.raises(ValueError, match=r"config\.rollout\.engine='replay2' is not one of"):
         protocol.build("replay2", None, None, None, ())
+
+
+def test_the_model_judge_takes_a_sampler(tok):  # noqa: F811
+    """AWPO's model judge decodes through the protocol: on the replaying engine its verdict is
+    the replayed text (up to its EOS), row by row, and ``score`` parses it."""
+    from mojax.tasks import judge as judge_lib
+
+    end = [tok.eos_token_id]
+    verdicts = ["Tier: II", "Tier: V"]
+    scripts = [[tok.encode(v) + end] for v in verdicts]
+    sampler = ReplaySampler(scripts)
+    judge = judge_lib.ModelJudge(sampler, tok, max_new_tokens=16)
+    rows = (("q1", "r1", "ref1"), ("q2", "r2", "ref2"))
+    texts = [tok.decode(tok.encode(v)) for v in verdicts]
+    assert judge.verdicts(*zip(*rows)) == texts and sampler.sampling == {"temperature": 0.0}
+    assert judge.score_batch(*zip(*rows)) == [0.8, 0.2]  # Tier II, Tier V
