@@ -77,8 +77,8 @@ class RolloutSpec:
       max_turns: model turns per row (so at most ``max_turns - 1`` answered calls).
       max_tool_calls: answered calls per row.
       max_obs_tokens: tokens of one observation; longer ones are shortened (counted).
-      max_total_len: cache slots; ``None`` sizes the cache per call from the prompt bucket
-        (``cache_slots``).
+      max_total_len: cache slots; ``None``: the engine sizes its cache per call from the prompt
+        bucket and ``limits`` (``protocol.cache_slots``).
       temperature, top_p, top_k: sampling (``temperature=0`` is greedy); the recorded log-probs
         are always the policy log-probs at temperature 1.
       draw: "gumbel" / "inverse_cdf", how each token is drawn (``mojax.sampling.processors``).
@@ -100,7 +100,8 @@ class RolloutSpec:
         once at the same decode step (the same random draw as unsegmented), but each resume
         writes ``false_stop_bucket`` empty cache slots: the log-probs can differ from the
         unsegmented rollout's in float rounding (attention sums over another slot layout), and
-        so could a token where that flips a near tie; ``cache_slots`` adds room for the slots.
+        so could a token where that flips a near tie; ``limits`` adds room for the slots. (The
+        static engine's segments, ``mojax.sampling.static_session``.)
       overlap_tools: with ``decode_segment > 0``, start a row's tool call at the end of the segment
         it stopped in, while the other rows decode on (False: run the round's calls once every row
         has stopped, the serial schedule). The observations are appended at the same point either
@@ -239,10 +240,6 @@ class RolloutSpec:
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, draw=self.draw
         )
 
-    def first_budget(self) -> int:
-        """Token budget of the first decode call (a segment, or the whole first turn)."""
-        return min(self.decode_segment or self.max_new_tokens, self.max_new_tokens)
-
     def limits(self) -> protocol.Limits:
         """What a rollout may add to a row (``protocol.Limits``), from which an engine sizes its
         cache: ``max_turns`` full turns and observation buckets, ``max_new_tokens`` of slack for
@@ -264,8 +261,3 @@ class RolloutSpec:
             segment=self.decode_segment,
             false_stop_bucket=self.false_stop_bucket,
         )
-
-    def cache_slots(self, prompt_bucket: int) -> int:
-        """Cache slots for a batch whose prompts pad to ``prompt_bucket``
-        (``protocol.cache_slots`` of ``limits``)."""
-        return protocol.cache_slots(prompt_bucket, self.limits())

@@ -16,13 +16,14 @@
 
 Rows are opaque to the driver: it names them by row id (prompt-major, ``p * G + g``) and reads
 their host buffers (``Progress``); no cache, slot or bucket crosses the protocol. Each engine sizes
-its own cache from the rollout's ``Limits`` (``cache_slots`` is the shared rule), owns its buckets,
-its config checks and its mesh checks, and reports its memory to the dry run
-(``memory_report``).
+its own cache from the rollout's ``Limits`` (``cache_slots`` is the shared rule; the bucket floors
+of a static-shape engine come with them), checks its own settings and mesh when it is built, and
+reports its memory to the dry run (``memory_report``).
 
-Several processes: a session decodes the rows of this process's own block of prompt groups
-(``mojax.distributed.own_groups``); its ``view`` and ``output`` hold every row, filled in for
-those rows; the rollout all-gathers once at the end.
+Several processes: a session decodes the rows its ``layout`` names (the continuous engine: this
+process's own block of prompt groups, ``mojax.distributed.own_groups``; the static engine: the rows
+its devices hold); its ``view`` and ``output`` hold every row, filled in for those rows; the
+rollout all-gathers once at the end.
 
 One driver runs every engine (``mojax.rollout.continuous_agent``). A session's ``rounds`` says how
 it takes requeued rows: the static engine (``mojax.sampling.static_session``) decodes in rounds on
@@ -195,7 +196,9 @@ class Session(Protocol):
 
     def fits(self, rows, appended) -> np.ndarray:
         """bool per row: ``appended[k]`` more tokens and one more step fit row ``rows[k]``'s
-        room in the engine's cache."""
+        room in the engine's cache (the driver ends the others with ``budget``; the engine
+        counts them, ``cache_exhausted``). Asked before every ``requeue``, on every process,
+        ``rows`` possibly empty (a ``rounds`` engine agrees its verdict across processes)."""
         ...
 
     def view(self) -> Progress:

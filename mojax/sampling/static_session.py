@@ -83,6 +83,8 @@ class StaticSession:
     def step(self, more_coming: bool = False) -> np.ndarray:
         """The next decode call (module docstring); returns the rows whose decode ended."""
         del more_coming  # the driver requeues whole rounds
+        if not self.busy:
+            return np.zeros((0,), np.int64)
         if self.out is None:
             rows = np.flatnonzero(self.layout.local)
             self._first()
