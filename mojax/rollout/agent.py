@@ -140,8 +140,8 @@ def run_rollout(
 
     Args:
       spec: the fixed settings (``RolloutSpec.create(tokenizer, task, ...)``, built once).
-      sampler: a ``mojax.sampling.Sampler`` (its weights set), or a ``QwenModel`` to sample with the
-        in-graph sampler over ``mesh``.
+      sampler: a ``mojax.sampling.protocol.Sampler`` (its weights set), or a ``QwenModel`` to
+        sample with the static in-graph engine over ``mesh`` (``as_sampler``).
       tokenizer: the tokenizer ``spec`` was built with (encode / decode).
       task: a ``mojax.tasks`` task (``parse_tool_call``, ``format_observation``).
       prompts_ids: P token lists (the chat-templated prompts, unpadded).
@@ -150,9 +150,10 @@ def run_rollout(
       tool: needed when calls can be answered (``ToolRunner``).
       pool: a ``ToolPool`` to run calls in (default: a private pool of ``min(8, B)`` threads).
       mesh, rules: sharding of the in-graph sampler when ``sampler`` is a model.
-      interrupt: called before the first decode call and after each one (once its round's tools
-        are done), the same number of times on every process (the rounds are agreed); it raises
-        to abandon the rollout (``mojax.preemption.Preemption.check`` raises ``Interrupted``).
+      interrupt: called before the first step and after each one (once its tools are done or
+        started), the same number of times on every process (the static engine's rounds are
+        agreed; a per-process engine's session: once, at its end); it raises to abandon the
+        rollout (``mojax.preemption.Preemption.check`` raises ``Interrupted``).
 
     Raises:
       ValueError naming the argument (``num_samples``, ``tool``, ``prompts_ids``, ...).
