@@ -150,6 +150,35 @@ def test_layer_check_finds_a_planted_climb():
     assert layer_of("mojax.tasks.base") < layer_of("mojax.rollout.agent")
 
 
+def test_rollout_and_the_loop_see_only_the_sampler_protocol():
+    """``mojax.rollout`` and ``mojax.rl`` reach the engines of ``mojax.sampling`` through its
+    protocol module only (``docs/architecture.md``: the sampler protocol); an engine is chosen by
+    ``rollout.engine`` in ``protocol.SAMPLERS``."""
+    bad = sorted(
+        f"{a} -> {b}"
+        for a, edges in import_graph().items()
+        if a.startswith(("mojax.rollout", "mojax.rl"))
+        for b in edges
+        if (b == "mojax.sampling" or b.startswith("mojax.sampling.")) and b != PROTOCOL
+    )
+    assert not bad, "\n".join(bad)
+
+
+def test_protocol_check_finds_an_engine_import():
+    """The check above sees a planted import of an engine module (and of the package)."""
+    graph = import_graph()
+    assert "mojax.sampling.protocol" in graph["mojax.rollout.agent"]
+    assert any(e.startswith("mojax.sampling.") for e in graph["mojax.sampling.continuous"])
+    for source in ("from mojax.sampling import continuous", "from mojax.sampling import generate"):
+        tree = ast.parse(source)
+        node = tree.body[0]
+        target = _resolve(f"{node.module}.{node.names[0].name}", _modules())
+        assert target != PROTOCOL and target.startswith("mojax.sampling")
+
+
+PROTOCOL = "mojax.sampling.protocol"
+
+
 def test_nothing_imports_through_the_rl_facade():
     """``mojax.rl`` holds the loop; nothing inside mojax imports names through its package."""
     bad = []

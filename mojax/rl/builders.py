@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mojax import distributed, learner, models
+from mojax import learner, models
 from mojax import sharding as sharding_lib
 from mojax.advantages import MethodContext
 from mojax.config import ConfigError
@@ -20,7 +20,7 @@ from mojax.models import layouts
 from mojax.rl.episodes import EpisodeRunner
 from mojax.rl.model_config import qwen_config
 from mojax.rl.step import Run
-from mojax.sampling import ContinuousSampler, InGraphSampler, bucket_length
+from mojax.sampling import protocol
 from mojax.tasks.base import Task
 from mojax.tasks.splits import Splits
 
@@ -144,26 +144,9 @@ def method_kwargs(advantage: Any, task: Task) -> dict[str, Any]:
 
 
 def build_sampler(spec: Any, model_config, mesh, rules):
-    """The rollout's sampler (``rollout.engine``): the static in-graph sampler on ``mesh``, or the
-    continuous-batching sampler (``rollout.slots`` slots over the mesh's row axes, a dense or paged
-    KV cache: ``rollout.kv_cache``; with several processes one engine per process over its own
-    devices and rows: ``mojax.sampling.continuous``)."""
-    if spec.rollout.engine != "continuous":
-        return InGraphSampler(model_config, mesh=mesh, rules=rules)
-    r = spec.rollout
-    # several processes: the learner's mesh, which the weights are gathered from
-    one_device = (mesh is None or mesh.devices.size == 1) and distributed.process_count() == 1
-    return ContinuousSampler(
-        model_config,
-        mesh=None if one_device else mesh,
-        rules=rules,
-        slots=r.slots,
-        kv_cache=r.kv_cache,
-        page_size=r.page_size,
-        num_pages=r.num_pages,
-        prefill_prompts=r.prefill_prompts,
-        refill=r.refill_slots,
-    )
+    """The rollout's sampler: the engine ``rollout.engine`` names in ``protocol.SAMPLERS``, built
+    by its own module from ``config.rollout`` (its settings and mesh checks are its own)."""
+    return protocol.build(spec.rollout.engine, model_config, spec.rollout, mesh, rules)
 
 
 def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
@@ -186,7 +169,7 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
         judge=build_judge(spec, task),
         interrupt=interrupt,
     )
-    total_len = bucket_length(max(len(runner.prompt_ids(ex)) for ex in splits.all))
+    total_len = protocol.bucket_length(max(len(runner.prompt_ids(ex)) for ex in splits.all))
     tx = learner.make_optimizer(spec.optimizer)
     train_step = learner.make_train_step(
         model_config, tx, spec.ppo, mesh, rules, lr_schedule=learner.make_schedule(spec.optimizer)

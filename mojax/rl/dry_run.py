@@ -8,14 +8,13 @@ devices stand in for accelerators: ``XLA_FLAGS=--xla_force_host_platform_device_
   ``B = prompts_per_step x num_samples`` rows of ``T`` tokens, the run's own T: the bucket of the
   longest prompt (``rollout.max_prompt_len``, else measured from the task's data with the run's
   tokenizer) + ``max_response_len``;
-* the sampler's prefill + decode program (``mojax.sampling.api.lower_generate``) for the same rows
-  (one decode loop over the whole cache; the run's decode segments each work on a truncated copy of
-  the cache, counted as one more cache). With ``rollout.engine=continuous`` the same program for
-  ``rollout.slots`` rows instead (the slots decoding), plus two chunks of the prompt prefill
-  (``mojax.sampling.slots.prefill`` on ceil(N / G) prompts split over the batch axes), held while
-  their rows enter slots. With several processes the continuous engine is each process's own:
-  those programs are compiled on the process's devices, and its full copy of the weights (in the
-  compute dtype, replicated on each device) is counted as held (``engine_weights``).
+* the sampler's programs, as its engine reports them (``protocol.memory_report``, the engine
+  module's ``memory_report``; ``mojax.sampling.memory``): the static engine's prefill + decode
+  program for the same rows (one decode loop over the whole cache; the run's decode segments each
+  work on a truncated copy of the cache, counted as one more cache); the continuous engine's same
+  program for ``rollout.slots`` rows instead, plus two chunks of the prompt prefill held while
+  their rows enter slots, and with several processes its own full copy of the weights on each
+  process's devices, counted as held (``engine_weights``).
 
 Each compiled program's ``memory_analysis()`` is XLA's own buffer assignment for one device:
 arguments, outputs, aliased (donated) bytes and temporaries (activations, gradients, logits chunks,
@@ -41,6 +40,7 @@ import numpy as np
 from mojax import learner, models
 from mojax import sharding as sharding_lib
 from mojax.rl.model_config import qwen_config
+from mojax.sampling import protocol
 
 GIB = 1024**3
 
@@ -77,12 +77,10 @@ def prompt_length(spec) -> tuple[int, str]:
 
 def batch_shape(spec, prompt_len: int | None = None) -> tuple[int, int]:
     """``(B, T)`` of the run's rollout batch: T = the prompt bucket + ``max_response_len``."""
-    from mojax.sampling import bucket_length
-
     rc = spec.rollout
     b = int(rc.prompts_per_step) * int(rc.num_samples)
     p = prompt_length(spec)[0] if prompt_len is None else prompt_len
-    return b, bucket_length(p) + int(rc.max_response_len)
+    return b, protocol.bucket_length(p) + int(rc.max_response_len)
 
 
 def abstract_batch(spec, mesh, rules, prompt_len: int | None = None) -> dict:
@@ -114,54 +112,6 @@ def compile_train_step(spec, mesh, rules, mc=None, prompt_len: int | None = None
     return step.jitted(batch).lower(state, batch).compile(), state
 
 
-def compile_sampler(spec, mesh, rules, state, mc, prompt_len: int):
-    """The sampler's prefill + decode program for the step's rows, compiled abstractly."""
-    from mojax.sampling import api
-
-    rc = spec.rollout
-    params = learner.policy_params(state)
-    return api.lower_generate(
-        models.QwenModel(mc, params),
-        prompts=int(rc.prompts_per_step),
-        prompt_len=prompt_len,
-        num_samples=int(rc.num_samples),
-        max_response_len=int(rc.max_response_len),
-        cache_dtype=spec.model.cache_dtype or None,
-        mesh=mesh,
-        rules=rules,
-    ).compile()
-
-
-def compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len: int, prompts: int):
-    """The continuous engine's prompt prefill (``mojax.sampling.slots.prefill``) of one chunk of
-    ``prompts`` prompts, split over the batch axes as ``slots.prefill_rows`` splits them."""
-    from mojax.sampling import bucket_length, slots
-
-    shards = sharding_lib.num_shards(mesh, rules, "batch")
-    p = -(-int(prompts) // shards) * shards
-    tb = bucket_length(prompt_len)
-    put = lambda shape, dtype: jax.ShapeDtypeStruct(
-        shape, dtype, sharding=sharding_lib.batch_sharding(mesh, rules, len(shape))
-    )
-    model = models.QwenModel(mc, learner.policy_params(state))
-    cache_dtype = spec.model.cache_dtype or None
-    return slots.prefill.lower(
-        model, put((p, tb), np.int32), put((p, tb), np.bool_), put((p,), np.int32),
-        cache_dtype=None if cache_dtype is None else np.dtype(cache_dtype).name,
-    ).compile()  # fmt: skip
-
-
-def kv_cache_bytes(spec, mc, mesh, rules, prompt_len: int, rows: int | None = None) -> int:
-    """Per device: the sampler's KV cache for ``rows`` rows (default ``B``; the continuous
-    engine's ``rollout.slots``) of the prompt bucket + the response."""
-    b, slots = batch_shape(spec, prompt_len)
-    b = b if rows is None else rows
-    rows = -(-b // sharding_lib.batch_divisor(mesh, rules))
-    heads = max(1, mc.num_kv_heads // sharding_lib.num_shards(mesh, rules, "kv_heads"))
-    item = np.dtype(spec.model.cache_dtype or mc.dtype).itemsize
-    return 2 * mc.num_layers * rows * slots * heads * mc.head_dim * item
-
-
 def dry_run(spec, sampler: bool = True) -> dict[str, float]:
     """Prints and returns the per-device memory of ``spec``'s run on its mesh (GiB)."""
     mesh = sharding_lib.mesh_from_config(spec.mesh.as_dict())
@@ -184,74 +134,16 @@ def dry_run(spec, sampler: bool = True) -> dict[str, float]:
         "train_transient_gib_per_device": (train_transient + max(batch, 0)) / GIB,
     }
     peak = persistent + train_transient + max(batch, 0)
-    if sampler:
-        engine = _per_process_engine(spec, state, mc)
-        s_mesh, s_state = (mesh, state) if engine is None else engine
-        if engine is not None:  # the engine's own copy of the weights, held between steps
-            copy = _bytes_per_device(s_state.params)
-            out["engine_weights_gib_per_device"] = copy / GIB
-            persistent, peak = persistent + copy, peak + copy
-        sampler_transient = _sampler_transient(spec, s_mesh, rules, s_state, mc, prompt_len, out)
-        peak = max(peak, persistent + sampler_transient)
+    if sampler:  # the engine's own report (``mojax.sampling.memory``)
+        held, transient = protocol.memory_report(
+            spec.rollout.engine, spec, mesh, rules, state, mc, prompt_len, out
+        )
+        persistent, peak = persistent + held, peak + held  # e.g. its own copy of the weights
+        peak = max(peak, persistent + transient)
     out["peak_gib_per_device"] = peak / GIB
     if jax.process_index() == 0:  # every process compiles; process 0 reports
         _report(spec, mesh, mc, out, prompt_len, how)
     return out
-
-
-def _per_process_engine(spec, state, mc):
-    """Several processes and ``rollout.engine=continuous``: ``(mesh, state)`` of each process's
-    own engine (``mojax.sampling.continuous``): this process's devices, all on "data"
-    (``sharding.process_local_mesh``), and the policy's weights replicated on each of them in the
-    compute dtype (``continuous.compute_dtype_params``); None otherwise."""
-    if spec.rollout.engine != "continuous" or jax.process_count() == 1:
-        return None
-    from mojax.sampling.continuous import compute_dtype_params
-
-    local = sharding_lib.process_local_mesh()
-    replicated = sharding_lib.replicated(local)
-    shapes = jax.eval_shape(lambda p: compute_dtype_params(mc, p), learner.policy_params(state))
-    params = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), shapes
-    )
-    return local, state.replace(params=params, frozen=None)
-
-
-def _sampler_transient(spec, mesh, rules, state, mc, prompt_len, out) -> int:
-    """The sampler's bytes per device beyond the persistent state (``out`` gets its parts).
-
-    Static engine: the prefill + decode program of the B rows, plus one more KV cache (each decode
-    segment works on a truncated copy). Continuous engine (``rollout.slots`` = N): the same program
-    for N rows (N slots decoding, with their prefill), plus one more N-row cache, plus two chunks
-    of the prompt prefill held while their rows enter slots (``rollout.prefill_prompts``, default
-    ceil(N / G) prompts; two when a placement spans a boundary), or that program's own
-    peak when larger."""
-    rc = spec.rollout
-    rows = int(rc.slots) if rc.engine == "continuous" else None
-    shaped = spec
-    if rows is not None:  # N slots: ceil(N / G) prompts of G samples
-        g = int(rc.num_samples)
-        shaped = _with_rollout(spec, prompts_per_step=-(-rows // g))
-    sm = compile_sampler(shaped, mesh, rules, state, mc, prompt_len).memory_analysis()
-    kv = kv_cache_bytes(spec, mc, mesh, rules, prompt_len, rows)
-    out["kv_cache_gib_per_device"] = kv / GIB
-    out["sampler_temp_gib_per_device"] = sm.temp_size_in_bytes / GIB
-    transient = sm.temp_size_in_bytes + sm.output_size_in_bytes + kv
-    if rows is not None:
-        chunk = int(rc.prefill_prompts) or -(-rows // int(rc.num_samples))
-        pm = compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len, chunk)
-        pm = pm.memory_analysis()
-        held = 2 * pm.output_size_in_bytes
-        out["prompt_prefill_gib_per_device"] = held / GIB
-        transient = max(transient + held, pm.temp_size_in_bytes + held)
-    return transient
-
-
-def _with_rollout(spec, **changes):
-    """``spec`` with its rollout section's ``changes`` (a frozen dataclass copy)."""
-    import dataclasses
-
-    return dataclasses.replace(spec, rollout=dataclasses.replace(spec.rollout, **changes))
 
 
 def _report(spec, mesh, mc, out, prompt_len, how) -> None:

@@ -13,8 +13,7 @@ from typing import Any, ClassVar
 from mojax import models, pareto
 from mojax.config import Checker, option
 from mojax.rollout.spec import MAX_TOOL_TIMEOUT_S as MAX_TIMEOUT
-from mojax.sampling.continuous import KV_CACHES
-from mojax.sampling.processors import DRAWS
+from mojax.sampling.protocol import DRAWS, KV_CACHES, engines
 
 DTYPES = ("float32", "bfloat16", "float16")
 SANDBOX_MODES = (
@@ -105,10 +104,6 @@ class TaskSpec:
         c.in_range("task.num_eval", 1)
         c.in_range("task.num_train", 1)
         c.raise_if_any()
-
-
-#: ``rollout.engine`` values: the static in-graph sampler, or continuous batching.
-ENGINES = ("static", "continuous")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,7 +201,7 @@ class RolloutSpec:
             "must be >= rollout.max_new_tokens (it holds every turn and observation)",
         )
         c.in_range("rollout.decode_segment", 0)
-        c.choice("rollout.engine", ENGINES)
+        c.choice("rollout.engine", engines())  # the registry, ``protocol.SAMPLERS``
         c.in_range("rollout.slots", 1)
         c.choice("rollout.kv_cache", KV_CACHES)
         c.in_range("rollout.page_size", 1)

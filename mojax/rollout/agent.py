@@ -1,44 +1,44 @@
 """Multi-turn agentic rollouts: decode, stop at a tool call, run the tool, append, resume.
 
-The driver runs a sampler's resumable decode (``Sampler.generate`` then ``append_and_continue`` on
-the same KV cache; ``mojax.sampling.sampler``) and, between decode calls, the host work of a
-tool-integrated agent (ToRL, arXiv:2503.23383; Search-R1, arXiv:2503.09516). One round is::
+``run_rollout`` opens one session of the run's sampler (``mojax.sampling.protocol``: ``open``,
+then ``step`` / ``requeue``) over the prompts' rows and drives it with the host work of a
+tool-integrated agent (ToRL, arXiv:2503.23383; Search-R1, arXiv:2503.09516); the driver, one for
+every engine, is ``mojax.rollout.continuous_agent``::
 
-    decode until stop   every live row decodes until eos or the task's tool stop (``</calc>``,
-                        ``</code>``, ...)                                   rows.settle
-    parse and run tools rows that stopped on the tool stop: parse the call, run the calls in
-                        parallel on a ToolPool                        calls.parse_calls, ToolRunner
-    append observations format and tokenize the observations, append them (loss-masked) to those
-                        rows only and decode them further          calls.observations, _round_plan
+    decode until stop   the session's rows decode until eos or the task's tool stop (``</calc>``,
+                        ``</code>``, ...)                              session.step, rows.settle
+    parse and run tools rows that stopped on the tool stop: parse the call, run it on a
+                        ToolPool                                 calls.parse_calls, ToolRunner
+    append observations format and tokenize the observations and requeue those rows with them
+                        (loss-masked) to decode further       calls.observations, session.requeue
 
 until every row is finished (eos, length, turn / call limits, token budget). Rows proceed
-independently: a finished row stays finished while the others keep calling tools.
+independently: a finished row stays finished while the others keep calling tools. The static
+engine takes a whole round of requeued rows at once (one append on its shared KV cache,
+``mojax.sampling.static_session``); the continuous engine takes each row as soon as its
+observation is ready, while the other rows decode on.
 
 Observation tokens are in ``tokens`` with ``loss_mask`` 0 and ``logprobs`` 0, so the PPO loss never
 trains on tool output; the policy tokens carry the sampler's fp32 policy log-probs (the
-``old_logprobs`` of the rollout batch contract (``docs/architecture.md``)). ``n_calls`` is the ``N_call`` of the tool reward
-``r_tool`` of ParetoPO (arXiv:2606.16111, Eq. 4).
+``old_logprobs`` of the rollout batch contract (``docs/architecture.md``)). ``n_calls`` is the
+``N_call`` of the tool reward ``r_tool`` of ParetoPO (arXiv:2606.16111, Eq. 4).
 
 Tool stops that are several tokens are detected with candidate ids and a host-side check (see
-``mojax.rollout.stops``). By default the tools run while the device is idle (a decode call runs
-until every row has stopped). With ``RolloutSpec.decode_segment`` the decode runs in segments
-and, with ``overlap_tools``, a row's call starts at the end of the segment it stopped in while the
-other rows decode on; the observations are appended at the same point of the schedule, so the
-tokens and log-probs do not depend on when the tools finish.
+``mojax.rollout.stops``). By default the static engine's tools run while the device is idle (a
+decode call runs until every row has stopped). With ``RolloutSpec.decode_segment`` it decodes in
+segments and, with ``overlap_tools``, a row's call starts at the end of the segment it stopped in
+while the other rows decode on; the observations are appended at the same point of the schedule,
+so the tokens and log-probs do not depend on when the tools finish.
 
-A rollout can be abandoned between two decode calls (``interrupt``, on a preemption signal).
+A rollout can be abandoned between two steps (``interrupt``, on a preemption signal).
 
-On a ``ContinuousSampler`` there are no rounds: ``mojax.rollout.continuous_agent`` steps one
-continuous-batching session and requeues each tool row as soon as its observation is ready, while
-the other rows decode on.
-
-Multi-process (``mojax.distributed``): each process does the host work of the rows its devices hold
-(``RowLayout``): it reads only those rows after a decode call, runs their tools and builds their part
-of the next append; the processes agree per round on whether any row resumes and on the widest
-observation (one small collective each), and the finished rollout is all-gathered once.
+Multi-process (``mojax.distributed``): each process does the host work of the rows its session
+decodes (``Session.layout``): it reads only those rows after a step, runs their tools and requeues
+them; the static engine's processes agree per round on whether any row resumes and on the widest
+observation (one small collective each); the finished rollout is all-gathered once.
 
 Shapes: B = P*G rows, prompt-major (row ``p * G + g``); response arrays are [B, max_response_len]
-(response slots); the KV cache has ``max_total_len`` cache slots.
+(response slots).
 """
 
 from __future__ import annotations
@@ -54,13 +54,13 @@ from mojax import distributed
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES
 from mojax.rollout import continuous_agent
 from mojax.rollout import stops as stops_lib
-from mojax.rollout.calls import ToolRunner, observations, parse_calls
+from mojax.rollout.calls import ToolRunner
 from mojax.rollout.observations import decode_ids
-from mojax.rollout.rows import WAIT_FALSE_STOP, DecodeView, Row, Turn, settle
+from mojax.rollout.rows import Row, Turn
 from mojax.rollout.spec import RolloutSpec
 from mojax.rollout.tools.pool import ToolPool
-from mojax.sampling import buckets
-from mojax.sampling.sampler import InGraphSampler, Sampler
+from mojax.sampling import protocol
+from mojax.sampling.protocol import Sampler
 
 
 @dataclasses.dataclass
@@ -98,18 +98,6 @@ class RolloutResult:
     stop: stops_lib.StopSpec | None
 
 
-@dataclasses.dataclass(frozen=True)
-class _AppendPlan:
-    """One ``append_and_continue`` call: int32 [B, width] observations, [B] lengths / resume /
-    token budgets, and the bucket floor of the append."""
-
-    obs_tokens: np.ndarray
-    obs_lengths: np.ndarray
-    resume: np.ndarray
-    budget: np.ndarray
-    min_bucket: int
-
-
 def _pad_prompts(prompts_ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     if not len(prompts_ids):
         raise ValueError("prompts_ids: need at least one prompt")
@@ -122,80 +110,15 @@ def _pad_prompts(prompts_ids: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.n
     return tokens, lengths
 
 
-def _turn_budget(spec: RolloutSpec, left: int) -> int:
-    """Budget of the next decode call of a row with ``left`` tokens of its turn: all of them, or
-    one segment."""
-    return min(left, spec.decode_segment) if spec.decode_segment else left
-
-
-def _fits(spec: RolloutSpec, view: DecodeView, cache_slots: int, width: int, min_bucket: int):
-    """The cache can take an append of ``width`` tokens and one more decode step."""
-    return view.cache_end + buckets.bucket_length(width, min_bucket) + 1 <= cache_slots
-
-
-def _pause_plan(
-    spec: RolloutSpec, rows: list[Row], paused: list[int], view, cache_slots, counters
-) -> _AppendPlan | None:
-    """Resumes the rows paused at a segment's end with an empty append (same turn, the rest of
-    its budget); the others keep waiting. Without cache room the paused rows end (``budget``)."""
-    if not _fits(spec, view, cache_slots, 0, spec.false_stop_bucket):
-        for i in paused:
-            rows[i].end("budget")
-        counters["cache_exhausted"] += 1
-        return None
-    b = len(rows)
-    resume, budget = np.zeros((b,), bool), np.full((b,), spec.max_new_tokens, np.int32)
-    for i in paused:
-        resume[i] = True
-        budget[i] = _turn_budget(spec, spec.max_new_tokens - rows[i].turn_used)
-        rows[i].start_call(rows[i].length, budget[i])
-    counters["segment_resumes"] += 1
-    empty = np.zeros((b, 1), np.int32)
-    return _AppendPlan(empty, np.zeros((b,), np.int32), resume, budget, spec.false_stop_bucket)
-
-
-def _round_plan(
-    spec: RolloutSpec, rows: list[Row], obs: dict, view, cache_slots, counters
-) -> _AppendPlan | None:
-    """The round's append: each answered row gets its observation and a new turn, each rejected
-    stop candidate the rest of its turn. None when no row resumes, or (rows ended with
-    ``budget``) when the cache cannot take the append and one more step."""
-    false_stops = [i for i, row in enumerate(rows) if row.waiting == WAIT_FALSE_STOP]
-    resume_rows = sorted(list(obs) + false_stops)
-    width = max([len(obs[i][0]) for i in obs] + [0])
-    # every process takes the same decision: any row of any process resumes; the widest append
-    any_resume, width = (int(x) for x in distributed.global_max([bool(resume_rows), width]))
-    if not any_resume:
-        return None
-    min_bucket = spec.min_obs_bucket if width else spec.false_stop_bucket
-    if not _fits(spec, view, cache_slots, width, min_bucket):  # these rows end here
-        for i in resume_rows:
-            rows[i].end("budget", **(obs[i][1] if i in obs else {}))
-        counters["cache_exhausted"] += 1
-        return None
-    b = len(rows)
-    obs_tokens, obs_lengths = np.zeros((b, max(width, 1)), np.int32), np.zeros((b,), np.int32)
-    resume, budget = np.zeros((b,), bool), np.full((b,), spec.max_new_tokens, np.int32)
-    for i in resume_rows:
-        row, resume[i] = rows[i], True
-        if i in obs:
-            ids, fields = obs[i]
-            obs_tokens[i, : len(ids)], obs_lengths[i] = ids, len(ids)
-            row.close_turn(row.length, "tool", executed=True, **fields)
-            row.n_calls += bool(fields["call"] is not None or spec.count_malformed)
-            counters["tool_calls"] += 1
-            row.turn_start, row.turn_used, row.false_stops = row.length + len(ids), 0, 0
-        # a new turn, or a rejected candidate's turn: what is left of it (a segment at most)
-        budget[i] = _turn_budget(spec, spec.max_new_tokens - row.turn_used)
-        row.start_call(row.length + obs_lengths[i], budget[i])
-    return _AppendPlan(obs_tokens, obs_lengths, resume, budget, min_bucket)
-
-
 def as_sampler(sampler_or_model, mesh=None, rules=DEFAULT_LOGICAL_AXIS_RULES) -> Sampler:
-    """A ``Sampler`` as is; a ``QwenModel`` as the in-graph sampler over ``mesh``."""
-    if hasattr(sampler_or_model, "append_and_continue"):
+    """A ``Sampler`` as is; an object with the static engine's calls (``generate``,
+    ``append_and_continue``) as one whose sessions are rounds of them
+    (``protocol.round_sampler``); a ``QwenModel`` as the static in-graph engine over ``mesh``."""
+    if hasattr(sampler_or_model, "open"):
         return sampler_or_model
-    return InGraphSampler.of(sampler_or_model, mesh=mesh, rules=rules)
+    if hasattr(sampler_or_model, "append_and_continue"):
+        return protocol.round_sampler(sampler_or_model)
+    return protocol.in_graph(sampler_or_model, mesh=mesh, rules=rules)
 
 
 def run_rollout(
@@ -217,8 +140,8 @@ def run_rollout(
 
     Args:
       spec: the fixed settings (``RolloutSpec.create(tokenizer, task, ...)``, built once).
-      sampler: a ``mojax.sampling.Sampler`` (its weights set), or a ``QwenModel`` to sample with the
-        in-graph sampler over ``mesh``.
+      sampler: a ``mojax.sampling.protocol.Sampler`` (its weights set), or a ``QwenModel`` to
+        sample with the static in-graph engine over ``mesh`` (``as_sampler``).
       tokenizer: the tokenizer ``spec`` was built with (encode / decode).
       task: a ``mojax.tasks`` task (``parse_tool_call``, ``format_observation``).
       prompts_ids: P token lists (the chat-templated prompts, unpadded).
@@ -227,9 +150,10 @@ def run_rollout(
       tool: needed when calls can be answered (``ToolRunner``).
       pool: a ``ToolPool`` to run calls in (default: a private pool of ``min(8, B)`` threads).
       mesh, rules: sharding of the in-graph sampler when ``sampler`` is a model.
-      interrupt: called before the first decode call and after each one (once its round's tools
-        are done), the same number of times on every process (the rounds are agreed); it raises
-        to abandon the rollout (``mojax.preemption.Preemption.check`` raises ``Interrupted``).
+      interrupt: called before the first step and after each one (once its tools are done or
+        started), the same number of times on every process (the static engine's rounds are
+        agreed; a per-process engine's session: once, at its end); it raises to abandon the
+        rollout (``mojax.preemption.Preemption.check`` raises ``Interrupted``).
 
     Raises:
       ValueError naming the argument (``num_samples``, ``tool``, ``prompts_ids``, ...).
@@ -240,101 +164,43 @@ def run_rollout(
         raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
     prompts, prompt_lengths = _pad_prompts(prompts_ids)
     g = int(num_samples)
-    b = prompts.shape[0] * g
     name = getattr(task, "name", task)
-    sampler = as_sampler(sampler, mesh, rules)
-    continuous = continuous_agent.applies(sampler)
-    if continuous:  # several processes: one engine each, over its own prompt groups
-        layout = distributed.group_layout(b, g)
-    else:
-        layout = distributed.row_layout(sampler.row_sharding, b)
+    session = as_sampler(sampler, mesh, rules).open(
+        _requests(spec, prompts, prompt_lengths, key, g), dict(spec.sampling)
+    )
+    layout = session.layout  # the rows this process decodes and runs the tools of
     owned = layout.owner == distributed.process_index()
     runner = ToolRunner(spec, tool, pool, owned, name, gather=layout.shared)
-    rows = [Row(call_budget=spec.first_budget(), local=bool(x)) for x in layout.local]
-    counters: collections.Counter = collections.Counter(decode_calls=1)
-    prompt_bucket = buckets.bucket_length(int(prompt_lengths.max()), spec.min_prompt_bucket)
-    cache_slots = spec.cache_slots(prompt_bucket)
-    decode = dict(spec.sampling)
+    rows = [Row(local=bool(x)) for x in layout.local]
+    counters: collections.Counter = collections.Counter()
     poll = interrupt or (lambda: None)
-    first = _first_call(spec, prompts, prompt_lengths, key, g, cache_slots, decode)
     try:
         poll()
-        if continuous:  # tool turns enter the running decode
-            first["max_new_tokens"] = spec.max_new_tokens  # a whole turn: no rounds to pause for
-            out = continuous_agent.drive(
-                spec, sampler, rows, runner, tokenizer, task, first, counters, poll
-            )
-            view = DecodeView.of(out, layout)  # host buffers (one process)
-        else:
-            out, view = _rounds(
-                spec, sampler, rows, runner, tokenizer, task, first, counters, poll, layout
-            )
+        out, view = continuous_agent.drive(
+            spec, session, rows, runner, tokenizer, task, counters, poll
+        )
     finally:
         runner.close()
     return _result(spec, rows, view, out, tokenizer, _counters(counters, layout), g, layout)
 
 
-def _rounds(spec, sampler, rows, runner, tokenizer, task, first, counters, poll, layout):
-    """The round-based rollout (module docstring) on any ``Sampler``; returns the last decode
-    call's output and its ``DecodeView``."""
-    decode = dict(spec.sampling)
-    cache_slots = first["max_total_len"]
-    out = sampler.generate(**first)
-    while True:
-        view = DecodeView.of(out, layout)  # waits for the decode call
-        plan = _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters)
-        poll()  # after every decode call and its tools: a signal abandons the rollout here
-        if plan is None:
-            return out, view
-        out = _decode_next(sampler, out, plan, decode)
-        counters["decode_calls"] += 1
-
-
-def _first_call(spec, prompts, prompt_lengths, key, g, cache_slots, decode) -> dict:
-    """The arguments of the prefill and first decode call (a whole turn, or its first segment)
-    of every row (``Sampler.generate``)."""
-    return dict(
+def _requests(spec, prompts, prompt_lengths, key, g) -> protocol.Requests:
+    """The rollout's rows for ``Sampler.open``: a whole first turn each (an engine that decodes
+    in segments pauses and resumes its rows itself); the engine sizes its cache from
+    ``spec.limits()``."""
+    return protocol.Requests(
         prompt_tokens=prompts,
-        key=key,
-        max_new_tokens=spec.first_budget(),
-        num_samples=g,
-        stop_token_ids=spec.sampler_stop_ids,
         prompt_lengths=prompt_lengths,
-        pad_id=spec.pad_id,
+        key=key,
+        num_samples=g,
+        max_new_tokens=spec.max_new_tokens,
+        stop_token_ids=spec.sampler_stop_ids,
         max_response_len=spec.max_response_len,
-        max_total_len=cache_slots,
+        limits=spec.limits(),
+        pad_id=spec.pad_id,
         cache_dtype=spec.cache_dtype,
         min_prompt_bucket=spec.min_prompt_bucket,
-        **decode,
     )
-
-
-def _decode_next(sampler, out, plan: _AppendPlan, decode):
-    """Appends ``plan``'s observations to its rows and decodes them further (same KV cache)."""
-    return sampler.append_and_continue(
-        out.state,
-        plan.obs_tokens,
-        plan.obs_lengths,
-        plan.resume,
-        max_new_tokens=plan.budget,
-        min_obs_bucket=plan.min_bucket,
-        **decode,
-    )
-
-
-def _step(spec, rows, view, runner, tokenizer, task, cache_slots, counters):
-    """The host work after one decode call: settle the rows, start their calls, and plan the
-    next decode call (a segment's resume, or the round's observations). None: the rollout is
-    done."""
-    tool_rows, paused = settle(spec, rows, view, tokenizer, counters)
-    runner.submit(rows, parse_calls(spec, rows, tool_rows, task, counters))
-    if distributed.global_max([len(paused)])[0]:  # any process's rows paused
-        plan = _pause_plan(spec, rows, paused, view, cache_slots, counters)
-        if plan is not None:
-            return plan
-    results = runner.results(rows)
-    obs = observations(spec, rows, results, tokenizer, task, counters)
-    return _round_plan(spec, rows, obs, view, cache_slots, counters)
 
 
 # counters of the schedule (the same on every process); the others count rows' events

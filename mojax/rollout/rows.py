@@ -1,15 +1,16 @@
-"""Per-row host state of a rollout (``Row``, ``Turn``) and the first phase after each decode call.
+"""Per-row host state of a rollout (``Row``, ``Turn``) and the first phase after each step.
 
-After every decode call the host reads the sampler's output once (``DecodeView``) and ``settle``
-sorts each row that was decoding into one of:
+After every step of the sampler's session the host reads its rows (``DecodeView``) and ``settle``
+sorts each row whose decode ended into one of:
 
 * **finished** -- an eos id (``stop``), a used-up turn or response buffer (``length``), a full
   cache (``budget``); the row's last ``Turn`` is closed with that reason;
 * **tool** -- it stopped on a confirmed tool stop: its call is parsed next (``mojax.rollout.calls``);
-* **false stop** -- a multi-token stop candidate the host rejected: it waits for the round's
-  append and resumes the same turn with what is left of its budget;
-* **paused** -- it used the budget of a decode *segment* (``RolloutSpec.decode_segment``) with
-  its turn not over: it resumes at once with an empty append while the others wait.
+* **false stop** -- a multi-token stop candidate the host rejected: it is requeued and resumes
+  the same turn with what is left of its budget.
+
+(A row paused at a decode segment's end never reaches the host: its engine resumes it,
+``mojax.sampling.static_session``.)
 
 Shape words as in ``mojax.rollout.spec`` (B rows, response slots, cache slots).
 """
@@ -21,10 +22,9 @@ import dataclasses
 
 import numpy as np
 
-from mojax.distributed import RowLayout
 from mojax.rollout.observations import decode_ids
 from mojax.rollout.spec import RolloutSpec
-from mojax.sampling.state import LENGTH, STOP
+from mojax.sampling.protocol import LENGTH, STOP
 
 # what a row that is not finished waits for between decode calls
 WAIT_TOOL, WAIT_FALSE_STOP = "tool", "false_stop"
@@ -138,33 +138,25 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeView:
-    """Host copies of one sampler output (one fetch per decode call) of this process's rows.
+    """Host copies of a session's rows (``protocol.Session.view``) this process works on.
 
     Attributes:
       tokens: int32 [B, max_response_len] response tokens.
       lengths: int64 [B] used response slots.
       reasons: int32 [B] the sampler's finish codes (``STOP``, ``LENGTH``).
-      cache_end: the shared write position of the KV cache (used cache slots).
 
-    Only the rows held by this process (``RowLayout.local``) are read; the others are 0.
+    Only the rows this process works on (``RowLayout.local``) are filled in; the others are 0.
     """
 
     tokens: np.ndarray
     lengths: np.ndarray
     reasons: np.ndarray
-    cache_end: int
 
     @classmethod
-    def of(cls, out, layout: RowLayout | None = None) -> DecodeView:
-        """Reads ``out``'s rows this process works on (``layout``; None: one process, all)."""
-        layout = layout or RowLayout.single(out.tokens.shape[0])
-        first = int(np.argmax(layout.local))
-        return cls(
-            tokens=layout.read(out.tokens),
-            lengths=layout.read(out.lengths).astype(np.int64),
-            reasons=layout.read(out.finish_reason),
-            cache_end=int(layout.read(out.state.cache.end)[first]),  # the same in every row
-        )
+    def of(cls, progress) -> DecodeView:
+        """The view of a ``protocol.Progress``."""
+        lengths = np.asarray(progress.lengths).astype(np.int64)
+        return cls(progress.tokens, lengths, progress.finish_reason)
 
 
 def settle(
@@ -174,16 +166,16 @@ def settle(
     tokenizer,
     counters: collections.Counter,
     only=None,
-) -> tuple[list[int], list[int]]:
+) -> list[int]:
     """Sorts every row that was decoding (see the module docstring); ends the finished ones.
-    ``only``: the rows to sort (row order; default every decoding row): the rows a continuous
-    session's segment finished (``mojax.rollout.continuous_agent``).
+    ``only``: the rows to sort (row order; default every decoding row): the rows whose decode a
+    session's step ended (``mojax.rollout.continuous_agent``).
 
     Returns:
-      (tool rows, paused rows), in row order. Tool rows have ``waiting == WAIT_TOOL`` and the
-      turn's text in ``Row.text``; false stops have ``waiting == WAIT_FALSE_STOP``.
+      The tool rows, in row order (``waiting == WAIT_TOOL``, the turn's text in ``Row.text``);
+      false stops have ``waiting == WAIT_FALSE_STOP``.
     """
-    tool_rows, paused = [], []
+    tool_rows = []
     for i in range(len(rows)) if only is None else only:
         row = rows[i]
         if not row.decoding:
@@ -194,8 +186,6 @@ def settle(
         kind = _classify(spec, row, view, i, tokenizer)
         if kind == WAIT_TOOL:
             tool_rows.append(i)
-        elif kind == "paused":
-            paused.append(i)
         elif kind == "false_stop":
             counters["false_stops"] += 1
             row.false_stops += 1
@@ -205,12 +195,12 @@ def settle(
                 row.end("length")  # the turn's tokens or the response buffer are used up
         else:
             row.end(kind)
-    return tool_rows, paused
+    return tool_rows
 
 
 def _classify(spec: RolloutSpec, row: Row, view: DecodeView, i: int, tokenizer) -> str:
-    """What the decode call that just ended did to row ``i``: a finish reason, ``WAIT_TOOL``
-    (sets ``row.waiting`` and ``row.text``), ``"false_stop"`` or ``"paused"``."""
+    """What the decode that just ended did to row ``i``: a finish reason, ``WAIT_TOOL`` (sets
+    ``row.waiting`` and ``row.text``) or ``"false_stop"``."""
     n, reason = row.length, view.reasons[i]
     last = int(view.tokens[i, n - 1]) if n else -1
     if reason == STOP and last in spec.tool_ids and last not in spec.eos_ids:
@@ -224,7 +214,5 @@ def _classify(spec: RolloutSpec, row: Row, view: DecodeView, i: int, tokenizer) 
     if reason == LENGTH:
         if n >= spec.max_response_len or row.turn_used >= spec.max_new_tokens:
             return "length"
-        if spec.decode_segment and n - row.call_start >= row.call_budget:
-            return "paused"  # the segment's budget, not the turn's
         return "budget"  # the cache ran out
     return "budget"  # not reachable: the sampler returns with every row done

@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from mojax.rollout import stops as stops_lib
-from mojax.sampling import buckets
-from mojax.sampling.processors import SamplingParams
-from mojax.sampling.state import FINISH_REASONS as SAMPLER_FINISH_REASONS
-from mojax.sampling.state import LENGTH, STOP
+from mojax.sampling import protocol
+from mojax.sampling.protocol import FINISH_REASONS as SAMPLER_FINISH_REASONS
+from mojax.sampling.protocol import LENGTH, STOP
 
 #: Per-row ``finish_reason`` of a rollout. The first two are the sampler's own (its
 #: ``FINISH_REASONS`` minus ``running``): ``stop`` (an eos / end-of-turn id), ``length`` (a turn
@@ -85,8 +84,8 @@ class RolloutSpec:
       max_turns: model turns per row (so at most ``max_turns - 1`` answered calls).
       max_tool_calls: answered calls per row.
       max_obs_tokens: tokens of one observation; longer ones are shortened (counted).
-      max_total_len: cache slots; ``None`` sizes the cache per call from the prompt bucket
-        (``cache_slots``).
+      max_total_len: cache slots; ``None``: the engine sizes its cache per call from the prompt
+        bucket and ``limits`` (``protocol.cache_slots``).
       temperature, top_p, top_k: sampling (``temperature=0`` is greedy); the recorded log-probs
         are always the policy log-probs at temperature 1.
       draw: "gumbel" / "inverse_cdf", how each token is drawn (``mojax.sampling.processors``).
@@ -109,7 +108,8 @@ class RolloutSpec:
         once at the same decode step (the same random draw as unsegmented), but each resume
         writes ``false_stop_bucket`` empty cache slots: the log-probs can differ from the
         unsegmented rollout's in float rounding (attention sums over another slot layout), and
-        so could a token where that flips a near tie; ``cache_slots`` adds room for the slots.
+        so could a token where that flips a near tie; ``limits`` adds room for the slots. (The
+        static engine's segments, ``mojax.sampling.static_session``.)
       overlap_tools: with ``decode_segment > 0``, start a row's tool call at the end of the segment
         it stopped in, while the other rows decode on (False: run the round's calls once every row
         has stopped, the serial schedule). The observations are appended at the same point either
@@ -157,7 +157,7 @@ class RolloutSpec:
                 f"(0, {MAX_TOOL_TIMEOUT_S:g}] (MAX_TOOL_TIMEOUT_S) or None, got {t!r}"
             )
         try:  # the sampler's own rule, checked here once instead of at the first decode
-            SamplingParams(self.temperature, self.top_k, self.top_p, draw=self.draw)
+            protocol.check_sampling(self.temperature, self.top_k, self.top_p, self.draw)
         except ValueError as e:
             keys = "config.rollout.temperature / top_p / top_k / draw"
             raise ValueError(f"RolloutSpec sampling settings ({keys}): {e}") from None
@@ -252,24 +252,24 @@ class RolloutSpec:
             temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, draw=self.draw
         )
 
-    def first_budget(self) -> int:
-        """Token budget of the first decode call (a segment, or the whole first turn)."""
-        return min(self.decode_segment or self.max_new_tokens, self.max_new_tokens)
-
-    def cache_slots(self, prompt_bucket: int) -> int:
-        """Cache slots for a batch whose prompts pad to ``prompt_bucket``.
-
-        ``max_total_len`` when set; else room for ``max_turns`` full turns and observation
-        buckets, plus ``max_new_tokens`` of slack for rejected multi-token stop candidates, plus
-        the empty appends between decode segments (``false_stop_bucket`` each).
-        """
-        if self.max_total_len is not None:
-            return self.max_total_len
-        obs_bucket = buckets.bucket_length(self.max_obs_tokens, self.min_obs_bucket)
+    def limits(self) -> protocol.Limits:
+        """What a rollout may add to a row (``protocol.Limits``), from which an engine sizes its
+        cache: ``max_turns`` full turns and observation buckets, ``max_new_tokens`` of slack for
+        rejected multi-token stop candidates, the empty appends between decode segments
+        (``false_stop_bucket`` each), or ``max_total_len`` when set; and the decode segment."""
         slack = 0 if self.stop is None or self.stop.exact else self.max_new_tokens
         pauses = 0
         if self.decode_segment:
             per_turn = math.ceil(self.max_new_tokens / self.decode_segment) - 1
             pauses = self.max_turns * per_turn * self.false_stop_bucket
-        turns = self.max_turns * self.max_new_tokens + (self.max_turns - 1) * obs_bucket
-        return prompt_bucket + turns + slack + pauses
+        return protocol.Limits(
+            turns=self.max_turns,
+            turn_tokens=self.max_new_tokens,
+            obs_tokens=self.max_obs_tokens,
+            min_obs_bucket=self.min_obs_bucket,
+            stop_slack=slack,
+            pause_slots=pauses,
+            max_total_len=self.max_total_len,
+            segment=self.decode_segment,
+            false_stop_bucket=self.false_stop_bucket,
+        )

@@ -56,7 +56,7 @@ Several processes: each process runs its own engine, on its own devices, over it
   process's devices, all on "data" (``sharding.process_local_mesh``; one device: no mesh), so
   its weights are replicated over them and its slots split over them.
 * Rows: each process queues the rows of its own block of prompt groups
-  (``distributed.own_groups``; ``open(own=...)``), with their global row ids, so each row draws
+  (``distributed.own_groups``; ``_open(own=...)``), with their global row ids, so each row draws
   from the stream it would draw from in one process: the same tokens. Its host loop reads only
   its own slots; nothing crosses processes while it decodes.
 * ``generate`` and ``append_and_continue`` all-gather the finished rows once at the end
@@ -87,9 +87,7 @@ from mojax.sampling import continuous_rows, slots
 from mojax.sampling import pages as pages_lib
 from mojax.sampling.continuous_rows import ContinuousState, Work
 from mojax.sampling.continuous_session import ContinuousSession
-
-#: ``kv_cache`` values: N x C dense slots, or a page pool (``mojax.models.paged_cache``).
-KV_CACHES = ("dense", "paged")
+from mojax.sampling.protocol import KV_CACHES, Requests, cache_slots
 
 
 class ContinuousSampler:
@@ -114,6 +112,7 @@ class ContinuousSampler:
     """
 
     row_sharding = None
+    rounds = False  # a rollout steps its sessions (``open``)
 
     def __init__(
         self,
@@ -210,10 +209,31 @@ class ContinuousSampler:
         if self.model is None:
             raise ValueError("ContinuousSampler: call update_weights(params) before sampling")
 
-    def open(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, own=None, **kwargs):
+    def open(self, requests: Requests, sampling) -> ContinuousSession:
+        """The rows of ``requests`` as a ``ContinuousSession`` the caller steps (the protocol's
+        ``Sampler.open``; rows queued, nothing decoded yet): a multi-turn rollout steps it and
+        requeues each tool row as its observation is ready (``mojax.rollout.continuous_agent``).
+        ``sampling``: the sampling keywords of ``generate``. A slot's cache holds
+        ``protocol.cache_slots(requests.prompt_bucket, requests.limits)`` slots. With several
+        processes the session decodes this process's prompt groups (``own_groups``)."""
+        return self._open(
+            requests.prompt_tokens,
+            key=requests.key,
+            max_new_tokens=requests.max_new_tokens,
+            num_samples=requests.num_samples,
+            stop_token_ids=requests.stop_token_ids,
+            prompt_lengths=requests.prompt_lengths,
+            pad_id=requests.pad_id,
+            max_response_len=requests.max_response_len,
+            max_total_len=cache_slots(requests.prompt_bucket, requests.limits),
+            cache_dtype=requests.cache_dtype,
+            min_prompt_bucket=requests.min_prompt_bucket,
+            **sampling,
+        )
+
+    def _open(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, own=None, **kwargs):
         """A ``generate`` call as a ``ContinuousSession`` the caller steps (rows queued, nothing
-        decoded yet); same arguments as ``generate``. A multi-turn rollout steps it and requeues
-        each tool row as its observation is ready (``mojax.rollout.continuous_agent``).
+        decoded yet); same arguments as ``generate``.
         ``own``: the prompts ``[lo, hi)`` whose rows this session decodes (default all; with
         several processes this process's block, ``distributed.own_groups``)."""
         self._check_model()
@@ -230,7 +250,7 @@ class ContinuousSampler:
     def generate(self, prompt_tokens, *, key, max_new_tokens, num_samples=1, **kwargs):
         """``mojax.sampling.generate`` (same arguments and output) over the slots; with several
         processes each decodes its own prompts' rows, then every row is all-gathered."""
-        session = self.open(
+        session = self._open(
             prompt_tokens, key=key, max_new_tokens=max_new_tokens, num_samples=num_samples, **kwargs
         )
         session.run()
@@ -277,6 +297,71 @@ class ContinuousSampler:
         self.pages = pages_lib.PagedSlots(pool, self.segment_tokens or self.page_size, c)
         self.pages.check(state, work)
         return self.pages
+
+
+def build(model_config, rollout, mesh, rules) -> ContinuousSampler:
+    """The continuous engine of a run (``protocol.SAMPLERS['continuous']``): ``rollout.slots``
+    slots over the mesh's row axes, a dense or paged KV cache (``rollout.kv_cache``,
+    ``page_size``, ``num_pages``), ``prefill_prompts``, ``refill_slots``; one device: no mesh.
+    With several processes ``mesh`` is the learner's, which the weights are gathered from, and
+    each process runs its own engine over its own devices and rows (module docstring)."""
+    one_device = (mesh is None or mesh.devices.size == 1) and distributed.process_count() == 1
+    return ContinuousSampler(
+        model_config,
+        mesh=None if one_device else mesh,
+        rules=rules,
+        slots=rollout.slots,
+        kv_cache=rollout.kv_cache,
+        page_size=rollout.page_size,
+        num_pages=rollout.num_pages,
+        prefill_prompts=rollout.prefill_prompts,
+        refill=rollout.refill_slots,
+    )
+
+
+def memory_report(spec, mesh, rules, state, mc, prompt_len, out) -> tuple[int, int]:
+    """``(held, transient)`` bytes per device of the continuous engine in the dry run
+    (``mojax.sampling.memory``; ``rollout.slots`` = N): the prefill + decode program of N rows
+    (ceil(N / G) prompts of G samples), one more N-row cache, two prompt prefill chunks
+    (``rollout.prefill_prompts``, default ceil(N / G) prompts), or that program's own peak when
+    larger. With several processes, on this process's own engine, whose copy of the weights is
+    held."""
+    import dataclasses
+
+    from mojax.sampling import memory
+
+    held = 0
+    if jax.process_count() > 1:
+        mesh, state = _per_process_engine(state, mc)
+        held = memory.bytes_per_device(state.params)
+        out["engine_weights_gib_per_device"] = held / memory.GIB
+    rc = spec.rollout
+    rows, g = int(rc.slots), int(rc.num_samples)
+    shaped = dataclasses.replace(
+        spec, rollout=dataclasses.replace(rc, prompts_per_step=-(-rows // g))
+    )
+    transient = memory.program_bytes(shaped, mesh, rules, state, mc, prompt_len, out, rows)
+    chunk = int(rc.prefill_prompts) or -(-rows // g)
+    pm = memory.compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len, chunk)
+    pm = pm.memory_analysis()
+    prefill = 2 * pm.output_size_in_bytes
+    out["prompt_prefill_gib_per_device"] = prefill / memory.GIB
+    return held, max(transient + prefill, pm.temp_size_in_bytes + prefill)
+
+
+def _per_process_engine(state, mc):
+    """``(mesh, state)`` of each process's own engine in the dry run: this process's devices, all
+    on "data" (``sharding.process_local_mesh``), and the policy's weights replicated on each of
+    them in the compute dtype (``compute_dtype_params``)."""
+    from mojax import learner
+
+    local = sharding_lib.process_local_mesh()
+    replicated = sharding_lib.replicated(local)
+    shapes = jax.eval_shape(lambda p: compute_dtype_params(mc, p), learner.policy_params(state))
+    params = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), shapes
+    )
+    return local, state.replace(params=params, frozen=None)
 
 
 def compute_dtype_params(config, params):

@@ -1,4 +1,5 @@
-"""One call of the continuous-batching sampler, driven segment by segment (``ContinuousSampler``).
+"""One call of the continuous-batching sampler, driven segment by segment (``ContinuousSampler``):
+the continuous engine's ``protocol.Session``.
 
 A ``ContinuousSession`` holds a call's slots (device), the rows each slot holds and the queue of
 rows waiting for one (host). ``step`` runs one segment boundary and one segment: it places queued
@@ -27,16 +28,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mojax import distributed
 from mojax.sampling import api, continuous_rows, slots
 from mojax.sampling.continuous_rows import ContinuousState, Work
 from mojax.sampling.processors import SamplingParams
-from mojax.sampling.state import RUNNING
+from mojax.sampling.protocol import Progress
+from mojax.sampling.state import RUNNING, SamplingOutput
 
 _PREEMPT_FIELDS = ("tokens", "logprobs", "sampled", "length", "num_new")
 
 
 class ContinuousSession:
     """The slots and queue of one continuous-batching call (module docstring).
+
+    ``rounds = False``: requeued rows enter one by one. ``layout``: the rows of this process's
+    prompt groups (``distributed.group_layout``; one process: all).
 
     Args:
       sampler: the ``ContinuousSampler`` (model, mesh, slots, segment length).
@@ -46,9 +52,13 @@ class ContinuousSession:
       pages: the call's page pool (``mojax.sampling.pages.PagedSlots``; None: a dense cache).
     """
 
+    rounds = False
+
     def __init__(self, sampler, state: ContinuousState, work: Work, params: SamplingParams, caps,
                  pages=None):  # fmt: skip
         self.sampler, self.state, self.work = sampler, state, work
+        self.layout = distributed.group_layout(state.batch, state.num_samples)
+        self.exhausted = 0  # rows ``fits`` turned away
         self.params, self.caps, self.pages = params, caps, pages
         r, c, j = state.tokens.shape[1], state.max_total_len, state.stop_ids.shape[1]
         steps = sampler.segment_tokens or np.iinfo(np.int32).max
@@ -63,6 +73,31 @@ class ContinuousSession:
         self.ends = np.zeros((sampler.num_slots,), np.int64)
         self.budget = jnp.asarray(steps if pages is None else pages.budget, jnp.int32)
         self.segments = 0
+
+    def view(self) -> Progress:
+        """The rows' host buffers (``protocol.Session.view``; updated in place by each step)."""
+        state = self.state
+        return Progress(state.tokens, state.length, state.finish_reason)
+
+    def output(self) -> SamplingOutput:
+        """The rows' ``SamplingOutput`` (``state`` the host ``ContinuousState``)."""
+        return self.state.output()
+
+    def counters(self) -> dict[str, int]:
+        """One decode call of ``segments`` segments; ``cache_exhausted``: rows ``fits`` turned
+        away."""
+        out = {"decode_calls": 1, "segments": self.segments}
+        return {**out, "cache_exhausted": self.exhausted} if self.exhausted else out
+
+    def fits(self, rows, appended) -> np.ndarray:
+        """bool per row: its context, ``appended[k]`` more tokens and one more fit its slot's
+        cache past the prompt bucket (``max_total_len``; ``protocol.Session.fits``)."""
+        state = self.state
+        room = state.max_total_len - state.prompts.shape[1]
+        rows = np.asarray(rows, np.int64).reshape(-1)
+        need = state.length[rows].astype(np.int64) + np.asarray(appended, np.int64) + 1
+        self.exhausted += int((need > room).sum())
+        return need <= room
 
     @property
     def busy(self) -> bool:

@@ -1,6 +1,7 @@
-"""The sampler interface a rollout receives, and its first implementation, the in-graph sampler.
+"""The static engine: the in-graph sampler (``rollout.engine='static'``).
 
-A rollout (``mojax.rollout.run_rollout``) needs three things from a generation engine::
+The protocol of every engine is ``mojax.sampling.protocol``; the static engine's sessions
+(``mojax.sampling.static_session``) run a rollout in rounds of three calls::
 
     sampler.update_weights(params)                   # the policy to sample from (after each update)
     out = sampler.generate(prompts, key=..., ...)    # prefill + decode until every row stops
@@ -8,8 +9,7 @@ A rollout (``mojax.rollout.run_rollout``) needs three things from a generation e
 
 and ``sampler.row_sharding``: how the rows of a call lie over the devices (None: one device), so
 each process reads and writes only the rows it holds. :class:`InGraphSampler` is the KV-cached
-``lax.while_loop`` sampler of ``mojax.sampling`` on the run's mesh; another engine (continuous
-batching, a separate sampler mesh) implements the same three calls.
+``lax.while_loop`` sampler of ``mojax.sampling`` on the run's mesh.
 
 The model config's execution layouts are resolved when the sampler is built
 (``mojax.models.layouts.resolve``), once.
@@ -17,31 +17,22 @@ The model config's execution layouts are resolved when the sampler is built
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 from mojax import sharding as sharding_lib
 from mojax.models import layouts as layouts_lib
 from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import api
-from mojax.sampling.state import SamplingOutput, SamplingState
+from mojax.sampling.protocol import Sampler
+from mojax.sampling.state import SamplingOutput
+from mojax.sampling.static_session import StaticSession
 
-
-class Sampler(Protocol):
-    """What a rollout needs from a generation engine (see the module docstring)."""
-
-    row_sharding: Any
-
-    def update_weights(self, params: Any) -> None: ...
-
-    def generate(self, prompt_tokens, **kwargs) -> SamplingOutput: ...
-
-    def append_and_continue(
-        self, state: SamplingState, obs_tokens, obs_lengths, resume, **kwargs
-    ) -> SamplingOutput: ...
+__all__ = ["InGraphSampler", "Sampler", "build", "memory_report", "of_model", "round_sampler"]
 
 
 class InGraphSampler:
     """The in-graph sampler (``mojax.sampling.generate`` / ``append_and_continue``) on a mesh.
+
+    ``open`` returns a ``StaticSession``: a rollout in rounds of ``generate`` /
+    ``append_and_continue`` on one KV cache (``mojax.sampling.static_session``).
 
     Args:
       config: the policy's ``QwenConfig`` (its layouts are resolved here if unset).
@@ -80,6 +71,10 @@ class InGraphSampler:
             raise ValueError("InGraphSampler: call update_weights(params) before sampling")
         return self.model
 
+    def open(self, requests, sampling) -> StaticSession:
+        """The rows of ``requests`` as a session of rounds (``protocol.Sampler.open``)."""
+        return StaticSession(self, requests, sampling)
+
     def generate(self, prompt_tokens, **kwargs) -> SamplingOutput:
         """``mojax.sampling.generate`` with this sampler's weights, mesh and rules."""
         return api.generate(
@@ -100,3 +95,46 @@ class InGraphSampler:
             rules=self.rules,
             **kwargs,
         )
+
+
+def build(model_config, rollout, mesh, rules) -> InGraphSampler:
+    """The static engine of a run (``protocol.SAMPLERS['static']``): the in-graph sampler on the
+    run's mesh (``rollout``: the ``config.rollout`` section; the static engine reads none of its
+    engine settings)."""
+    del rollout
+    return InGraphSampler(model_config, mesh=mesh, rules=rules)
+
+
+class _Rounds:
+    """``protocol.round_sampler``: an object with the static engine's calls as a ``Sampler``."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def update_weights(self, params) -> None:
+        self.inner.update_weights(params)
+
+    def open(self, requests, sampling) -> StaticSession:
+        return StaticSession(self.inner, requests, sampling)
+
+
+def round_sampler(inner) -> _Rounds:
+    """``inner`` (``generate``, ``append_and_continue``, ``row_sharding``) as a ``Sampler`` whose
+    sessions are the static engine's rounds over its calls (``protocol.round_sampler``)."""
+    return _Rounds(inner)
+
+
+def of_model(model: QwenModel, mesh=None, rules=None) -> InGraphSampler:
+    """The in-graph sampler over ``model`` (``protocol.in_graph``; ``rules`` None: the default
+    logical axis rules)."""
+    return InGraphSampler.of(
+        model, mesh=mesh, rules=DEFAULT_LOGICAL_AXIS_RULES if rules is None else rules
+    )
+
+
+def memory_report(spec, mesh, rules, state, model_config, prompt_len, out) -> tuple[int, int]:
+    """``(held, transient)`` bytes per device of the static engine in the dry run
+    (``mojax.sampling.memory.static_report``)."""
+    from mojax.sampling import memory
+
+    return memory.static_report(spec, mesh, rules, state, model_config, prompt_len, out)

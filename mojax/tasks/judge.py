@@ -12,8 +12,8 @@ Three implementations:
   it rewards reasoning that covers the reference's content.
 * :class:`HTTPJudge` — any OpenAI-compatible ``/v1/chat/completions`` endpoint (vLLM, SGLang, a
   hosted API) prompted with :data:`RUBRIC`.
-* :class:`ModelJudge` — a local mojax Qwen model (and tokenizer) prompted with the same rubric,
-  decoded greedily with :func:`mojax.sampling.generate`.
+* :class:`ModelJudge` — a local mojax model (and tokenizer) prompted with the same rubric,
+  decoded greedily by a sampler (``mojax.sampling.protocol``; a model: the static engine).
 
 The rubric follows App. B (Figure 2, "Tool-use Consistency Evaluator"): four weighted dimensions —
 reasoning path 35%, tool selection 30%, parameter setting 25%, execution strategy 10% — each judged
@@ -195,18 +195,32 @@ class HTTPJudge:
 
 
 class ModelJudge:
-    """A local mojax Qwen model as the judge, decoded greedily (e.g. a served-size Qwen3 on a mesh).
+    """A local mojax model as the judge, decoded greedily by a sampler (e.g. a served-size Qwen3).
 
     Args:
-      model: a ``mojax.models.QwenModel``; tokenizer: its tokenizer (chat template applied).
+      sampler: a ``mojax.sampling.protocol.Sampler`` with the judge's weights (``open``: one
+        session per batch of verdicts), or a ``QwenModel`` (the static in-graph engine over it).
+      tokenizer: its tokenizer (chat template applied).
       max_new_tokens: verdict budget.
+
+    A batch of verdicts is stepped by this process alone: use a sampler over this process's
+    devices (each process judges its own rows).
     """
 
     name = "model"
 
-    def __init__(self, model, tokenizer, *, max_new_tokens: int = 64, seed: int = 0):
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, sampler, tokenizer, *, max_new_tokens: int = 64, seed: int = 0):
+        from mojax.sampling import protocol
+
+        if not hasattr(sampler, "open"):  # a model: the static engine over it
+            sampler = protocol.in_graph(sampler)
+        self.sampler, self.tokenizer = sampler, tokenizer
         self.max_new_tokens, self.seed = int(max_new_tokens), int(seed)
+
+    @property
+    def model(self):
+        """The judge's ``QwenModel`` (the sampler's)."""
+        return self.sampler.model
 
     @classmethod
     def from_hf(cls, path: str, *, dtype: str = "bfloat16", max_new_tokens: int = 256):
@@ -225,7 +239,7 @@ class ModelJudge:
         """The judge's greedy verdict texts, one per row (up to and excluding its EOS)."""
         import jax
 
-        from mojax.sampling import generate
+        from mojax.sampling import protocol
 
         texts = [
             self.tokenizer.apply_chat_template(judge_messages(p, r, ref), tokenize=False)
@@ -237,15 +251,21 @@ class ModelJudge:
         for row, i in enumerate(ids):
             tokens[row, : len(i)] = i
         eos = self.tokenizer.eos_token_id
-        out = generate(
-            self.model,
-            tokens,
-            key=jax.random.PRNGKey(self.seed),
-            max_new_tokens=self.max_new_tokens,
-            temperature=0.0,
-            stop_token_ids=() if eos is None else (int(eos),),
+        new = self.max_new_tokens
+        requests = protocol.Requests(  # one turn: the cache holds the prompt bucket + the verdict
+            prompt_tokens=tokens,
             prompt_lengths=np.array([len(i) for i in ids], np.int32),
+            key=jax.random.PRNGKey(self.seed),
+            num_samples=1,
+            max_new_tokens=new,
+            stop_token_ids=() if eos is None else (int(eos),),
+            max_response_len=new,
+            limits=protocol.Limits(turns=1, turn_tokens=new, obs_tokens=1),
         )
+        session = self.sampler.open(requests, {"temperature": 0.0})
+        while session.busy:
+            session.step()
+        out = session.output()
         toks, lens = np.asarray(out.tokens), np.asarray(out.lengths)
         ends = [n - int(n > 0 and eos is not None and t[n - 1] == eos) for t, n in zip(toks, lens)]
         return [self.tokenizer.decode(t[:n]) for t, n in zip(toks, ends)]
