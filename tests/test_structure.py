@@ -109,6 +109,7 @@ LAYERS = (
     ("engines", ("mojax.sampling", "mojax.learner")),
     ("tools", ("mojax.rollout.tools",)),
     ("tasks", ("mojax.tasks",)),
+    ("rewards", ("mojax.rewards",)),
     ("rollout", ("mojax.rollout",)),
     ("infra", ("mojax.checkpoint", "mojax.checkpoint_damage", "mojax.logbook", "mojax.log_backends",
                "mojax.plots", "mojax.workdir", "mojax.workdir_lock")),

@@ -103,6 +103,23 @@ def build_judge(spec: Any, task: Task):
     )
 
 
+def build_sources(spec: Any, task: Task) -> tuple:
+    """The reward sources of the task's external objectives (``mojax.rewards.build_sources``),
+    checked against the sources the advantage method declares."""
+    from mojax.rewards import build_sources as build
+
+    judge = build_judge(spec, task)
+    method = spec.advantage.method
+    return build(
+        task,
+        reward_spec=spec.reward,
+        judge=judge,
+        judge_budget=spec.judge.budget() if judge is not None else None,
+        method=method.name,
+        method_sources=method.reward_sources,
+    )
+
+
 def sft_arrays(spec: Any, task: Task, tokenizer, train_examples):
     """The task's SFT demonstrations as ``tokens int32 [N, T]`` and ``loss_mask float32 [N, T]``
     (T = longest demonstration, right-padded)."""
@@ -172,7 +189,7 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
         build_sampler(spec, model_config, mesh, rules),
         tool=build_tool(task, spec, splits),
         pool=pool,
-        judge=build_judge(spec, task),
+        sources=build_sources(spec, task),
         interrupt=interrupt,
     )
     total_len = bucket_length(max(len(runner.prompt_ids(ex)) for ex in splits.all))

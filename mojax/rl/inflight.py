@@ -10,9 +10,11 @@ each, encoded by :func:`encode` into plain JSON (arrays as base64 with dtype and
 * ``episodes``: what the update and the logs read of ``mojax.rl.episodes.Episodes``: the example
   ids (looked up in the training split on decoding), prompt ids, the rollout's tokens / log-probs /
   masks / lengths / tool calls / finish reasons / texts / counters, rewards and validity (sets for
-  multi-answer tasks), the DAPO keep decision, the judge's validity, goal weights and the metrics;
-* ``host``: the host state its collection left behind (data position, ``N_optimal`` tracker, the
-  training split's reward stats), applied when the step consumes it.
+  multi-answer tasks), the DAPO keep decision, the per-objective validity mask, the prompts' goal
+  weights and the metrics (a record written before the mask is read with
+  ``mojax.rewards.registry.legacy_objective_valid``);
+* ``host``: the host state its collection left behind (data position, the reward sources' training
+  state, the training split's reward stats), applied when the step consumes it.
 
 Every process holds the same in-flight rollouts (the rollout and its rewards are all-gathered).
 """
@@ -25,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from mojax.rewards.registry import LEGACY_EPISODE_KEYS, legacy_objective_valid
 from mojax.rl.episodes import Episodes
 
 _ROLLOUT_ARRAYS = ("tokens", "logprobs", "loss_mask", "lengths", "n_calls")
-_OPTIONAL = ("set_rewards", "set_valid", "kept", "reason_valid", "goal_weights")
+_OPTIONAL = ("set_rewards", "set_valid", "kept", "objective_valid", "goal_weights")
 
 
 @dataclasses.dataclass
@@ -38,7 +41,7 @@ class InFlight:
     step: int
     version: int
     episodes: Episodes
-    host: dict[str, Any]  # {"data", "tracker", "train_stats"}: state dicts
+    host: dict[str, Any]  # {"data", "reward_state", "train_stats"}: state dicts
 
 
 @dataclasses.dataclass
@@ -127,7 +130,10 @@ def decode(d: dict[str, Any], examples_by_id: dict[str, Any]) -> InFlight:
         counters=dict(r["counters"]),
         num_samples=int(d["num_samples"]),
     )
-    opt = {k: None if d[k] is None else _unarray(d[k]) for k in _OPTIONAL}
+    opt = {k: None if d.get(k) is None else _unarray(d[k]) for k in _OPTIONAL}
+    if opt["objective_valid"] is None:  # a record written before the per-objective mask
+        old = {k: _unarray(d[k]) for k in LEGACY_EPISODE_KEYS if d.get(k) is not None}
+        opt["objective_valid"] = legacy_objective_valid(old, _unarray(d["rewards"]).shape[-1])
     eps = Episodes(
         [examples_by_id[i] for i in d["example_ids"]],
         [list(ids) for ids in d["prompt_ids"]],
