@@ -18,6 +18,7 @@ from mojax.rewards.judge import JudgeSource, judge_owned
 from mojax.rewards.registry import (
     SOURCES,
     build_sources,
+    option_errors,
     split_states,
     with_options,
     with_split_states,
@@ -38,6 +39,7 @@ __all__ = [
     "build_sources",
     "groups_with_signal",
     "judge_owned",
+    "option_errors",
     "overlong_penalty",
     "score_owned",
     "score_rollouts",

@@ -19,7 +19,7 @@ import numpy as np
 
 from mojax.rewards.judge import JudgeSource
 from mojax.rewards.source import RewardSource
-from mojax.rewards.tool_efficiency import ToolEfficiency
+from mojax.rewards.tool_efficiency import ToolEfficiency, n_opt_errors
 from mojax.tasks.base import Task
 
 SOURCES: dict[str, type[RewardSource]] = {
@@ -69,6 +69,16 @@ def build_sources(
                 f"task {task.name!r} declares no {cls.objective!r} objective it can fill"
             )
     return tuple(out)
+
+
+def option_errors(task: Task, options: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Config errors of reward-source options (``{config key: {option: value}}``) for ``task``: a
+    fixed ``n_opt`` needs the task's rule (:func:`mojax.rewards.tool_efficiency.n_opt_errors`)."""
+    errors = []
+    for key, opts in options.items():
+        if "n_opt" in opts:
+            errors += n_opt_errors(task, key, opts["n_opt"])
+    return errors
 
 
 def with_options(

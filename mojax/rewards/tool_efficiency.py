@@ -51,6 +51,18 @@ class ToolEfficiency(RewardSource):
         return Column(r_tool.reshape(-1), state=tracker.to_state())
 
 
+def n_opt_errors(task: Task, key: str, value: str) -> list[str]:
+    """A fixed ``N_opt`` (``value == "fixed"`` at config ``key``) needs a task with ``r_tool`` and a
+    rule for it (``optimal_calls(example)``)."""
+    has_rule = "r_tool" in task.objective_names and callable(getattr(task, "optimal_calls", None))
+    if value != "fixed" or has_rule:
+        return []
+    return [
+        f"config.{key}: 'fixed' needs a task with r_tool and a fixed N_opt (optimal_calls); "
+        f"task {task.name!r} has none"
+    ]
+
+
 def tool_column(
     task: Task,
     examples: Sequence[Any],

@@ -1,4 +1,5 @@
-"""Building a run's pieces from its spec: task and splits, tokenizer, model config, tool, judge.
+"""Building a run's pieces from its spec: task and splits, tokenizer, model config, tool, reward
+sources.
 
 Everything here is host-side and deterministic in the spec (the self-built tokenizer included), so a
 resumed run rebuilds exactly the same pieces. The task supplies its own plumbing (splits, tool,
@@ -143,7 +144,7 @@ def sft_arrays(spec: Any, task: Task, tokenizer, train_examples):
 
 def method_kwargs(advantage: Any, task: Task) -> dict[str, Any]:
     """``config.advantage`` completed with the task's facts the method takes (``Method.task_facts``,
-    e.g. SAW's per-objective theoretical minima); keys the config sets win."""
+    e.g. per-objective theoretical minima); keys the config sets win."""
     kwargs = dict(advantage.kwargs)
     facts = advantage.method.task_facts
     return kwargs if facts is None else {**facts(task), **kwargs}

@@ -92,7 +92,7 @@ class HostState:
 
 def _method_state(d: dict[str, Any]) -> Any:
     """The method state of a host-state dict (``method``; checkpoints of earlier versions kept it as
-    ``stage1`` for ParetoPO and ``estimator`` for the others)."""
+    ``stage1`` for the two-stage method and ``estimator`` for the others)."""
     if "method" in d:
         return d["method"]
     return d.get("stage1") if d.get("stage1") is not None else d.get("estimator")

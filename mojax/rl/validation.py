@@ -68,8 +68,8 @@ def validation_vector(
     temperature: float = 0.0,
     **options,
 ) -> tuple[HostState, np.ndarray, dict]:
-    """``v_t [M]``: the mean reward vector of rollouts on the validation split (ParetoPO,
-    arXiv:2606.16111, Algorithm 1): by default one greedy sample per problem; with ``num_samples`` /
+    """``v_t [M]``: the mean reward vector of rollouts on the validation split (arXiv:2606.16111,
+    Algorithm 1): by default one greedy sample per problem; with ``num_samples`` /
     ``temperature`` the mean over that many sampled ones. ``options``: reward-source options for
     these rollouts (e.g. ``n_opt``; None values = the run's). The reward sources' validation state
     is carried across validations like the training one; returns the host state with it
