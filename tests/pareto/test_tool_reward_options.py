@@ -123,9 +123,8 @@ def test_config_keys_are_validated_naming_the_allowed_values():
 
 
 def test_a_fixed_n_opt_needs_a_task_rule():
-    from mojax.rl.spec_rules import _n_opt_errors
-
     from mojax.advantages.paretopo import ParetoPOSpec
+    from mojax.rl.spec_rules import _n_opt_errors
 
     para = SimpleNamespace(enabled=True, validation_n_opt="fixed")
     para.reward_options = lambda: ParetoPOSpec.reward_options(para)  # the section's own method
