@@ -122,7 +122,7 @@ def _layouts(mesh, rows):
 def _score_split(me):
     """``score_owned`` on 4 groups x 2 rows: each process scores its own rows (it records them),
     and every process gets every row's reward, validity and invalid count."""
-    from mojax.rl.scoring import score_owned
+    from mojax.rewards.scoring import score_owned
     from mojax.tasks.base import Example, Objective, RewardStats, Task
 
     class Count(Task):
@@ -153,7 +153,7 @@ def _judge_split():
     of process 1's calls fails), and every process gets every score and the summed counts."""
     import math
 
-    from mojax.rl.scoring import judge_owned
+    from mojax.rewards.judge import judge_owned
     from mojax.tasks.judge import JudgeBudget
 
     seen = []

@@ -46,9 +46,10 @@ class AdvantageInputs:
     Attributes:
       rewards: float32 ``[P, G, M]``; valid: bool ``[P, G]``.
       set_rewards / set_valid: ``[P, G, S, M]`` / ``[P, G, S]`` for multi-answer sets (else None).
-      sample: per-sample extra inputs by keyword (e.g. ``reason_valid [P, G]``), None values
-        dropped.
+      sample: per-sample extra inputs by keyword, None values dropped.
       goal_weights: float32 ``[P, M]``: goal-conditioned GRPO's per-prompt ``w`` (else None).
+      objective_valid: bool ``[P, G, M]``: the per-objective validity mask (False where a reward
+        source could not score that objective of a sample; else None).
     """
 
     rewards: np.ndarray
@@ -57,6 +58,7 @@ class AdvantageInputs:
     set_valid: np.ndarray | None = None
     sample: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     goal_weights: np.ndarray | None = None
+    objective_valid: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +92,12 @@ class Method:
         config sets win).
       objectives: objective names the task must declare, in this order.
       requirement: how a config meets ``objectives`` (said in the error).
-      sample_inputs: per-sample keyword inputs the episodes carry (``reason_valid``).
+      sample_inputs: per-sample keyword inputs the episodes carry (``AdvantageInputs.sample``).
+      validity_inputs: ``(keyword, objective)`` pairs: the keyword gets the per-objective validity
+        mask's column of that objective, bool ``[P, G]`` (AWPO: ``("reason_valid", "r_reason")``);
+        the objective must be one of ``objectives``.
+      reward_sources: the reward sources the method reads (``mojax.rewards.SOURCES``' names); a
+        run whose task gives it neither the source nor its objective is refused.
       per_prompt_weights: accepts ``weights [P, M]`` per prompt (goal-conditioned GRPO).
       sections: config section specs the method owns (each has ``SECTION`` and ``enabled``).
       hooks: ``MethodContext -> hooks`` for a method that is more than one call per step; the
@@ -106,6 +113,8 @@ class Method:
     objectives: tuple[str, ...] = ()
     requirement: str = ""
     sample_inputs: tuple[str, ...] = ()
+    validity_inputs: tuple[tuple[str, str], ...] = ()
+    reward_sources: tuple[str, ...] = ()
     per_prompt_weights: bool = False
     sections: tuple[type, ...] = ()
     hooks: Callable[[MethodContext], Any] | None = None
@@ -113,12 +122,19 @@ class Method:
     def __post_init__(self):
         if self.inputs not in INPUT_KINDS:
             raise ValueError(f"Method {self.name!r}: inputs must be one of {INPUT_KINDS}")
+        for _, objective in self.validity_inputs:
+            if objective not in self.objectives:
+                raise ValueError(
+                    f"Method {self.name!r}: validity input of {objective!r}, not among its "
+                    f"objectives {self.objectives}"
+                )
 
     @property
     def data_args(self) -> tuple[str, ...]:
         """The arguments the loop fills (never ``config.advantage`` keys)."""
         data = ("set_rewards", "set_valid") if self.inputs == "sets" else ("rewards", "valid")
         extra = ("key",) * self.needs_key + ("state",) * self.stateful + self.sample_inputs
+        extra += tuple(kw for kw, _ in self.validity_inputs)
         return data + extra
 
     def hyperparameters(self) -> set[str]:
@@ -164,6 +180,9 @@ class EstimatorHooks:
         for name in m.sample_inputs:
             if inputs.sample.get(name) is not None:
                 kwargs[name] = inputs.sample[name]
+        if inputs.objective_valid is not None:
+            for kw, objective in m.validity_inputs:
+                kwargs[kw] = inputs.objective_valid[..., m.objectives.index(objective)]
         if m.inputs == "sets":
             out = m.fn(inputs.set_rewards, inputs.set_valid, **kwargs)
         else:

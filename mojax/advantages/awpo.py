@@ -173,5 +173,6 @@ AWPO = Method(
     stateful=True,
     objectives=("r_out", "r_reason"),
     requirement="task.name='toolrl' with task.kwargs.mode='awpo'",
-    sample_inputs=("reason_valid",),
+    validity_inputs=(("reason_valid", "r_reason"),),
+    reward_sources=("judge",),
 )

@@ -63,6 +63,11 @@ class ParetoPOSpec:
         '"fixed" (the task\'s rule)',
     )
 
+    def reward_options(self) -> dict[str, dict]:
+        """The reward-source options this section sets, by config key (checked against the task by
+        ``mojax.rewards.option_errors``)."""
+        return {"paretopo.validation_n_opt": {"n_opt": self.validation_n_opt}}
+
     def __post_init__(self):
         object.__setattr__(self, "weights", tuple(self.weights))
         c = Checker({"paretopo": dataclasses.asdict(self)})

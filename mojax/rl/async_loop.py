@@ -22,7 +22,7 @@ two runs, or the processes of one run, make the same rollouts.
 
 Checkpoints: the in-flight rollouts are *checkpointed* (``HostState.inflight``,
 ``mojax.rl.inflight``): the host state a checkpoint stores is the one after the steps it has
-trained (the in-flight rollouts' data position, ``N_optimal`` tracker and reward stats travel with
+trained (the in-flight rollouts' data position, reward sources' state and reward stats travel with
 each rollout and are applied when it is consumed), and a resumed run consumes the saved rollouts
 exactly as the uninterrupted run does. A saved rollout that fails its checksum or validation is
 moved aside and generated again (``mojax.rl.inflight.valid_prefix``). Every rollout is consumed through its JSON form, in either
@@ -54,10 +54,11 @@ from typing import Any
 import jax
 
 from mojax import distributed, learner
+from mojax import rewards as rewards_lib
 from mojax import sharding as sharding_lib
 from mojax.models import param_shardings
-from mojax.pareto import NOptimalTracker
 from mojax.preemption import Interrupted
+from mojax.rewards.registry import migrate_host_dict
 from mojax.rl import inflight as inflight_lib
 from mojax.rl.episodes import rollout_metrics
 from mojax.rl.host_state import HostState
@@ -82,19 +83,24 @@ def _host_fields(host: HostState) -> dict[str, Any]:
     """What collecting a rollout changes in the host state, as state dicts."""
     return {
         "data": dict(host.data),
-        "tracker": host.tracker.to_state(),
+        "reward_state": {
+            name: {"train": state}
+            for name, state in rewards_lib.split_states(host.reward_state, "train").items()
+        },
         "train_stats": host.reward_stats["train"].state_dict(),
     }
 
 
 def _with_fields(host: HostState, fields: dict[str, Any], **kw) -> HostState:
-    """``host`` with the data position, tracker and training reward stats of ``fields`` (fresh
-    objects: collecting mutates the stats in place)."""
+    """``host`` with the data position, the reward sources' training state and the training reward
+    stats of ``fields`` (fresh objects: collecting mutates the stats in place; fields written
+    before the reward sources are migrated, ``mojax.rewards.registry.migrate_host_dict``)."""
     stats = {**host.reward_stats, "train": RewardStats.from_state_dict(fields["train_stats"])}
+    train = rewards_lib.split_states(migrate_host_dict(fields)["reward_state"], "train")
     return dataclasses.replace(
         host,
         data=dict(fields["data"]),
-        tracker=NOptimalTracker.from_state(fields["tracker"]),
+        reward_state=rewards_lib.with_split_states(host.reward_state, "train", train),
         reward_stats=stats,
         **kw,
     )

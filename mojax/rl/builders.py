@@ -1,4 +1,5 @@
-"""Building a run's pieces from its spec: task and splits, tokenizer, model config, tool, judge.
+"""Building a run's pieces from its spec: task and splits, tokenizer, model config, tool, reward
+sources.
 
 Everything here is host-side and deterministic in the spec (the self-built tokenizer included), so a
 resumed run rebuilds exactly the same pieces. The task supplies its own plumbing (splits, tool,
@@ -114,6 +115,23 @@ def build_judge(spec: Any, task: Task):
     )
 
 
+def build_sources(spec: Any, task: Task) -> tuple:
+    """The reward sources of the task's external objectives (``mojax.rewards.build_sources``),
+    checked against the sources the advantage method declares."""
+    from mojax.rewards import build_sources as build
+
+    judge = build_judge(spec, task)
+    method = spec.advantage.method
+    return build(
+        task,
+        reward_spec=spec.reward,
+        judge=judge,
+        judge_budget=spec.judge.budget() if judge is not None else None,
+        method=method.name,
+        method_sources=method.reward_sources,
+    )
+
+
 def sft_arrays(spec: Any, task: Task, tokenizer, train_examples):
     """The task's SFT demonstrations as ``tokens int32 [N, T]`` and ``loss_mask float32 [N, T]``
     (T = longest demonstration, right-padded)."""
@@ -137,7 +155,7 @@ def sft_arrays(spec: Any, task: Task, tokenizer, train_examples):
 
 def method_kwargs(advantage: Any, task: Task) -> dict[str, Any]:
     """``config.advantage`` completed with the task's facts the method takes (``Method.task_facts``,
-    e.g. SAW's per-objective theoretical minima); keys the config sets win."""
+    e.g. per-objective theoretical minima); keys the config sets win."""
     kwargs = dict(advantage.kwargs)
     facts = advantage.method.task_facts
     return kwargs if facts is None else {**facts(task), **kwargs}
@@ -166,7 +184,7 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
         build_sampler(spec, model_config, mesh, rules),
         tool=build_tool(task, spec, splits),
         pool=pool,
-        judge=build_judge(spec, task),
+        sources=build_sources(spec, task),
         interrupt=interrupt,
     )
     total_len = protocol.bucket_length(max(len(runner.prompt_ids(ex)) for ex in splits.all))

@@ -4,21 +4,22 @@ One call rolls out ``G`` samples of each of ``P`` examples with the current poli
 driver ``mojax.rollout.run_rollout`` on the run's sampler, ``mojax.sampling.Sampler``: KV-cached
 decoding, tool calls executed on the host and their observations appended and masked), then scores
 them into ``rewards [P, G, M]`` / ``valid [P, G]``
-(single answers) or ``set_rewards [P, G, S, M]`` / ``set_valid [P, G, S]`` (VPO multi-answer sets).
+(single answers, with the per-objective validity mask ``objective_valid [P, G, M]``) or
+``set_rewards [P, G, S, M]`` / ``set_valid [P, G, S]`` (multi-answer sets). The external objectives
+are filled by the run's reward sources (``mojax.rewards``), whose carried state goes in and out.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 
-from mojax.pareto import NOptimalTracker
-from mojax.rl import rewards as rewards_lib
-from mojax.rl.scoring import score_owned
+from mojax import rewards as rewards_lib
+from mojax.rewards import RewardSource, score_owned
 from mojax.tasks.base import Example, RewardStats, Task
 
 
@@ -30,21 +31,22 @@ class Episodes:
     prompt_ids: list[list[int]]
     num_samples: int
     rollout: Any  # mojax.rollout.RolloutResult
-    rewards: np.ndarray  # [P, G, M] (VPO: the set's mean over valid answers, for logging)
+    rewards: np.ndarray  # [P, G, M] (sets: the set's mean over valid answers, for logging)
     valid: np.ndarray  # [P, G]
     metrics: dict[str, float]
     set_rewards: np.ndarray | None = None  # [P, G, S, M]
     set_valid: np.ndarray | None = None  # [P, G, S]
     kept: np.ndarray | None = None  # bool [P]: DAPO dynamic sampling's keep decision (None = all)
     advantages: np.ndarray | None = None  # float32 [P, G], once computed (for transcripts)
-    reason_valid: np.ndarray | None = None  # bool [P, G]: AWPO judge scored the sample
+    objective_valid: np.ndarray | None = None  # bool [P, G, M]: valid per objective (a source
+    # that could not score one objective of a valid sample makes only that entry False)
     goal_weights: np.ndarray | None = None  # float32 [P, M]: goal-conditioned GRPO's w per prompt
 
     @property
     def train_mask(self) -> np.ndarray:
         """bool [P, G]: rows whose tokens reach the gradient. A single-answer row needs a valid
-        reward; a multi-answer (VPO / Multi-RLVR) row is a valid rollout even when none of its S
-        answers parses (set reward 0, methods.md "VPO"); groups DAPO dropped never train."""
+        reward; a multi-answer row is a valid rollout even when none of its S
+        answers parses (set reward 0, docs/methods.md); groups DAPO dropped never train."""
         rows = np.ones_like(self.valid) if self.set_rewards is not None else self.valid
         kept = np.ones(len(self.examples), bool) if self.kept is None else self.kept
         return rows & kept[:, None]
@@ -68,7 +70,7 @@ class EpisodeRunner:
     sampler: Any  # mojax.sampling.Sampler: the generation engine (weights set per call)
     tool: Any = None
     pool: Any = None
-    judge: Any = None
+    sources: tuple[RewardSource, ...] = ()  # the reward sources of the external objectives
     interrupt: Any = None  # polled between decode calls; raises to abandon (mojax.preemption)
     _prompt_cache: dict = dataclasses.field(default_factory=dict)
     _driver: Any = None  # mojax.rollout.RolloutSpec: the driver's fixed settings, built once
@@ -112,7 +114,7 @@ class EpisodeRunner:
             ids = self._prompt_cache[text] = list(self.tokenizer.encode(text))
         return ids
 
-    # --- goal-conditioned GRPO (VPO, arXiv:2605.22817, App. E.5) -------------------------------
+    # --- goal-conditioned prompts (arXiv:2605.22817, App. E.5) -------------------------------
     def goal_prompt_ids(self, ex: Example, w, *, cache: bool = False) -> list[int]:
         """The prompt of ``ex`` with the goal weights ``w [M]`` appended (cached only when asked:
         during training ``w`` is redrawn per example every step)."""
@@ -150,14 +152,16 @@ class EpisodeRunner:
         key: jax.Array,
         num_samples: int,
         temperature: float,
-        tracker: NOptimalTracker | None,
+        states: Mapping[str, Any] | None = None,
         stats: RewardStats | None = None,
         goal_weights: np.ndarray | None = None,
-        n_opt: str | None = None,
-    ) -> tuple[Episodes, NOptimalTracker | None]:
-        """Rollouts of ``examples`` with ``params`` and their rewards (tracker returned updated).
-        ``goal_weights [P, M]``: goal-conditioned GRPO's per-example ``w`` (see :meth:`_prompts`);
-        ``n_opt``: ``r_tool``'s ``N_optimal`` source (None = ``config.tool_reward.n_opt``)."""
+        options: Mapping[str, Any] | None = None,
+    ) -> tuple[Episodes, dict[str, Any]]:
+        """Rollouts of ``examples`` with ``params`` and their rewards; returns the episodes and the
+        reward sources' new ``states`` (by source name; ``states`` in: the split's states).
+        ``goal_weights [P, M]``: per-example goal weights in the prompts (see :meth:`_prompts`);
+        ``options``: reward-source options for this rollout only (e.g. ``n_opt``; None = the
+        run's, ``mojax.rewards.with_options``)."""
         from mojax.rollout import run_rollout
 
         examples = list(examples)
@@ -176,51 +180,51 @@ class EpisodeRunner:
             interrupt=self.interrupt,
         )
         g = int(num_samples)
-        n_calls = np.asarray(result.n_calls)
-        s = self.spec.task.num_answers
-        if s:
-            rows = [ex for ex in examples for _ in range(g)]
-            sb = score_owned(self.task, result.texts, rows, g, stats=stats, num_answers=s)
-            set_rewards = sb.set_rewards.reshape(len(examples), g, s, -1)
-            set_valid = sb.set_valid.reshape(len(examples), g, s)
-            w = set_valid[..., None].astype(np.float32)
-            mean = (set_rewards * w).sum(2) / np.maximum(w.sum(2), 1.0)
-            valid = set_valid.any(-1)
-            metrics = {
-                f"reward/{n}/mean": float(mean[..., k][valid].mean()) if valid.any() else 0.0
-                for k, n in enumerate(self.task.objective_names)
-            }
-            scal = self.task.scalar(mean)
-            metrics["reward/scalar/mean"] = float(scal[valid].mean()) if valid.any() else 0.0
-            metrics["reward/valid_answer_fraction"] = float(set_valid.mean())
-            eps = Episodes(
-                examples, prompt_ids, g, result, mean, valid, metrics, set_rewards, set_valid
-            )
+        if self.spec.task.num_answers:
+            eps = self._score_sets(examples, prompt_ids, g, result, stats)
             eps.goal_weights = goal_w
-            return eps, tracker
+            return eps, dict(states or {})
+        sources = rewards_lib.with_options(self.sources, options)
         prompts_text = None
-        if self.judge is not None:
+        if any(src.needs_prompts for src in sources):
             prompts_text = [self.tokenizer.decode(ids) for ids in prompt_ids]
         rb = rewards_lib.score_rollouts(
             self.task,
             examples,
             result.texts,
-            n_calls,
+            np.asarray(result.n_calls),
             g,
-            tracker=tracker,
-            tool_alpha=self.spec.reward.tool_alpha,
-            no_success=self.spec.reward.no_success,
-            tool_gate=self.spec.reward.gate,
-            n_opt_source=n_opt or self.spec.reward.n_opt,
-            judge=self.judge,
+            sources=sources,
+            states=states,
             prompts_text=prompts_text,
             stats=stats,
-            judge_budget=self.spec.judge.budget() if self.judge is not None else None,
         )
         eps = Episodes(examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics)
-        eps.reason_valid = rb.reason_valid
+        eps.objective_valid = rb.objective_valid
         eps.goal_weights = goal_w
-        return eps, rb.tracker
+        return eps, rb.states
+
+    def _score_sets(self, examples, prompt_ids, g: int, result, stats) -> Episodes:
+        """Episodes of a multi-answer task: ``set_rewards [P, G, S, M]``, ``set_valid [P, G, S]``;
+        ``rewards`` is each set's mean over its valid answers (for logging)."""
+        s = self.spec.task.num_answers
+        rows = [ex for ex in examples for _ in range(g)]
+        sb = score_owned(self.task, result.texts, rows, g, stats=stats, num_answers=s)
+        set_rewards = sb.set_rewards.reshape(len(examples), g, s, -1)
+        set_valid = sb.set_valid.reshape(len(examples), g, s)
+        w = set_valid[..., None].astype(np.float32)
+        mean = (set_rewards * w).sum(2) / np.maximum(w.sum(2), 1.0)
+        valid = set_valid.any(-1)
+        metrics = {
+            f"reward/{n}/mean": float(mean[..., k][valid].mean()) if valid.any() else 0.0
+            for k, n in enumerate(self.task.objective_names)
+        }
+        scal = self.task.scalar(mean)
+        metrics["reward/scalar/mean"] = float(scal[valid].mean()) if valid.any() else 0.0
+        metrics["reward/valid_answer_fraction"] = float(set_valid.mean())
+        return Episodes(
+            examples, prompt_ids, g, result, mean, valid, metrics, set_rewards, set_valid
+        )
 
 
 def rollout_metrics(eps: Episodes) -> dict[str, float]:
@@ -270,7 +274,7 @@ def select(eps: Episodes, groups: np.ndarray) -> Episodes:
         opt(eps.set_valid),
         opt(eps.kept),
         opt(eps.advantages),
-        opt(eps.reason_valid),
+        opt(eps.objective_valid),
         opt(eps.goal_weights),
     )
 
@@ -295,6 +299,6 @@ def concat(a: Episodes, b: Episodes) -> Episodes:
         cat(a.set_valid, b.set_valid),
         None if a.kept is None or b.kept is None else np.concatenate([a.kept, b.kept]),
         None,
-        None if a.reason_valid is None else np.concatenate([a.reason_valid, b.reason_valid]),
+        cat(a.objective_valid, b.objective_valid),
         cat(a.goal_weights, b.goal_weights),
     )

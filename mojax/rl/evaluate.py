@@ -2,7 +2,7 @@
 collinearity — written as ``eval/...`` metrics, a JSON file and a text table.
 
 The numbers come from ``N`` samples per problem (``rewards [P, N, M]``); best@k and pass@k need
-``k <= N`` (larger k are skipped). For VPO sets, pass the flattened answers (``flatten_sets``) so k
+``k <= N`` (larger k are skipped). For answer sets, pass the flattened answers (``flatten_sets``) so k
 counts answers, not chains.
 """
 
@@ -73,7 +73,7 @@ def summarize(
             unbiased = metrics_lib.best_at_k_unbiased(r, k, weights=weights, valid=v)
             out[f"best@{k}_unbiased"] = float(unbiased.mean())
             out[f"pass@{k}"] = float(metrics_lib.pass_at_k(n, success.sum(1), k).mean())
-            if r.shape[-1] > 1:  # VPO Tables 5-6: best@k averaged over w ~ Dir(1)
+            if r.shape[-1] > 1:  # best@k averaged over w ~ Dir(1) (arXiv:2605.22817 Tables 5-6)
                 ew = metrics_lib.expected_best_at_k(r, k, valid=v, num_weights=1000)
                 out[f"E_w[best@{k}]"] = float(ew.mean())
     if examples is not None:
@@ -111,7 +111,7 @@ def write_samples(
 ) -> None:
     """Writes every sample of an evaluation to the JSON-lines file ``path`` (process 0 only): one
     line per problem and sample, ``{"problem", "sample", "rewards": {objective: value}, "valid",
-    "success", "n_calls"}`` (``rewards [P, N, M]``, ``valid`` / ``n_calls [P, N]``; for VPO sets
+    "success", "n_calls"}`` (``rewards [P, N, M]``, ``valid`` / ``n_calls [P, N]``; for answer sets
     the flattened answers), and ``"class"`` when ``classes`` (one per problem) names one. Per-problem paired tests and bootstraps read it
     (``mojax.compare``). The file is rewritten whole, so a step evaluated again after a resume
     leaves one copy."""

@@ -5,11 +5,11 @@ host-side record, which every checkpoint stores next to it as JSON (``to_json`` 
 
 * ``step``: RL steps done;
 * ``data``: the training prompt iterator's position (epoch, position, seed);
-* ``tracker`` / ``val_tracker``: ParetoPO's ``N_optimal`` tables (fewest tool calls of a success per
-  prompt; ParetoPO, arXiv:2606.16111, Eq. 4) for the training and validation splits;
+* ``reward_state``: the reward sources' carried state (``mojax.rewards``), JSON data by source name
+  and split: ``reward_state[<source>][<split>]``, e.g. the tool-efficiency source's ``N_optimal``
+  tables of the training and validation splits;
 * ``method``: the state the advantage method carries across steps, as plain JSON data, or None
-  (its hooks read and return it: e.g. AWPO's running peak ``R_max``, ParetoPO's Stage-1 archive,
-  reference, ΔHV̄ and r_pareto);
+  (its hooks read and return it: e.g. a running peak or an archive);
 * ``reward_stats``: scored / invalid counts with reasons, kept apart per split (``train``,
   ``validation``, ``eval``);
 * ``pending``: only in a checkpoint saved on a signal after a step's update and before its
@@ -30,7 +30,7 @@ import json
 from typing import Any
 
 from mojax.advantages import to_json_tree
-from mojax.pareto import NOptimalTracker
+from mojax.rewards.registry import migrate_host_dict
 from mojax.tasks.types import RewardStats
 
 SPLITS = ("train", "validation", "eval")
@@ -42,8 +42,7 @@ class HostState:
 
     step: int = 0
     data: dict[str, int] = dataclasses.field(default_factory=dict)
-    tracker: NOptimalTracker = dataclasses.field(default_factory=NOptimalTracker)
-    val_tracker: NOptimalTracker = dataclasses.field(default_factory=NOptimalTracker)
+    reward_state: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     method: Any = None
     reward_stats: dict[str, RewardStats] = dataclasses.field(
         default_factory=lambda: {s: RewardStats() for s in SPLITS}
@@ -55,8 +54,7 @@ class HostState:
         out = {
             "step": int(self.step),
             "data": dict(self.data),
-            "tracker": self.tracker.to_state(),
-            "val_tracker": self.val_tracker.to_state(),
+            "reward_state": json.loads(json.dumps(self.reward_state)),
             "method": to_json_tree(self.method),
             "reward_stats": {k: v.state_dict() for k, v in self.reward_stats.items()},
             "inflight": list(self.inflight),
@@ -67,7 +65,8 @@ class HostState:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HostState:
-        missing = {"step", "data", "tracker", "val_tracker", "reward_stats"} - set(d)
+        d = migrate_host_dict(d)  # a checkpoint written before the reward sources
+        missing = {"step", "data", "reward_state", "reward_stats"} - set(d)
         if missing:
             raise ValueError(
                 f"checkpoint host state lacks {sorted(missing)}: it was written by an "
@@ -76,8 +75,7 @@ class HostState:
         return cls(
             step=int(d["step"]),
             data=dict(d["data"]),
-            tracker=NOptimalTracker.from_state(d["tracker"]),
-            val_tracker=NOptimalTracker.from_state(d["val_tracker"]),
+            reward_state={k: dict(v) for k, v in d["reward_state"].items()},
             method=_method_state(d),
             reward_stats={k: RewardStats.from_state_dict(v) for k, v in d["reward_stats"].items()},
             pending=d.get("pending"),
@@ -94,7 +92,7 @@ class HostState:
 
 def _method_state(d: dict[str, Any]) -> Any:
     """The method state of a host-state dict (``method``; checkpoints of earlier versions kept it as
-    ``stage1`` for ParetoPO and ``estimator`` for the others)."""
+    ``stage1`` for the two-stage method and ``estimator`` for the others)."""
     if "method" in d:
         return d["method"]
     return d.get("stage1") if d.get("stage1") is not None else d.get("estimator")

@@ -10,9 +10,11 @@ each, encoded by :func:`encode` into plain JSON (arrays as base64 with dtype and
 * ``episodes``: what the update and the logs read of ``mojax.rl.episodes.Episodes``: the example
   ids (looked up in the training split on decoding), prompt ids, the rollout's tokens / log-probs /
   masks / lengths / tool calls / finish reasons / texts / counters, rewards and validity (sets for
-  multi-answer tasks), the DAPO keep decision, the judge's validity, goal weights and the metrics;
-* ``host``: the host state its collection left behind (data position, ``N_optimal`` tracker, the
-  training split's reward stats), applied when the step consumes it.
+  multi-answer tasks), the DAPO keep decision, the per-objective validity mask, the prompts' goal
+  weights and the metrics (a record written before the mask is read with
+  ``mojax.rewards.registry.legacy_objective_valid``);
+* ``host``: the host state its collection left behind (data position, the reward sources' training
+  state, the training split's reward stats), applied when the step consumes it.
 
 Every record carries ``schema`` (:data:`SCHEMA`) and ``sha256``, a checksum over the canonical JSON
 of the rest (:func:`seal`). Before a step consumes the queue, :func:`valid_prefix` checks each record
@@ -46,6 +48,7 @@ import numpy as np
 from mojax import distributed
 from mojax.checkpoint import encode_host_state
 from mojax.jsonl import write_durable
+from mojax.rewards.registry import LEGACY_EPISODE_KEYS, legacy_objective_valid
 from mojax.rl.episodes import Episodes
 
 #: The version of an in-flight record's layout (1: the records before ``schema`` and ``sha256``).
@@ -60,7 +63,7 @@ class InFlightError(ValueError):
 
 
 _ROLLOUT_ARRAYS = ("tokens", "logprobs", "loss_mask", "lengths", "n_calls")
-_OPTIONAL = ("set_rewards", "set_valid", "kept", "reason_valid", "goal_weights")
+_OPTIONAL = ("set_rewards", "set_valid", "kept", "objective_valid", "goal_weights")
 
 
 @dataclasses.dataclass
@@ -70,7 +73,7 @@ class InFlight:
     step: int
     version: int
     episodes: Episodes
-    host: dict[str, Any]  # {"data", "tracker", "train_stats"}: state dicts
+    host: dict[str, Any]  # {"data", "reward_state", "train_stats"}: state dicts
 
 
 @dataclasses.dataclass
@@ -208,7 +211,7 @@ def _shape_problem(eps: Episodes) -> str | None:
     if len(r.finish_reason) != b or len(r.texts) != b:
         return f"{len(r.finish_reason)} finish reasons / {len(r.texts)} texts for {b} rows"
     lead = {"rewards": (p, g), "valid": (p, g), "set_rewards": (p, g), "set_valid": (p, g)}
-    lead.update(reason_valid=(p, g), kept=(p,), goal_weights=(p,))
+    lead.update(objective_valid=(p, g), kept=(p,), goal_weights=(p,))
     for name, want in lead.items():
         a = getattr(eps, name)
         if a is not None and tuple(a.shape[: len(want)]) != want:
@@ -276,7 +279,10 @@ def _build(d: dict[str, Any], examples_by_id: dict[str, Any]) -> InFlight:
         counters=dict(r["counters"]),
         num_samples=int(d["num_samples"]),
     )
-    opt = {k: None if d[k] is None else _unarray(d[k]) for k in _OPTIONAL}
+    opt = {k: None if d.get(k) is None else _unarray(d[k]) for k in _OPTIONAL}
+    if opt["objective_valid"] is None:  # a record written before the per-objective mask
+        old = {k: _unarray(d[k]) for k in LEGACY_EPISODE_KEYS if d.get(k) is not None}
+        opt["objective_valid"] = legacy_objective_valid(old, _unarray(d["rewards"]).shape[-1])
     eps = Episodes(
         [examples_by_id[i] for i in d["example_ids"]],
         [list(ids) for ids in d["prompt_ids"]],

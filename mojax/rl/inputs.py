@@ -4,8 +4,8 @@
   ``config.task.eval_path``, ``config.task.val_path`` or ``config.sft.data_path`` when the file is not there (and how
   ``$MOJAX_SHARED_DIR`` locates it when it lies in the shared folder), before the run builds
   anything; ``config.task.train_path`` when a task that reads files has none; and
-  ``config.model.checkpoint`` (and ``config.judge.model`` of a local judge) when it names no
-  directory with a ``config.json``:
+  ``config.model.checkpoint`` (and the model checkpoints the run spec's sections name,
+  ``checkpoint_paths()``, e.g. a reward source's model) when it names no directory with a ``config.json``:
   ``mojax.main`` exits 2. Every process checks on its own, so each stops at once.
 * **Fingerprints.** :func:`fingerprints` hashes the contents of the data files and of the tokenizer
   (``tokenizer.path`` when it names a file or directory) and of ``model.checkpoint``;
@@ -22,6 +22,7 @@ is not noticed.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from typing import Any
@@ -53,12 +54,23 @@ def _paths(spec: Any) -> dict[str, str]:
     return {k: os.path.expanduser(v) for k, v in out.items() if v}
 
 
+def _section_checkpoints(spec: Any) -> dict[str, str]:
+    """``{config key: directory}`` of the model checkpoints the spec's sections name
+    (``section.checkpoint_paths()``, e.g. a reward source's model)."""
+    out = {}
+    for f in dataclasses.fields(spec):
+        paths = getattr(getattr(spec, f.name), "checkpoint_paths", None)
+        if callable(paths):
+            out.update(paths())
+    return out
+
+
 def check_files(spec: Any) -> None:
     """Raises ``ConfigError`` naming each data key whose file does not exist, ``task.train_path``
     when a file-backed task has none, ``model.checkpoint`` when it is not a readable HF checkpoint
     (``mojax.rl.model_config.checkpoint_errors``: only config.json and the safetensors headers are
-    read, on every process) and ``judge.model`` (``judge.kind='model'``) when it names no
-    directory with a ``config.json``."""
+    read, on every process) and each section's ``checkpoint_paths()`` (e.g. ``judge.model``) when it
+    names no directory with a ``config.json``."""
     from mojax.tasks.data import missing_file_message
 
     lines = []
@@ -72,8 +84,9 @@ def check_files(spec: Any) -> None:
             )
     if spec.model.checkpoint:  # config.json, the safetensors headers, the tokenizer files
         lines += checkpoint_errors(spec)
-    if spec.judge.kind == "model" and checkpoint_problem(spec.judge.model, "judge.model"):
-        lines.append(checkpoint_problem(spec.judge.model, "judge.model"))
+    for key, path in _section_checkpoints(spec).items():
+        if checkpoint_problem(path, key):
+            lines.append(checkpoint_problem(path, key))
     if not spec.task.train_path and _reads_files(spec.build_task()):
         lines.append(
             f"config.task.train_path: none given; task {spec.task.name!r} reads its examples from "

@@ -6,7 +6,7 @@
 
 A hook that asks for a validation vector (``validate()``) gets the mean reward vector of greedy
 rollouts on the validation split (``mojax.rl.validation.validation_vector``; keywords
-``num_samples``, ``temperature``, ``n_opt`` change how it is rolled out and scored); its ``val/...``
+``num_samples``, ``temperature`` and reward-source options change how it is rolled out and scored); its ``val/...``
 metrics are logged with the step's. Host state is passed in and returned.
 """
 
@@ -26,7 +26,7 @@ from mojax.rl.validation import evaluate, validation_vector
 
 def _with_validation(run, host: HostState, params, step: int, hook: Callable) -> tuple:
     """``hook(validate)`` -> ``(state, metrics)``; returns the host state with the method state
-    (and the validation tracker, when it validated) and the metrics."""
+    (and the reward sources' validation state, when it validated) and the metrics."""
     box: dict[str, Any] = {"host": host, "metrics": {}}
 
     def validate(**settings) -> np.ndarray:

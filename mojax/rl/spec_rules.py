@@ -256,24 +256,20 @@ def _method_errors(spec: Any, task) -> list[str]:
 
 
 def _n_opt_errors(spec: Any, task) -> list[str]:
-    """A fixed ``N_opt`` for ``r_tool`` (``tool_reward.n_opt``, ``paretopo.validation_n_opt``)
-    needs a task with ``r_tool`` and a rule for it (``optimal_calls(example)``)."""
-    keys = [("tool_reward.n_opt", spec.reward.n_opt)]
-    para = spec.advantage.sections.get("paretopo")
-    if para is not None and para.enabled:
-        keys.append(("paretopo.validation_n_opt", para.validation_n_opt))
-    has_rule = "r_tool" in task.objective_names and callable(getattr(task, "optimal_calls", None))
-    return [
-        f"config.{key}: 'fixed' needs a task with r_tool and a fixed N_opt (optimal_calls); "
-        f"task {task.name!r} has none"
-        for key, value in keys
-        if value == "fixed" and not has_rule
-    ]
+    """The reward-source options of the config (``tool_reward.*`` and those an enabled method
+    section sets, ``reward_options()``) against the task (``mojax.rewards.option_errors``)."""
+    from mojax.rewards import option_errors
+
+    options = {"tool_reward.n_opt": {"n_opt": spec.reward.n_opt}}
+    for section in spec.advantage.sections.values():
+        if getattr(section, "enabled", False) and hasattr(section, "reward_options"):
+            options.update(section.reward_options())
+    return option_errors(task, options)
 
 
 def _goal_errors(spec: Any, task) -> list[str]:
-    """Goal-conditioned GRPO (VPO, arXiv:2605.22817, App. E.5) trains on the per-prompt scalar
-    ``w . r``: a method that takes per-prompt weights, no method section (ParetoPO) on, no fixed
+    """Goal-conditioned training (arXiv:2605.22817, App. E.5) trains on the per-prompt scalar
+    ``w . r``: a method that takes per-prompt weights, no method section on, no fixed
     ``advantage.weights``, and a canonical ``w*`` (``task.scalar_weights``) for evaluation."""
     if not spec.task.goal_conditioned:
         return []

@@ -28,13 +28,13 @@ import jax
 import numpy as np
 
 from mojax import distributed, learner
+from mojax import rewards as rewards_lib
 from mojax.advantages import AdvantageInputs
 from mojax.learner import packing
 from mojax.rl.batch import assemble_batch
 from mojax.rl.data import PromptIterator
 from mojax.rl.episodes import EpisodeRunner, Episodes, concat, rollout_metrics, select
 from mojax.rl.host_state import HostState
-from mojax.rl.rewards import groups_with_signal, overlong_penalty
 from mojax.rl.spec import RunSpec
 from mojax.tasks.base import Task
 
@@ -111,7 +111,7 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
     episodes.metrics["rollout/rollouts"] = float(rs.prompts_per_step * rs.num_samples)
     if not rs.dynamic_sampling:
         return host, episodes
-    keep = groups_with_signal(episodes.rewards, episodes.valid)
+    keep = rewards_lib.groups_with_signal(episodes.rewards, episodes.valid)
     rounds = 0
     while keep.sum() < rs.prompts_per_step and rounds < rs.max_refill_rounds:
         rounds += 1
@@ -119,7 +119,7 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
             run, host, params, jax.random.fold_in(key, rounds), round_=rounds
         )
         episodes = concat(episodes, more)
-        keep = groups_with_signal(episodes.rewards, episodes.valid)
+        keep = rewards_lib.groups_with_signal(episodes.rewards, episodes.valid)
     order = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])[: rs.prompts_per_step]
     episodes = select(episodes, order)
     episodes.kept = keep[order]
@@ -149,35 +149,35 @@ def _episodes_round(
 
         m = run.task.num_objectives
         goal_w = draw_goal_weights(run.spec.seed, host.step, round_, len(examples), m)
-    episodes, tracker = run.runner.run(
+    episodes, states = run.runner.run(
         params,
         examples,
         key=key,
         num_samples=rs.num_samples,
         temperature=rs.temperature,
-        tracker=host.tracker,
+        states=rewards_lib.split_states(host.reward_state, "train"),
         stats=host.reward_stats["train"],
         goal_weights=goal_w,
     )
     shape_overlong(run, episodes)
-    return dataclasses.replace(host, data=data.state_dict(), tracker=tracker), episodes
+    reward_state = rewards_lib.with_split_states(host.reward_state, "train", states)
+    return dataclasses.replace(host, data=data.state_dict(), reward_state=reward_state), episodes
 
 
 def shape_overlong(run: Run, episodes: Episodes) -> None:
     """DAPO's soft overlong penalty (DAPO Eq. 13) added to the success objective(s) of ``episodes``
-    (in place; counted in response tokens, tool observations included)."""
+    (in place; counted in response tokens, tool observations included;
+    ``mojax.rewards.shape_overlong``)."""
     r = run.spec.reward
-    if r.overlong_buffer <= 0:
-        return
-    pen = overlong_penalty(
-        np.asarray(episodes.rollout.lengths),
-        r.max_response_len,
-        r.overlong_buffer,
-        r.overlong_penalty,
-    ).reshape(episodes.valid.shape)
-    for k, obj in enumerate(run.task.objectives):
-        if obj.success:
-            episodes.rewards[..., k] = np.where(episodes.valid, episodes.rewards[..., k] + pen, 0.0)
+    rewards_lib.shape_overlong(
+        run.task,
+        episodes.rewards,
+        episodes.valid,
+        episodes.rollout.lengths,
+        max_len=r.max_response_len,
+        buffer=r.overlong_buffer,
+        penalty=r.overlong_penalty,
+    )
 
 
 def advantages(run: Run, host: HostState, episodes: Episodes, key) -> tuple[HostState, Any, dict]:
@@ -188,7 +188,7 @@ def advantages(run: Run, host: HostState, episodes: Episodes, key) -> tuple[Host
         valid=episodes.valid,
         set_rewards=episodes.set_rewards,
         set_valid=episodes.set_valid,
-        sample={"reason_valid": episodes.reason_valid},
+        objective_valid=episodes.objective_valid,
         goal_weights=episodes.goal_weights,
     )
     out, state, metrics = run.hooks.advantages(host.step, host.method, inputs, key)

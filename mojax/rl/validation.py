@@ -1,10 +1,11 @@
-"""Held-out rollouts of a run: evaluation (``eval/...`` metrics) and ParetoPO's validation vector.
+"""Held-out rollouts of a run: evaluation (``eval/...`` metrics) and the validation vector a method's
+hooks may ask for.
 
 Both roll out a split with the current policy and a key drawn from ``(seed + 1, step)`` (evaluation)
 or ``(seed + 2, step)`` (validation), so they never consume the training stream and a resumed run
 repeats them exactly. Invalid rewards are counted per split in ``HostState.reward_stats``.
 
-Goal-conditioned GRPO (``task.goal_conditioned``; VPO, arXiv:2605.22817, App. E.5): both condition
+Goal-conditioned prompts (``task.goal_conditioned``; arXiv:2605.22817, App. E.5): both condition
 every prompt on the task's canonical scalarization ``w* = task.scalar_weights`` (the runner's
 default when no per-example weights are given), the paper's Table 6 "G.C. w = w*" setting.
 """
@@ -16,7 +17,7 @@ import dataclasses
 import jax
 import numpy as np
 
-from mojax.pareto import NOptimalTracker
+from mojax import rewards as rewards_lib
 from mojax.rl.evaluate import problem_class, summarize, write_samples
 from mojax.rl.host_state import HostState
 
@@ -27,7 +28,7 @@ def evaluate(
     """``eval/...`` metrics on a held-out split, ``N = eval.num_samples`` samples per problem;
     with ``samples_path`` every sample's rewards are written there too (``write_samples``).
 
-    VPO sets are flattened so that k of best@k / pass@k counts answers: ``[P, N, S, M] -> [P, N*S,
+    Multi-answer sets are flattened so that k of best@k / pass@k counts answers: ``[P, N, S, M] -> [P, N*S,
     M]``.
     """
     es = run.spec.eval
@@ -38,7 +39,7 @@ def evaluate(
         key=key,
         num_samples=es.num_samples,
         temperature=es.temperature,
-        tracker=NOptimalTracker(),
+        states={},  # the reward sources start fresh on every evaluation
         stats=host.reward_stats["eval"],
     )
     rewards, valid, calls = episodes.rewards, episodes.valid, episodes.n_calls
@@ -65,23 +66,23 @@ def validation_vector(
     *,
     num_samples: int = 1,
     temperature: float = 0.0,
-    n_opt: str | None = None,
+    **options,
 ) -> tuple[HostState, np.ndarray, dict]:
-    """ParetoPO's ``v_t [M]``: the mean reward vector of rollouts on the validation split
-    (ParetoPO, arXiv:2606.16111, Algorithm 1): by default one greedy sample per problem; with
-    ``num_samples`` / ``temperature`` the mean over that many sampled ones (``paretopo.validation_*``).
-    The validation ``N_optimal`` table is tracked across validations like the training one (also
-    with ``n_opt="fixed"``, which scores ``r_tool`` against the task's rule instead; None =
-    ``config.tool_reward.n_opt``); returns the host state with it updated."""
+    """``v_t [M]``: the mean reward vector of rollouts on the validation split (arXiv:2606.16111,
+    Algorithm 1): by default one greedy sample per problem; with ``num_samples`` /
+    ``temperature`` the mean over that many sampled ones. ``options``: reward-source options for
+    these rollouts (e.g. ``n_opt``; None values = the run's). The reward sources' validation state
+    is carried across validations like the training one; returns the host state with it
+    updated."""
     key = jax.random.fold_in(jax.random.PRNGKey(run.spec.seed + 2), step)
-    extra = {"n_opt": n_opt} if n_opt is not None else {}
-    episodes, val_tracker = run.runner.run(
+    extra = {"options": options} if any(v is not None for v in options.values()) else {}
+    episodes, states = run.runner.run(
         params,
         run.splits.validation,
         key=key,
         num_samples=int(num_samples),
         temperature=float(temperature),
-        tracker=host.val_tracker,
+        states=rewards_lib.split_states(host.reward_state, "validation"),
         stats=host.reward_stats["validation"],
         **extra,
     )
@@ -91,4 +92,5 @@ def validation_vector(
     v = r.mean(0)
     metrics = {f"val/{n}": float(v[k]) for k, n in enumerate(run.task.objective_names)}
     metrics.update(host.reward_stats["validation"].as_metrics("reward_invalid/validation"))
-    return dataclasses.replace(host, val_tracker=val_tracker), v, metrics
+    reward_state = rewards_lib.with_split_states(host.reward_state, "validation", states)
+    return dataclasses.replace(host, reward_state=reward_state), v, metrics

@@ -24,6 +24,7 @@ def test_descriptor_flags_match_the_signature(name):
     assert ("key" in params) == m.needs_key
     assert ("state" in params) == m.stateful
     assert all(x in params for x in m.sample_inputs)
+    assert all(kw in params and obj in m.objectives for kw, obj in m.validity_inputs)
     assert not m.per_prompt_weights or "weights" in params
     assert not set(m.data_args) & m.hyperparameters()
 

@@ -14,9 +14,10 @@ from mojax import pareto
 from mojax.advantages import MethodContext
 from mojax.advantages.paretopo import ParetoPOSpec
 from mojax.config import ConfigError
+from mojax.pareto import NOptimalTracker
+from mojax.rewards import ToolEfficiency, score_rollouts, with_options
 from mojax.rl import phases
 from mojax.rl.host_state import HostState
-from mojax.rl.rewards import score_rollouts
 from mojax.rl.validation import validation_vector
 from mojax.tasks.calculator import CalculatorTask
 
@@ -98,8 +99,8 @@ class _Runner:
     task: CalculatorTask
     calls: list = dataclasses.field(default_factory=list)
 
-    def run(self, params, examples, *, key, num_samples, temperature, tracker, stats, n_opt=None):
-        self.calls.append((num_samples, temperature, n_opt))
+    def run(self, params, examples, *, key, num_samples, temperature, states, stats, options=None):
+        self.calls.append((num_samples, temperature, (options or {}).get("n_opt")))
         texts, n_calls = [], []
         for ex in examples:
             for g in range(num_samples):
@@ -108,11 +109,12 @@ class _Runner:
                     f"<calc>{ex.meta['expr']}</calc>" * c + f"<answer>{ex.target}</answer>"
                 )
                 n_calls.append(c)
+        sources = with_options([ToolEfficiency()], options)
         rb = score_rollouts(
-            self.task, examples, texts, n_calls, num_samples, tracker=tracker, stats=stats,
-            n_opt_source=n_opt or "tracked",
+            self.task, examples, texts, n_calls, num_samples, sources=sources, states=states,
+            stats=stats,
         )  # fmt: skip
-        return SimpleNamespace(rewards=rb.rewards, valid=rb.valid), rb.tracker
+        return SimpleNamespace(rewards=rb.rewards, valid=rb.valid), rb.states
 
 
 def test_validation_vector_of_several_samples_scored_with_the_fixed_n_opt():
@@ -132,7 +134,8 @@ def test_validation_vector_of_several_samples_scored_with_the_fixed_n_opt():
     want = [math.exp(-0.7 * abs(g % 3 - task.optimal_calls(ex))) for ex in val for g in range(4)]
     np.testing.assert_allclose(v, [1.0, np.mean(want)], rtol=1e-6)
     assert metrics["val/r_tool"] == pytest.approx(np.mean(want))
-    assert host.val_tracker.table == {ex.id: 0 for ex in val}  # still tracked
+    val_state = host.reward_state["tool_efficiency"]["validation"]
+    assert NOptimalTracker.from_state(val_state).table == {ex.id: 0 for ex in val}  # still tracked
     _, tracked, _ = validation_vector(run, HostState(), None, 2)  # the default: greedy, tracked
     assert runner.calls[-1] == (1, 0.0, None)
     np.testing.assert_allclose(tracked, [1.0, 1.0])  # one sample, 0 calls: saturates at (1, 1)

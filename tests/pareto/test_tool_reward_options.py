@@ -10,7 +10,7 @@ import pytest
 
 from mojax.config import ConfigError
 from mojax.pareto import NOptimalTracker, fixed_tool_reward, gate_by_success
-from mojax.rl.rewards import score_rollouts, tool_column
+from mojax.rewards import ToolEfficiency, score_rollouts, tool_column
 from mojax.tasks.calculator import CalculatorTask, Problem
 
 
@@ -72,9 +72,9 @@ def test_the_issue_case_a_wrong_mental_answer_is_paid_only_ungated():
     for (gate, n_opt), want in cases.items():
         # tracked: a previous success with 0 calls makes N_opt 0, as in the issue
         tracker = NOptimalTracker({"h0": 0})
-        out = score_rollouts(
-            task, [ex], responses, [0, 1], 2, tracker=tracker, tool_gate=gate, n_opt_source=n_opt
-        )
+        source = ToolEfficiency(gate=gate, n_opt=n_opt)
+        states = {"tool_efficiency": tracker.to_state()}
+        out = score_rollouts(task, [ex], responses, [0, 1], 2, sources=[source], states=states)
         np.testing.assert_allclose(out.rewards[0, :, 0], [0.0, 1.0])
         np.testing.assert_allclose(
             out.rewards[0, :, 1], want, rtol=1e-6, err_msg=str((gate, n_opt))
@@ -123,9 +123,11 @@ def test_config_keys_are_validated_naming_the_allowed_values():
 
 
 def test_a_fixed_n_opt_needs_a_task_rule():
+    from mojax.advantages.paretopo import ParetoPOSpec
     from mojax.rl.spec_rules import _n_opt_errors
 
     para = SimpleNamespace(enabled=True, validation_n_opt="fixed")
+    para.reward_options = lambda: ParetoPOSpec.reward_options(para)  # the section's own method
     spec = SimpleNamespace(
         reward=SimpleNamespace(n_opt="fixed"),
         advantage=SimpleNamespace(sections={"paretopo": para}),

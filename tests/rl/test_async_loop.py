@@ -197,7 +197,7 @@ def test_inflight_rollouts_survive_their_json_form_exactly():
     assert [x.id for x in e.examples] == ["e0", "e1"] and e.prompt_ids == [[1, 2], [3]]
     for name in ("rewards", "valid", "kept", "goal_weights"):
         assert np.array_equal(getattr(e, name), getattr(eps, name)), name
-    assert e.set_rewards is None and e.reason_valid is None
+    assert e.set_rewards is None and e.objective_valid is None
     with pytest.raises(inflight.InFlightError, match="not in the training split"):
         inflight.decode(data, {"e0": by_id["e0"]})
 

@@ -1,6 +1,7 @@
 """HostState: a JSON round trip keeps every piece, AWPO's running peak (the method's carried state) is
 carried across steps and restored from a checkpoint exactly, and host states of earlier checkpoints
-(``stage1`` / ``estimator`` keys) still load."""
+(``stage1`` / ``estimator`` keys; the ``tracker`` / ``val_tracker`` tables before the reward sources)
+still load."""
 
 import json
 
@@ -22,11 +23,11 @@ def _filled() -> HostState:
     stats["train"].record(False, "ValueError")
     stats["train"].record(True)
     stats["eval"].record(False, "nan")
+    tables = {"train": tracker.to_state(), "validation": val.to_state()}
     return HostState(
         step=7,
         data={"epoch": 1, "position": 3, "seed": 0},
-        tracker=tracker,
-        val_tracker=val,
+        reward_state={"tool_efficiency": tables},
         method=stage1.to_state(),
         reward_stats=stats,
     )
@@ -36,7 +37,10 @@ def test_json_round_trip_keeps_every_piece():
     host = _filled()
     back = HostState.from_json(host.to_json())
     assert back.to_json() == host.to_json()
-    assert back.tracker.table == {"a": 2, "b": 1} and back.val_tracker.table == {"v": 4}
+    tables = {
+        k: NOptimalTracker.from_state(v) for k, v in back.reward_state["tool_efficiency"].items()
+    }
+    assert tables["train"].table == {"a": 2, "b": 1} and tables["validation"].table == {"v": 4}
     assert back.method == host.method and back.method["archive"] == [[0.2, 0.5], [0.4, 0.45]]
     assert back.step == 7
     assert back.reward_stats["train"].as_metrics() == host.reward_stats["train"].as_metrics()
@@ -54,8 +58,8 @@ def test_host_states_of_earlier_checkpoints_load():
 
 def test_incompatible_host_state_names_what_is_missing():
     d = json.loads(_filled().to_json())
-    del d["tracker"]
-    with pytest.raises(ValueError, match=r"lacks \['tracker'\]"):
+    del d["reward_state"]
+    with pytest.raises(ValueError, match=r"lacks \['reward_state'\]"):
         HostState.from_dict(d)
 
 
@@ -73,7 +77,7 @@ def _awpo_step(host, rewards, valid):
     eps = types.SimpleNamespace(
         rewards=rewards,
         valid=valid,
-        reason_valid=None,
+        objective_valid=None,
         goal_weights=None,
         set_rewards=None,
         set_valid=None,
@@ -114,3 +118,48 @@ def test_awpo_running_peak_is_carried_and_restored_exactly():
     assert host.method["peak"] == pytest.approx(peaks[-1])
     fresh = [_awpo_step(HostState(), r, valid)[1]["advantage/awpo/r_max"] for r in batches]
     assert fresh[1] < peaks[1]  # a per-batch peak would have dropped
+
+
+def _old_layout(host: HostState, tracker: NOptimalTracker, val: NOptimalTracker) -> dict:
+    """``host`` as the host state of a checkpoint written before the reward sources: the
+    ``to_dict`` of that version, by hand (the N_optimal tables as ``tracker`` / ``val_tracker``)."""
+    return {
+        "step": host.step,
+        "data": dict(host.data),
+        "tracker": tracker.to_state(),
+        "val_tracker": val.to_state(),
+        "method": host.method,
+        "reward_stats": {k: v.state_dict() for k, v in host.reward_stats.items()},
+        "inflight": [],
+    }
+
+
+def test_a_checkpoint_of_the_old_layout_restores_into_the_reward_state():
+    new = _filled()
+    train = NOptimalTracker.from_state(new.reward_state["tool_efficiency"]["train"])
+    val = NOptimalTracker.from_state(new.reward_state["tool_efficiency"]["validation"])
+    old = json.loads(json.dumps(_old_layout(new, train, val)))  # as the checkpoint stored it
+    back = HostState.from_dict(old)
+    assert back == HostState.from_json(new.to_json())
+    assert back.to_json() == new.to_json()
+    # empty tables (a task without r_tool, or no validation yet) are no state at all
+    empty = _old_layout(new, train, NOptimalTracker())
+    assert set(HostState.from_dict(empty).reward_state["tool_efficiency"]) == {"train"}
+    none = _old_layout(new, NOptimalTracker(), NOptimalTracker())
+    assert HostState.from_dict(none).reward_state == {}
+
+
+def test_in_flight_host_fields_of_the_old_layout_apply_to_the_training_state():
+    from mojax.rl.async_loop import _host_fields, _with_fields
+
+    host = _filled()
+    fields = _host_fields(host)
+    assert fields["reward_state"] == {
+        "tool_efficiency": {"train": host.reward_state["tool_efficiency"]["train"]}
+    }
+    old = {k: v for k, v in fields.items() if k != "reward_state"}
+    old["tracker"] = NOptimalTracker({"z": 5}).to_state()
+    got = _with_fields(host, json.loads(json.dumps(old)))
+    state = got.reward_state["tool_efficiency"]
+    assert NOptimalTracker.from_state(state["train"]).table == {"z": 5}
+    assert state["validation"] == host.reward_state["tool_efficiency"]["validation"]

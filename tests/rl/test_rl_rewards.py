@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from mojax.pareto import NOptimalTracker
-from mojax.rl.rewards import groups_with_signal, overlong_penalty, score_rollouts
+from mojax.rewards import ToolEfficiency, groups_with_signal, overlong_penalty, score_rollouts
 from mojax.tasks.calculator import CalculatorTask
 
 
@@ -24,17 +24,18 @@ def test_calculator_rewards_with_tool_efficiency_by_hand():
         f"<calc>x</calc><output>1</output><calc>y</calc><output>2</output><answer>{a1}</answer>",
     ]
     n_calls = [0, 1, 0, 1, 0, 2]
-    out = score_rollouts(task, exs, responses, n_calls, 3, tracker=NOptimalTracker())
+    out = score_rollouts(task, exs, responses, n_calls, 3, sources=[ToolEfficiency()])
     e = math.exp(-0.7)
     np.testing.assert_allclose(out.rewards[..., 0], [[1, 1, 0], [1, 0, 1]])
     np.testing.assert_allclose(out.rewards[..., 1], [[1, e, 1], [1, e, e]], rtol=1e-6)
     assert out.valid.all()
-    assert out.tracker.table == {exs[0].id: 0, exs[1].id: 1}
+    tracker = NOptimalTracker.from_state(out.states["tool_efficiency"])
+    assert tracker.table == {exs[0].id: 0, exs[1].id: 1}
     assert out.metrics["reward/r_task/mean"] == pytest.approx(4 / 6)
     assert out.metrics["tool/calls_mean"] == pytest.approx(4 / 6)
     # a prompt with no success so far gets r_tool = 0 ("zero" mode)
     out2 = score_rollouts(
-        task, exs[:1], ["<answer>-99999</answer>"] * 2, [1, 0], 2, tracker=NOptimalTracker()
+        task, exs[:1], ["<answer>-99999</answer>"] * 2, [1, 0], 2, sources=[ToolEfficiency()]
     )
     np.testing.assert_array_equal(out2.rewards[..., 1], 0.0)
 

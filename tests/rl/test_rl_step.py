@@ -83,16 +83,17 @@ class _FlakyJudge:
 
 
 def test_judge_failure_invalidates_only_the_reasoning_objective():
-    from mojax.rl.rewards import score_rollouts
+    from mojax.rewards import JudgeSource, score_rollouts
     from mojax.tasks.toolrl import ToolRLTask
 
     task = ToolRLTask(mode="awpo")
     gold = "<think>x</think>\n<response>hello</response>"
     ex = [Example(id="a", messages=({"role": "user", "content": "hi"},), target=gold)]
     responses = ["<think>y</think>\n<response>hello</response>", "fail"]
-    rb = score_rollouts(task, ex, responses, np.zeros(2), 2, judge=_FlakyJudge(),
+    rb = score_rollouts(task, ex, responses, np.zeros(2), 2, sources=[JudgeSource(_FlakyJudge())],
                         prompts_text=["hi"])  # fmt: skip
-    assert rb.reason_valid.tolist() == [[True, False]]
     k = task.objective_index("r_reason")
+    assert rb.objective_valid[..., k].tolist() == [[True, False]]
+    assert rb.objective_valid[..., 1 - k].tolist() == [[True, True]]
     assert rb.rewards[0, 0, k] == pytest.approx(0.8) and rb.rewards[0, 1, k] == 0.0
     assert rb.valid[0, 0]  # the scored sample keeps its outcome reward

@@ -82,15 +82,14 @@ def test_added_reward_extends_the_task(reward_module):
 
 def test_added_reward_reaches_rewards_and_gdpo(reward_module):
     from mojax.advantages import ESTIMATORS
-    from mojax.pareto import NOptimalTracker
-    from mojax.rl.rewards import score_rollouts
+    from mojax.rewards import ToolEfficiency, score_rollouts
 
     c = _config(_brevity())
     task = build_task(c.task)
     ex = task.load_splits(c.task, seed=0).train[:2]
     # every answer wrong, no calls: only the added objective varies within a group
     responses = ["<answer>x</answer>", "<answer>xxxxxxxxxx</answer>"] * 2
-    batch = score_rollouts(task, ex, responses, np.zeros(4), 2, tracker=NOptimalTracker())
+    batch = score_rollouts(task, ex, responses, np.zeros(4), 2, sources=[ToolEfficiency()])
     assert batch.rewards.shape == (2, 2, 3) and batch.valid.all()
     assert "reward/r_short/mean" in batch.metrics
     np.testing.assert_allclose(batch.rewards[..., 0], 0.0)

@@ -3,12 +3,10 @@
 Each process scores the rows of the prompt groups it owns (``mojax.distributed.owner_of_groups``,
 the same rows whose tools it ran); the per-row rewards, validity and invalid-reward counts are
 all-gathered, so every process holds the whole ``[B, M]`` (or ``[B, S, M]``) tensor and the same
-``RewardStats``. One process: the task's own batch scorer, unchanged. AWPO's judge
-(:func:`judge_owned`) is split the same way: each process calls the judge for its own rows only,
-and the scores and failure counts are all-gathered, so a call that fails on one process fails for
-every process alike (the rewards, the estimator's state and ``clip_eps`` stay identical).
+``RewardStats``. One process: the task's own batch scorer, unchanged. The judge source splits its
+calls the same way (``mojax.rewards.judge.judge_owned``).
 
-Shapes: B = P * G rows (prompt-major), M objectives, S answers per completion (VPO sets).
+Shapes: B = P * G rows (prompt-major), M objectives, S answers per completion (multi-answer sets).
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ import numpy as np
 
 from mojax import distributed
 from mojax.tasks.base import RewardStats, ScoreBatch, SetScoreBatch, Task
-from mojax.tasks.judge import JudgeBudget, judge_rows
 
 
 def score_owned(
@@ -60,29 +57,3 @@ def _score(task, responses, rows, num_answers, stats):
     if num_answers:
         return task.score_set_batch(responses, rows, num_answers, stats=stats)
     return task.score_batch(responses, rows, stats=stats)
-
-
-def judge_owned(
-    judge,
-    prompts: Sequence[str],
-    responses: Sequence[str],
-    references: Sequence[str],
-    num_samples: int,
-    budget: JudgeBudget | None = None,
-) -> tuple[np.ndarray, dict[str, int]]:
-    """``mojax.tasks.judge.judge_rows`` of ``B`` rows, each process judging its own groups' rows
-    within ``budget``; the scores float32 [B] (NaN = failed) and the counts summed over processes,
-    the same on every process."""
-    if distributed.process_count() == 1:
-        return judge_rows(judge, prompts, responses, references, budget)
-    owners = distributed.row_owners(len(responses), num_samples)
-    mine = np.flatnonzero(owners == distributed.process_index())
-    pick = lambda xs: [xs[i] for i in mine]  # noqa: E731
-    part = judge_rows(judge, pick(prompts), pick(responses), pick(references), budget)
-    scores = np.full((len(responses),), np.nan, np.float32)
-    counts = {"failures": 0, "skipped": 0}
-    for idx, (values, theirs) in distributed.allgather_objects((mine, part)):
-        scores[idx] = values
-        for k in counts:
-            counts[k] += int(theirs[k])
-    return scores, counts

@@ -1,0 +1,111 @@
+"""The config sections of the reward sources (``mojax.rewards``): ``config.tool_reward`` with DAPO's
+overlong shaping (``dapo.overlong_*``) and ``config.judge``. Frozen dataclasses of
+``mojax.config.option`` fields, each checking its own fields in ``__post_init__`` (every error names
+its ``config.`` key and the allowed values); the run spec (``mojax.rl.spec.RunSpec``) holds them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar
+
+from mojax import pareto
+from mojax.config import Checker, option
+
+JUDGE_KINDS = ("overlap", "http", "model")
+
+
+def _checker(section: str, spec: Any) -> Checker:
+    """A :class:`Checker` over a spec's fields, naming them ``config.<section>.<field>``."""
+    return Checker({section: {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}})
+
+
+@dataclasses.dataclass(frozen=True)
+class RewardSpec:
+    """``config.tool_reward`` + DAPO overlong shaping: how responses become reward vectors."""
+
+    SECTION: ClassVar[str] = "tool_reward"
+    tool_alpha: float = option(
+        help="r_tool = exp(-alpha |N_call - N_opt|) (ParetoPO Eq. 4)", key="tool_reward.alpha"
+    )
+    no_success: str = option(help='r_tool without a success: "zero" | "group_min" | ...')
+    overlong_buffer: int = option(
+        help="DAPO: tokens before the max length where the soft penalty ramps up (0 = off)",
+        key="dapo.overlong_buffer",
+    )
+    overlong_penalty: float = option(
+        help="DAPO: penalty at the max length", key="dapo.overlong_penalty"
+    )
+    gate: str = option(
+        "all",
+        help='who is paid r_tool: "all" samples | "success"-ful ones only (a failure gets 0)',
+    )
+    n_opt: str = option(
+        "tracked",
+        help='r_tool\'s N_opt: "tracked" (fewest calls of a success so far) | "fixed" (the '
+        "task's rule, e.g. the calculator's optimal_calls)",
+    )
+    max_response_len: int = 0  # rollout.max_response_len (the overlong ramp ends there)
+
+    def __post_init__(self):
+        c = _checker("tool_reward", self)
+        if self.no_success not in pareto.NO_SUCCESS_MODES:
+            c.fail(
+                "tool_reward.no_success",
+                f"{self.no_success!r} is not allowed; allowed values: {list(pareto.NO_SUCCESS_MODES)}",
+            )
+        c.choice("tool_reward.gate", pareto.TOOL_GATES)
+        c.choice("tool_reward.n_opt", pareto.N_OPT_SOURCES)
+        if self.tool_alpha < 0:
+            c.fail("tool_reward.alpha", f"{self.tool_alpha!r} is out of range [0, inf)")
+        if not 0 <= self.overlong_buffer <= self.max_response_len:
+            c.fail(
+                "dapo.overlong_buffer",
+                f"{self.overlong_buffer} must be in [0, rollout.max_response_len]",
+            )
+        c.raise_if_any()
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeSpec:
+    """``config.judge``: AWPO's reasoning-reward judge."""
+
+    SECTION: ClassVar[str] = "judge"
+    kind: str = option(help='"overlap" (offline) | "http" (OpenAI-compatible) | "model" (local)')
+    url: str = option(help="the http judge's endpoint")
+    model: str = option(help="the http judge's model name, or the local judge's HF directory")
+    timeout_s: float = option(help="deadline of one judge call")
+    workers: int = option(8, help="judge calls in flight at once, per process")
+    max_failures_in_a_row: int = option(
+        8, help="after this many failed calls in a row, skip the batch's other rows (0 = never)"
+    )
+    batch_deadline_s: float = option(
+        0.0, help="one deadline for each batch of judge calls, per process (0 = none)"
+    )
+
+    def __post_init__(self):
+        c = _checker("judge", self)
+        c.choice("judge.kind", JUDGE_KINDS)
+        if self.kind == "http" and not self.url:
+            c.fail("judge.url", "judge.kind='http' needs the server's base URL (http://host:port)")
+        if self.kind == "model" and not self.model:
+            c.fail("judge.model", "judge.kind='model' needs the judge's HF checkpoint directory")
+        c.in_range("judge.timeout_s", 0.0, low_inclusive=False)
+        c.in_range("judge.workers", 1)
+        c.in_range("judge.max_failures_in_a_row", 0)
+        c.in_range("judge.batch_deadline_s", 0.0, finite=True)
+        c.raise_if_any()
+
+    def checkpoint_paths(self) -> dict[str, str]:
+        """The model checkpoint this section names, by config key (``mojax.rl.inputs``)."""
+        return {"judge.model": self.model} if self.kind == "model" else {}
+
+    def budget(self):
+        """The ``mojax.tasks.judge.JudgeBudget`` of one batch of judge calls."""
+        from mojax.tasks.judge import JudgeBudget
+
+        return JudgeBudget(
+            workers=int(self.workers),
+            deadline_s=float(self.batch_deadline_s) or None,
+            max_failures_in_a_row=int(self.max_failures_in_a_row),
+        )
