@@ -69,7 +69,7 @@ def check_files(spec: Any) -> None:
     """Raises ``ConfigError`` naming each data key whose file does not exist, ``task.train_path``
     when a file-backed task has none, ``model.checkpoint`` when it is not a readable HF checkpoint
     (``mojax.rl.model_config.checkpoint_errors``: only config.json and the safetensors headers are
-    read, on every process) and each section's ``checkpoint_paths()`` (e.g. ``judge.model``) when it
+    read, on every process) and each section's ``checkpoint_paths()`` when it
     names no directory with a ``config.json``."""
     from mojax.tasks.data import missing_file_message
 
