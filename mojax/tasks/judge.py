@@ -121,6 +121,27 @@ def judge_messages(prompt: str, response: str, reference: str) -> list[dict[str,
     return [{"role": "system", "content": RUBRIC}, {"role": "user", "content": user}]
 
 
+_SLOT = "\ue000"  # a private-use character: where the response goes in the rendered prompt
+
+
+def judge_prompt_ids(tokenizer, prompt: str, response: str, reference: str) -> list[int]:
+    """The local judge's prompt ids: the chat template of :func:`judge_messages`, encoded.
+
+    The response is the policy's text (its tool observations included), so it is encoded as plain
+    text (``tokenizer.encode_plain``) whenever it would otherwise yield a control id (a written-out
+    ``<|im_end|>``, say): it can never close the judge's user turn or open an assistant turn of
+    its own. Any other response gives the ids of the whole rendered text, as before."""
+    render = lambda r: tokenizer.apply_chat_template(
+        judge_messages(prompt, r, reference), tokenize=False
+    )
+    controls = getattr(tokenizer, "control_ids", frozenset())
+    if not controls or not set(tokenizer.encode(response)) & set(controls):
+        return tokenizer.encode(render(response))
+    prompt, reference = prompt.replace(_SLOT, ""), reference.replace(_SLOT, "")
+    head, tail = render(_SLOT).split(_SLOT)
+    return tokenizer.encode(head) + tokenizer.encode_plain(response) + tokenizer.encode(tail)
+
+
 def _tokens(text: str) -> list[str]:
     return [t.lower() for t in _WORD.findall(text or "")]
 
@@ -241,11 +262,8 @@ class ModelJudge:
 
         from mojax.sampling import protocol
 
-        texts = [
-            self.tokenizer.apply_chat_template(judge_messages(p, r, ref), tokenize=False)
-            for p, r, ref in zip(prompts, responses, references)
-        ]
-        ids = [self.tokenizer.encode(t) for t in texts]
+        rows = zip(prompts, responses, references)
+        ids = [judge_prompt_ids(self.tokenizer, p, r, ref) for p, r, ref in rows]
         width = max(len(i) for i in ids)
         tokens = np.zeros((len(ids), width), np.int32)
         for row, i in enumerate(ids):
