@@ -129,6 +129,11 @@ class Checker:
             raise ConfigError.of(self.errors)
 
 
+def spec_checker(section: str, spec: Any) -> Checker:
+    """A :class:`Checker` over a spec dataclass's fields, naming them ``config.<section>.<field>``."""
+    return Checker({section: {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}})
+
+
 def dataclass_from_config(cls: type, cfg: Any, section: str) -> Any:
     """``cls(**cfg)`` for a ConfigDict / mapping; unknown keys raise naming ``section`` and the
     dataclass fields (e.g. ``unknown ppo key(s) ['clip_hihg']; allowed: [...]``)."""

@@ -396,3 +396,12 @@ def check_model_divides(model_config: Any, mesh: Mesh, rules: Sequence) -> None:
     errors = model_divisibility_errors(model_config, dict(mesh.shape), rules)
     if errors:
         raise ConfigError.of(errors)
+
+
+def bytes_per_device(tree) -> int:
+    """Bytes of ``tree``'s leaves on one device (their shard shapes)."""
+    total = 0
+    for leaf in jax.tree.leaves(tree):
+        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
+        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
+    return total

@@ -7,17 +7,12 @@ its ``config.`` key and the allowed values); the run spec (``mojax.rl.spec.RunSp
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from mojax import pareto
-from mojax.config import Checker, option
+from mojax.config import option, spec_checker
 
 JUDGE_KINDS = ("overlap", "http", "model")
-
-
-def _checker(section: str, spec: Any) -> Checker:
-    """A :class:`Checker` over a spec's fields, naming them ``config.<section>.<field>``."""
-    return Checker({section: {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +43,7 @@ class RewardSpec:
     max_response_len: int = 0  # rollout.max_response_len (the overlong ramp ends there)
 
     def __post_init__(self):
-        c = _checker("tool_reward", self)
+        c = spec_checker("tool_reward", self)
         if self.no_success not in pareto.NO_SUCCESS_MODES:
             c.fail(
                 "tool_reward.no_success",
@@ -84,7 +79,7 @@ class JudgeSpec:
     )
 
     def __post_init__(self):
-        c = _checker("judge", self)
+        c = spec_checker("judge", self)
         c.choice("judge.kind", JUDGE_KINDS)
         if self.kind == "http" and not self.url:
             c.fail("judge.url", "judge.kind='http' needs the server's base URL (http://host:port)")

@@ -32,8 +32,6 @@ none, so for a GPU target the attention share of the update's temporaries is an 
 
 from __future__ import annotations
 
-import math
-
 import jax
 import numpy as np
 
@@ -43,14 +41,6 @@ from mojax.rl.model_config import qwen_config
 from mojax.sampling import protocol
 
 GIB = 1024**3
-
-
-def _bytes_per_device(tree) -> int:
-    total = 0
-    for leaf in jax.tree.leaves(tree):
-        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
-        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
-    return total
 
 
 def prompt_length(spec) -> tuple[int, str]:
@@ -120,15 +110,15 @@ def dry_run(spec, sampler: bool = True) -> dict[str, float]:
     prompt_len, how = prompt_length(spec)
     train, state = compile_train_step(spec, mesh, rules, mc, prompt_len)
     tm = train.memory_analysis()
-    persistent = _bytes_per_device((state.params, state.opt_state, state.frozen))
-    batch = tm.argument_size_in_bytes - _bytes_per_device(state)
+    persistent = sharding_lib.bytes_per_device((state.params, state.opt_state, state.frozen))
+    batch = tm.argument_size_in_bytes - sharding_lib.bytes_per_device(state)
     train_transient = tm.temp_size_in_bytes + tm.output_size_in_bytes - tm.alias_size_in_bytes
     out = {
         "devices": float(mesh.devices.size),
         "params_total": float(models.param_count(mc.replace(lora=None))),
-        "params_gib_per_device": _bytes_per_device(state.params) / GIB,
-        "optimizer_gib_per_device": _bytes_per_device(state.opt_state) / GIB,
-        "frozen_base_gib_per_device": _bytes_per_device(state.frozen) / GIB,
+        "params_gib_per_device": sharding_lib.bytes_per_device(state.params) / GIB,
+        "optimizer_gib_per_device": sharding_lib.bytes_per_device(state.opt_state) / GIB,
+        "frozen_base_gib_per_device": sharding_lib.bytes_per_device(state.frozen) / GIB,
         "batch_gib_per_device": max(batch, 0) / GIB,
         "train_temp_gib_per_device": tm.temp_size_in_bytes / GIB,
         "train_transient_gib_per_device": (train_transient + max(batch, 0)) / GIB,

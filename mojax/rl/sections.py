@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any, ClassVar
 
 from mojax import models
-from mojax.config import Checker, option
+from mojax.config import option, spec_checker
 from mojax.rewards.sections import JudgeSpec, RewardSpec  # noqa: F401 (the run spec's sections)
 from mojax.rollout.spec import MAX_TOOL_TIMEOUT_S as MAX_TIMEOUT
 from mojax.sampling.protocol import DRAWS, KV_CACHES, engines
@@ -25,11 +25,6 @@ SANDBOX_MODES = (
     "fallback",
 )  # mojax.rollout.tools.PythonSandbox
 WANDB_MODES = ("online", "offline", "disabled")
-
-
-def _checker(section: str, spec: Any) -> Checker:
-    """A :class:`Checker` over a spec's fields, naming them ``config.<section>.<field>``."""
-    return Checker({section: {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +41,7 @@ class ModelSpec:
     remat: str = option(help='"none" | "full" | "dots" (rematerialise each layer in the backward)')
 
     def __post_init__(self):
-        c = _checker("model", self)
+        c = spec_checker("model", self)
         c.choice("model.dtype", DTYPES)
         c.choice("model.param_dtype", DTYPES)
         c.choice("model.cache_dtype", ("",) + DTYPES)
@@ -73,7 +68,7 @@ class TokenizerSpec:
     vocab_size: int = option(help='pieces of the self-built vocabulary (path="build")')
 
     def __post_init__(self):
-        c = _checker("tokenizer", self)
+        c = spec_checker("tokenizer", self)
         c.in_range("tokenizer.vocab_size", 1)
         c.raise_if_any()
 
@@ -105,7 +100,7 @@ class TaskSpec:
     mix: dict = option(help="generated problems' difficulty mix (calculator: easy, medium, hard)")
 
     def __post_init__(self):
-        c = _checker("task", self)
+        c = spec_checker("task", self)
         c.in_range("task.num_answers", 0)
         c.in_range("task.num_eval", 1)
         c.in_range("task.num_train", 1)
@@ -180,7 +175,7 @@ class RolloutSpec:
     )
 
     def __post_init__(self):
-        c = _checker("rollout", self)
+        c = spec_checker("rollout", self)
         for key in ("prompts_per_step", "num_samples", "max_new_tokens", "max_response_len"):
             c.in_range(f"rollout.{key}", 1)
         for key in ("max_turns", "tool_workers"):
@@ -259,7 +254,7 @@ class SFTSpec:
     )
 
     def __post_init__(self):
-        c = _checker("sft", self)
+        c = spec_checker("sft", self)
         c.in_range("sft.steps", 0)
         c.in_range("sft.batch_size", 1)
         c.in_range("sft.num_examples", 1)
@@ -295,7 +290,7 @@ class EvalSpec:
 
     def __post_init__(self):
         object.__setattr__(self, "ks", tuple(self.ks))
-        c = _checker("eval", self)
+        c = spec_checker("eval", self)
         c.in_range("eval.num_samples", 1)
         c.in_range("eval.temperature", 0.0)
         c.choice("eval.split", ["validation", "test"])
@@ -315,7 +310,7 @@ class WandbSpec:
     group: str = option(help="run group")
 
     def __post_init__(self):
-        c = _checker("wandb", self)
+        c = spec_checker("wandb", self)
         c.choice("wandb.mode", WANDB_MODES)
         c.raise_if_any()
 
@@ -339,7 +334,7 @@ class MeshSpec:
     logical_axis_rules: tuple = ()  # config.logical_axis_rules when set (else the model's)
 
     def __post_init__(self):
-        c = _checker("mesh", self)
+        c = spec_checker("mesh", self)
         for axis in ("data", "fsdp", "tensor"):
             v = c.typed(f"mesh.{axis}", int)
             if isinstance(v, int) and not isinstance(v, bool) and v < 1 and v != -1:
@@ -370,7 +365,7 @@ class LoraSpec:
 
     def __post_init__(self):
         object.__setattr__(self, "targets", tuple(self.targets))
-        c = _checker("lora", self)
+        c = spec_checker("lora", self)
         c.in_range("lora.rank", 1)
         c.in_range("lora.alpha", 0.0, low_inclusive=False)
         c.in_range("lora.dropout", 0.0, 1.0, high_inclusive=False)
@@ -404,6 +399,6 @@ class PackingSpec:
     width: int = option(help="tokens per packed row (0 = the batch's T)")
 
     def __post_init__(self):
-        c = _checker("packing", self)
+        c = spec_checker("packing", self)
         c.in_range("packing.width", 0)
         c.raise_if_any()

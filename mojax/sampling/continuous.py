@@ -333,7 +333,7 @@ def memory_report(spec, mesh, rules, state, mc, prompt_len, out) -> tuple[int, i
     held = 0
     if jax.process_count() > 1:
         mesh, state = _per_process_engine(state, mc)
-        held = memory.bytes_per_device(state.params)
+        held = sharding_lib.bytes_per_device(state.params)
         out["engine_weights_gib_per_device"] = held / memory.GIB
     rc = spec.rollout
     rows, g = int(rc.slots), int(rc.num_samples)

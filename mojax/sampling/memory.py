@@ -20,8 +20,6 @@ Multi-process: every process compiles the same programs on its devices; nothing 
 
 from __future__ import annotations
 
-import math
-
 import jax
 import numpy as np
 
@@ -31,15 +29,6 @@ from mojax.sampling import api, slots
 from mojax.sampling.buckets import bucket_length
 
 GIB = 1024**3
-
-
-def bytes_per_device(tree) -> int:
-    """Bytes of ``tree``'s leaves on one device (their shard shapes)."""
-    total = 0
-    for leaf in jax.tree.leaves(tree):
-        shape = leaf.sharding.shard_shape(leaf.shape) if leaf.sharding is not None else leaf.shape
-        total += math.prod(shape) * np.dtype(leaf.dtype).itemsize
-    return total
 
 
 def compile_sampler(spec, mesh, rules, state, mc, prompt_len: int):

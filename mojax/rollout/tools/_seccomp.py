@@ -96,6 +96,16 @@ ENOSYS_CALLS = ("clone3",)
 # and the generic table that aarch64 uses (include/uapi/asm-generic/unistd.h, 64-bit, with the
 # renameat, new-stat, rlimit, clone3 and memfd_secret calls aarch64 wants). A line starting with a
 # number N names the calls N, N+1, ...; continuation lines go on counting. Up to Linux 6.17.
+# numbers from 424 on are the same on every architecture (the kernel's unified table)
+_UNIFIED_TABLE = """
+424 pidfd_send_signal io_uring_setup io_uring_enter io_uring_register open_tree move_mount fsopen
+    fsconfig fsmount fspick pidfd_open clone3 close_range openat2 pidfd_getfd faccessat2
+    process_madvise epoll_pwait2 mount_setattr quotactl_fd landlock_create_ruleset
+    landlock_add_rule landlock_restrict_self memfd_secret process_mrelease futex_waitv
+    set_mempolicy_home_node cachestat fchmodat2 map_shadow_stack futex_wake futex_wait
+    futex_requeue statmount listmount lsm_get_self_attr lsm_set_self_attr lsm_list_modules mseal
+    setxattrat getxattrat listxattrat removexattrat open_tree_attr file_getattr file_setattr
+"""
 _X86_64_TABLE = """
 0 read write open close stat fstat lstat poll lseek mmap mprotect munmap brk rt_sigaction
     rt_sigprocmask rt_sigreturn ioctl pread64 pwrite64 readv writev access pipe select sched_yield
@@ -133,13 +143,6 @@ _X86_64_TABLE = """
     process_vm_writev kcmp finit_module sched_setattr sched_getattr renameat2 seccomp getrandom
     memfd_create kexec_file_load bpf execveat userfaultfd membarrier mlock2 copy_file_range preadv2
     pwritev2 pkey_mprotect pkey_alloc pkey_free statx io_pgetevents rseq uretprobe
-424 pidfd_send_signal io_uring_setup io_uring_enter io_uring_register open_tree move_mount fsopen
-    fsconfig fsmount fspick pidfd_open clone3 close_range openat2 pidfd_getfd faccessat2
-    process_madvise epoll_pwait2 mount_setattr quotactl_fd landlock_create_ruleset
-    landlock_add_rule landlock_restrict_self memfd_secret process_mrelease futex_waitv
-    set_mempolicy_home_node cachestat fchmodat2 map_shadow_stack futex_wake futex_wait
-    futex_requeue statmount listmount lsm_get_self_attr lsm_set_self_attr lsm_list_modules mseal
-    setxattrat getxattrat listxattrat removexattrat open_tree_attr file_getattr file_setattr
 """
 _AARCH64_TABLE = """
 0 io_setup io_destroy io_submit io_cancel io_getevents setxattr lsetxattr fsetxattr getxattr
@@ -174,13 +177,6 @@ _AARCH64_TABLE = """
     sched_getattr renameat2 seccomp getrandom memfd_create bpf execveat userfaultfd membarrier
     mlock2 copy_file_range preadv2 pwritev2 pkey_mprotect pkey_alloc pkey_free statx io_pgetevents
     rseq kexec_file_load
-424 pidfd_send_signal io_uring_setup io_uring_enter io_uring_register open_tree move_mount fsopen
-    fsconfig fsmount fspick pidfd_open clone3 close_range openat2 pidfd_getfd faccessat2
-    process_madvise epoll_pwait2 mount_setattr quotactl_fd landlock_create_ruleset
-    landlock_add_rule landlock_restrict_self memfd_secret process_mrelease futex_waitv
-    set_mempolicy_home_node cachestat fchmodat2 map_shadow_stack futex_wake futex_wait
-    futex_requeue statmount listmount lsm_get_self_attr lsm_set_self_attr lsm_list_modules mseal
-    setxattrat getxattrat listxattrat removexattrat open_tree_attr file_getattr file_setattr
 """
 
 
@@ -196,7 +192,10 @@ def _parse(table: str) -> dict[str, int]:
     return numbers
 
 
-_NUMBERS = {"x86_64": _parse(_X86_64_TABLE), "aarch64": _parse(_AARCH64_TABLE)}
+_NUMBERS = {
+    "x86_64": _parse(_X86_64_TABLE.rstrip() + _UNIFIED_TABLE),
+    "aarch64": _parse(_AARCH64_TABLE.rstrip() + _UNIFIED_TABLE),
+}
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _X32_BIT = 0x40000000
 
