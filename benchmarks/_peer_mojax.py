@@ -3,7 +3,7 @@
 The pieces ``mojax.rl.step.rl_step`` runs, without the task plumbing (tools, task rewards, logging):
 ``mojax.sampling.generate`` on the learner's current params (the in-graph sampler, one shared
 prefill per prompt), the shared Python reward, ``mojax.advantages.grpo`` (``std_ddof=1``, as TRL),
-``mojax.rl.batch.assemble_batch`` (+ ``mojax.learner.packing.pack_batch`` for the ``tail``
+``mojax.rl.step.assemble_batch`` (+ ``mojax.learner.packing.pack_batch`` for the ``tail``
 distribution, as ``ppo``'s trainer does with ``packing.enabled``) and the jitted sharded PPO step
 (``mojax.learner.make_train_step``: token-mean PPO-clip, ε 0.2, AdamW, global-norm clip 1, one
 epoch, one mini-batch, KL 0, the sampler's log-probs as π_old); one micro-batch, or with
@@ -43,7 +43,7 @@ def main(args) -> None:
     from mojax.advantages.grpo import grpo
     from mojax.learner import packing
     from mojax.models import layouts
-    from mojax.rl.batch import assemble_batch
+    from mojax.rl.step import assemble_batch
 
     inp = load_inputs(args.ckpt)
     prompts, g, n = inp["prompts"], inp["num_samples"], inp["max_new_tokens"]

@@ -16,7 +16,7 @@ The pieces ``mojax.rl.step.rl_step`` runs, on a random-weight model of a named v
 * ``rewards``: the shared Python reward of every completion (``_peer_common.reward_of_ids``,
   the one ``benchmarks/rl_step_peers.py`` gives every framework) and GRPO advantages
   (``mojax.advantages.grpo``, ``std_ddof=1``);
-* ``update``: ``mojax.rl.batch.assemble_batch``, the rows packed (``mojax.learner.packing``, rows
+* ``update``: ``mojax.rl.step.assemble_batch``, the rows packed (``mojax.learner.packing``, rows
   a multiple of ``ROW_BUCKET``) and the jitted PPO step (``mojax.learner.make_train_step``:
   token-mean PPO-clip, AdamW, one epoch, micro-batches of ``--micro_rows`` rows, the sampler's
   log-probs as pi_old, vocabulary projection in chunks of ``--logprob_chunk``), blocked until ready.
@@ -113,7 +113,7 @@ def worker(args) -> None:
     from mojax import learner
     from mojax.advantages.grpo import grpo
     from mojax.learner import packing
-    from mojax.rl.batch import assemble_batch
+    from mojax.rl.step import assemble_batch
 
     config, state, train_step, sampler, total_len = _build(args)
     prompts, drawn = make_work(args, config.vocab_size)

@@ -3,7 +3,7 @@
 The step: a random-init Qwen3 of 25.2M parameters (``SHAPE``: E=512, F=1536, L=8, H=8, K=4, D=64,
 vocabulary 64, untied head), P=16 prompts x G=8 samples = 128 rows, prompts of 40 random tokens,
 up to 192 new tokens per row (token 1 is the stop token and may be sampled), GRPO advantages of
-random rewards, the rollout batch assembled as the RL loop does (``mojax.rl.batch``, T = prompt
+random rewards, the rollout batch assembled as the RL loop does (``mojax.rl.step``, T = prompt
 bucket + 192), and one PPO update with the default ``ppo`` and ``optimizer`` config sections
 (``mojax.defaults``), the run's layouts for this backend, one device.
 
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     from mojax import defaults, learner, models
     from mojax import sharding as sharding_lib
     from mojax.advantages.grpo import grpo
-    from mojax.rl.batch import assemble_batch
+    from mojax.rl.step import assemble_batch
     from mojax.sampling import InGraphSampler, bucket_length
 
     g = 8

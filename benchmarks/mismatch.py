@@ -65,7 +65,7 @@ def measure(args) -> dict:
     from mojax import learner
     from mojax import sharding as shl
     from mojax.learner.correction import mismatch_metrics
-    from mojax.rl.batch import assemble_batch
+    from mojax.rl.step import assemble_batch
     from mojax.sampling import InGraphSampler, bucket_length
 
     model = _model(args)

@@ -4,7 +4,7 @@ The rows are those of ``configs/awpo.py``'s run on the real ToolRL data (``$MOJA
 toolrl``, the real Qwen2 tokenizer): each prompt rendered by the task with the chat template, each
 response its gold answer (the ToolRL target, tokenized), ``G`` samples per prompt, ``P`` prompts per
 step in data order, rows right-padded to the run's ``T`` (the bucket of the longest prompt + the
-longest response) as ``mojax.rl.batch.assemble_batch`` lays them out, then packed to ``T`` tokens per
+longest response) as ``mojax.rl.step.assemble_batch`` lays them out, then packed to ``T`` tokens per
 row by ``mojax.learner.packing.pack_batch``. Not a timing: it counts tokens::
 
     python benchmarks/packing_padding.py                  # P=4, G=4 (the tiny AWPO run)
@@ -32,9 +32,9 @@ def main(argv=None) -> int:
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from mojax_test_utils import load_config
 
+    from mojax import spec as spec_lib
     from mojax.learner import packing
     from mojax.rl import builders
-    from mojax.rl import spec as spec_lib
     from mojax.sampling import bucket_length
 
     spec = spec_lib.validate(load_config("awpo"), num_devices=None)

@@ -30,8 +30,17 @@ import tempfile
 
 # (rank, module prefixes): the longest matching prefix gives a module's layer.
 RANKS = [
-    (0, ("mojax", "mojax.config", "mojax.distributed", "mojax.jsonl", "mojax.preemption")),
-    (0, ("mojax.paths",)),
+    (
+        0,
+        (
+            "mojax",
+            "mojax.config",
+            "mojax.distributed",
+            "mojax.infra.jsonl",
+            "mojax.infra.preemption",
+        ),
+    ),
+    (0, ("mojax.infra.paths",)),
     (1, ("mojax.models", "mojax.sharding", "mojax.hf_tokenizer")),
     (2, ("mojax.pareto", "mojax.metrics", "mojax.advantages")),
     (3, ("mojax.sampling", "mojax.learner", "mojax.rl.losses", "mojax.rl.ppo")),
@@ -39,10 +48,18 @@ RANKS = [
     (4, ("mojax.rollout.tools",)),
     (5, ("mojax.tasks",)),
     (6, ("mojax.rollout",)),
-    (7, ("mojax.checkpoint", "mojax.log_backends", "mojax.plots", "mojax.logging")),
-    (7, ("mojax.logbook", "mojax.workdir")),
-    (8, ("mojax.rl.spec", "mojax.rl.sections", "mojax.rl.spec_rules", "mojax.rl.model_config")),
-    (8, ("mojax.rl.show", "mojax.config_show")),
+    (
+        7,
+        (
+            "mojax.infra.checkpoint",
+            "mojax.infra.log_backends",
+            "mojax.infra.plots",
+            "mojax.logging",
+        ),
+    ),
+    (7, ("mojax.infra.logbook", "mojax.infra.workdir")),
+    (8, ("mojax.spec", "mojax.spec.sections", "mojax.spec.rules", "mojax.spec.model_config")),
+    (8, ("mojax.spec.show", "mojax.config_show")),
     (9, ("mojax.rl",)),
     (10, ("mojax.main", "mojax.export", "mojax.defaults")),
 ]

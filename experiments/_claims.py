@@ -39,7 +39,7 @@ import numpy as np
 from experiments import _grid, _report
 from mojax import compare as cmp
 from mojax import stats
-from mojax.jsonl import read_metrics
+from mojax.infra.jsonl import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALPHA = 0.05

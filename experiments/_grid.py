@@ -13,7 +13,7 @@ so a grid resumes where it stopped. Before a cell starts, the SFT warm start of 
 its workdir; ``mojax.rl.warm_start.sft`` then restores it instead of training, which the cell's
 log (no ``SFT i/N loss`` line) and missing ``sft_metrics.jsonl`` show (checked after the run). The
 self-built tokenizer is rebuilt by each cell (deterministic in the config and seed). Because a workdir that already holds a
-checkpoint and no ``config.json`` is refused by ``mojax.workdir``, cells run with
+checkpoint and no ``config.json`` is refused by ``mojax.infra.workdir``, cells run with
 ``--config.resume=force``: in an empty workdir (a rerun of the printed command elsewhere) that
 flag changes nothing and the cell trains its own, identical, warm start.
 """
@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from mojax.jsonl import read_metrics
+from mojax.infra.jsonl import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

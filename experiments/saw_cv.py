@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 from absl import app  # noqa: E402
 
 from experiments import _claims, _grid, _report  # noqa: E402
-from mojax.jsonl import read_metrics  # noqa: E402
+from mojax.infra.jsonl import read_metrics  # noqa: E402
 
 M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
 OBJECTIVES = ("r_task", "r_tool", "r_format")

@@ -70,7 +70,7 @@ def collapse_text(claim: _claims.Claim) -> str:
     cells = _claims.archived(claim).get("grpo", {})
     if not cells:
         return ""
-    from mojax.jsonl import read_metrics
+    from mojax.infra.jsonl import read_metrics
 
     div = {s: _report.last("eval/diversity")(read_metrics(d)) for s, d in sorted(cells.items())}
     shown = all(v < COLLAPSE for v in div.values())

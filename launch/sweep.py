@@ -6,7 +6,7 @@
 
 Values are split on the commas outside brackets and quotes, so a tuple value is written as it is on the
 ``mojax.main`` command line. Every point's config (the config file with the point's overrides) is
-loaded and validated (``mojax.rl.spec.validate``, without the checks that need the run's devices)
+loaded and validated (``mojax.spec.validate``, without the checks that need the run's devices)
 before anything is launched; one bad point stops the sweep before its first run, listing every bad
 point. ``--dry`` does the same, prints the commands and writes nothing.
 
@@ -132,8 +132,8 @@ def point_errors(config: str, flag_args: list[str]) -> list[str]:
 
     The checks that need the run's devices (the mesh against the device count) are left to the run.
     """
+    from mojax import spec as spec_lib
     from mojax.config import ConfigError
-    from mojax.rl import spec as spec_lib
 
     try:
         cfg = load_config(config, flag_args)
@@ -181,7 +181,7 @@ def plan(root: str, config: str, sweeps: list[str]) -> list[dict]:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from mojax.workdir import DONE_FILE
+    from mojax.infra.workdir import DONE_FILE
 
     runs = plan(_WORKDIR.value, _CONFIG.value, _SWEEP.value)
     bad = {}

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 
 _SUBMODULES = (
     "advantages",
-    "checkpoint",
+    "infra",
     "config",
     "metrics",
     "models",
@@ -26,6 +26,7 @@ _SUBMODULES = (
     "rollout",
     "sampling",
     "sharding",
+    "spec",
     "tasks",
 )
 

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from mojax.jsonl import read_jsonl, read_metrics
+from mojax.infra.jsonl import read_jsonl, read_metrics
 from mojax.stats import (
     Hypothesis,
     Paired,

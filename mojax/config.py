@@ -6,7 +6,7 @@ This module holds the machinery for the checks a lock cannot express (allowed va
 arguments, cross-field rules) and for the spec dataclasses that read a config: :func:`option` declares a
 field with its config key and help text (``--config.mode=show`` prints it), :func:`section_from_config`
 reads every field of a spec from its key. The rules themselves live in the frozen specs of
-:mod:`mojax.rl.spec` (and the sections their owners declare), and :func:`mojax.rl.spec.validate` runs
+:mod:`mojax.spec` (and the sections their owners declare), and :func:`mojax.spec.validate` runs
 them all. This module imports nothing from ``mojax``. Every failure is a :class:`ConfigError` whose
 message names the key (dotted path) and what is allowed; all failures of a config are reported
 together.

@@ -2,7 +2,7 @@
 
 Every method config (``configs/<method>.py``) starts from :func:`base_config`, sets what the method
 needs and returns the config locked, so ``--config.ppo.clip_hihg=0.3`` fails naming the key, and
-:func:`mojax.rl.spec.validate` checks values and combinations before anything is compiled.
+:func:`mojax.spec.validate` checks values and combinations before anything is compiled.
 
 Sections: ``model``, ``tokenizer``, ``task``, ``rollout``, ``estimator`` + ``advantage`` (the
 estimator's keyword arguments), ``paretopo`` (ParetoPO's Stage 1 / Stage 2 schedule),
@@ -57,7 +57,7 @@ def _cast(name, value: str, default):
 def base_config() -> ml_collections.ConfigDict:
     """Defaults shared by every method: the embedded tiny calculator run (before method tweaks).
 
-    Every key's meaning is the help of the spec field that reads it (``mojax.rl.sections``,
+    Every key's meaning is the help of the spec field that reads it (``mojax.spec.sections``,
     ``--config.mode=show``)."""
     c = ml_collections.ConfigDict()
     c.seed, c.steps, c.mode, c.dry_run = 0, 40, "train", False
@@ -312,7 +312,7 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
             c.ppo.logprob_chunk = 64  # never materialise [B, T, 151936] logits at once
             c.sft.steps = 0
         return
-    c.model.variant = model  # "": the checkpoint's config.json (mojax.rl.model_config)
+    c.model.variant = model  # "": the checkpoint's config.json (mojax.spec.model_config)
     c.model.checkpoint = a.checkpoint
     c.tokenizer.path = "" if a.checkpoint else c.tokenizer.path
     c.model.dtype = c.model.param_dtype = c.model.cache_dtype = "bfloat16"

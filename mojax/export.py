@@ -14,13 +14,13 @@ the base, ``W + (alpha / r) A B``, and a PEFT adapter directory ``--peft_out`` b
 (and servable by vLLM).
 
 The run is rebuilt the way the trainer builds it: the resolved config from ``<workdir>/config.json``
-(``mojax.logbook.write_config``; ``--config=configs/<name>.py[:arg]`` for runs that did not save one),
+(``mojax.infra.logbook.write_config``; ``--config=configs/<name>.py[:arg]`` for runs that did not save one),
 the tokenizer and model config from ``mojax.rl.builders`` (``build_tokenizer``,
 ``build_model_config``), and the params of the latest (or ``--step``) committed orbax checkpoint in
 ``<workdir>/checkpoints``. Only the params are read (orbax partial restore), never the optimizer
 moments, so the export needs host memory for the params alone. The checkpoints are opened
 read-only: exporting from the workdir of a running job deletes, moves and writes nothing there
-(its unfinished saves stay). Paths are local: a URL (``gs://...``) is refused (``mojax.paths``).
+(its unfinished saves stay). Paths are local: a URL (``gs://...``) is refused (``mojax.infra.paths``).
 
 Tokenizer: an HF tokenizer (``tokenizer.path`` a directory, or the checkpoint's) has its files
 copied. The task's own sentencepiece vocabulary (``tokenizer.path="build"``, the calculator
@@ -58,7 +58,7 @@ def load_config_file(spec: str):
 def run_config(workdir: str, config_spec: str | None = None):
     """``<workdir>/config.json`` if the run saved one (it holds the run's overrides too), else the
     config of ``config_spec``."""
-    from mojax import logbook as log_lib
+    from mojax.infra import logbook as log_lib
 
     saved = os.path.join(workdir, log_lib.CONFIG_FILE)
     if os.path.isfile(saved):
@@ -94,9 +94,9 @@ def restore_params(checkpoint_dir: str, model_config, *, step: int | None = None
     import jax
     import orbax.checkpoint as ocp
 
-    from mojax import checkpoint as ckpt_lib
     from mojax import models
     from mojax import sharding as sharding_lib
+    from mojax.infra import checkpoint as ckpt_lib
 
     if not os.path.isdir(checkpoint_dir):
         raise FileNotFoundError(f"no checkpoint directory {checkpoint_dir}")
@@ -225,7 +225,7 @@ def write_peft(model_config, adapters, out_dir: str, base: str, dtype: str | Non
 
 
 def lora_base(spec, workdir: str, dense_config):
-    """The dense weights a LoRA run's adapters sit on (``mojax.rl.adapters``): the SFT warm start's
+    """The dense weights a LoRA run's adapters sit on (``mojax.rl.warm_start``): the SFT warm start's
     checkpoint, else ``model.checkpoint``, else the seeded random init of the dense model."""
     import jax
 
@@ -298,12 +298,13 @@ def export(
       ``{"step", "out_dir", "files", "tokenizer"}`` (``tokenizer`` says how it was exported).
 
     Raises:
-      mojax.paths.RemotePathError, mojax.config.ConfigError: a path or a config path key is a URL.
+      mojax.infra.paths.RemotePathError, mojax.config.ConfigError: a path or a config path key is a URL.
     """
-    from mojax import hf_tokenizer, models, paths
+    from mojax import hf_tokenizer, models
+    from mojax import spec as spec_lib
+    from mojax.infra import paths
+    from mojax.infra.workdir import check_paths
     from mojax.rl import builders
-    from mojax.rl import spec as spec_lib
-    from mojax.workdir import check_paths
 
     for what, path in (
         ("--workdir", workdir),
@@ -321,9 +322,7 @@ def export(
     params, step = restore_params(
         checkpoint_dir or os.path.join(workdir, CHECKPOINTS), model_config, step=step
     )
-    hf_dir = None
-    if isinstance(tokenizer, models.HFTokenizer):
-        hf_dir = _hf_tokenizer_dir(spec)
+    hf_dir = _hf_tokenizer_dir(spec) if isinstance(tokenizer, models.HFTokenizer) else None
     if model_config.lora is not None:  # merged weights here, the PEFT adapters beside them
         _export_lora(spec, workdir, model_config, params, out_dir, peft_out, dtype, hf_dir)
     else:
@@ -372,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     a = parser.parse_args(argv)
     from mojax.config import ConfigError
-    from mojax.paths import RemotePathError
+    from mojax.infra.paths import RemotePathError
 
     try:
         summary = export(
@@ -384,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             dtype=a.dtype,
             peft_out=a.peft_out,
         )
-    except (RemotePathError, ConfigError) as e:  # a URL path (mojax.paths)
+    except (RemotePathError, ConfigError) as e:  # a URL path (mojax.infra.paths)
         print(f"mojax.export: {e}", file=sys.stderr)
         return 2
     print(

@@ -6,7 +6,7 @@
 Parses flags, sets up logging (and ``jax.distributed``: auto-detected when ``MOJAX_DISTRIBUTED=1``,
 as the launch scripts set, or given by ``--coordinator_address/--num_processes/--process_id``, as
 ``launch/local_cluster.py`` passes; see ``mojax.distributed`` for what each process does), then hands over to ``mojax.rl.trainer.run(config, workdir)``. The default workdir is
-``./workdir/<config name>[_<config arg>]`` (``mojax.workdir``): running the same command again
+``./workdir/<config name>[_<config arg>]`` (``mojax.infra.workdir``): running the same command again
 resumes from its latest checkpoint, and a workdir that holds a different config is refused.
 
 Exit codes: 0 done (or already finished); 2 a bad config, a URL path, a missing or unreadable data
@@ -15,7 +15,7 @@ the traceback only with ``--verbosity=1``); 3 a checkpoint that could not be res
 beyond fallback, an I/O error, or a tree that does not fit: the message says which; nothing was
 moved unless damaged); 4 a checkpoint that could not be saved (a full disk: the message names the
 workdir and the free space; the previous checkpoint step is intact); 128 + the signal number (143 SIGTERM, 130 SIGINT) when a signal stopped
-the run after checkpointing its last finished step (``mojax.preemption``).
+the run after checkpointing its last finished step (``mojax.infra.preemption``).
 """
 
 import os
@@ -25,8 +25,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from mojax import workdir as workdir_lib
 from mojax.config import ConfigError
+from mojax.infra import workdir as workdir_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run config file (configs/*.py[:arg]).")
 _WORKDIR = flags.DEFINE_string(
@@ -121,11 +121,11 @@ def main(argv):
         except ValueError as e:
             print(_error_block("invalid command line", [str(e)]), file=sys.stderr)
             sys.exit(EXIT_CONFIG)
-    from mojax.checkpoint import CheckpointError, CheckpointSaveError
-    from mojax.preemption import Preempted
+    from mojax.infra.checkpoint import CheckpointError, CheckpointSaveError
+    from mojax.infra.preemption import Preempted
+    from mojax.infra.workdir_lock import WorkdirLockedError
     from mojax.rl import trainer
     from mojax.tasks.data import DataFileError
-    from mojax.workdir_lock import WorkdirLockedError
 
     workdir = _WORKDIR.value or default_workdir(flags.FLAGS["config"].config_filename)
     from mojax.distributed import is_leader

@@ -19,9 +19,9 @@ def main(config_arg, *overrides):
 
     from mojax import learner
     from mojax import sharding as sharding_lib
+    from mojax import spec as spec_lib
     from mojax.rl import dry_run
-    from mojax.rl import spec as spec_lib
-    from mojax.rl.model_config import qwen_config
+    from mojax.spec.model_config import qwen_config
 
     c = load_config("awpo", config_arg)
     for kv in overrides:

@@ -62,7 +62,7 @@ def take_lock(workdir) -> dict:
     barrier, so both processes see it) and whether the file is gone after the exit; or the
     refusal."""
     from mojax import distributed
-    from mojax.workdir_lock import LOCK_FILE, WorkdirLock, WorkdirLockedError
+    from mojax.infra.workdir_lock import LOCK_FILE, WorkdirLock, WorkdirLockedError
 
     out = {}
     path = os.path.join(workdir, LOCK_FILE)
@@ -85,13 +85,13 @@ def restore_damaged(directory, scenario) -> dict:
     import numpy as np
 
     from mojax import distributed
-    from mojax.checkpoint import Checkpointer, CheckpointError
+    from mojax.infra.checkpoint import Checkpointer, CheckpointError
 
     me = jax.process_index()
     out = {"warnings": []}
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: out["warnings"].append(record.getMessage())
-    logging.getLogger("mojax.checkpoint").addHandler(handler)
+    logging.getLogger("mojax.infra.checkpoint").addHandler(handler)
     with Checkpointer(directory, max_to_keep=None, async_save=False) as ck:
         ck.save(1, state(1), {"step": 1})
         ck.save(2, state(2), {"step": 2})

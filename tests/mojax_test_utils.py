@@ -96,7 +96,7 @@ def load_config(name, arg=None):
 
 def run_spec(c):
     """The ``RunSpec`` of config ``c`` (validated without the device checks)."""
-    from mojax.rl.spec import validate
+    from mojax.spec import validate
 
     return validate(c, num_devices=None)
 

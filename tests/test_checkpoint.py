@@ -1,4 +1,4 @@
-"""``mojax.checkpoint.Checkpointer``: real orbax checkpoints of a ``TrainState`` plus host state.
+"""``mojax.infra.checkpoint.Checkpointer``: real orbax checkpoints of a ``TrainState`` plus host state.
 
 Round trip (bitwise, host state exact incl. NaN / inf / float32 arrays / int keys), keep-last-N,
 atomicity (a process SIGKILLed during an async save leaves the previous step usable; an unfinished
@@ -22,7 +22,7 @@ import numpy as np
 import optax
 import pytest
 
-from mojax.checkpoint import (
+from mojax.infra.checkpoint import (
     Checkpointer,
     CheckpointError,
     CorruptCheckpointError,
@@ -189,7 +189,7 @@ def test_corrupt_latest_step_is_moved_aside_and_can_be_saved_again(tmp_path, cap
     for redo, moved in ((30, "3.corrupt"), (31, "3.corrupt-1")):
         truncate_array_data(directory / "3")
         with Checkpointer(directory, max_to_keep=5) as ck:  # a rerun: a fresh process's manager
-            with caplog.at_level("WARNING", logger="mojax.checkpoint"):
+            with caplog.at_level("WARNING", logger="mojax.infra.checkpoint"):
                 state, host, step = ck.restore(target, fallback=True)
             assert step == 2
             assert_tree_equal(state, small_state(2))
@@ -247,7 +247,7 @@ _KILL_SCRIPT = textwrap.dedent(
     import jax.numpy as jnp, numpy as np
     sys.path.insert(0, sys.argv[2])
     from test_checkpoint import host_state, small_state
-    from mojax.checkpoint import Checkpointer
+    from mojax.infra.checkpoint import Checkpointer
 
     ck = Checkpointer(sys.argv[1], max_to_keep=5, async_save=True)
     ck.save(1, small_state(1), host_state(1))

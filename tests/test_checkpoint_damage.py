@@ -24,9 +24,9 @@ from test_checkpoint import (
     truncate_array_data,
 )
 
-from mojax.checkpoint import Checkpointer, CheckpointError, CorruptCheckpointError
+from mojax.infra.checkpoint import Checkpointer, CheckpointError, CorruptCheckpointError
+from mojax.infra.paths import RemotePathError
 from mojax.learner import TrainState
-from mojax.paths import RemotePathError
 
 pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 
@@ -201,7 +201,7 @@ def test_url_directory_is_refused(tmp_path, monkeypatch):
 
 def test_many_processes_agree_in_process_order():
     """``_raise_unless_ok``: any failure wins over damage, which wins over success."""
-    from mojax.checkpoint import _raise_unless_ok
+    from mojax.infra.checkpoint import _raise_unless_ok
 
     _raise_unless_ok([("ok", ""), ("ok", "")])
     with pytest.raises(CorruptCheckpointError, match="^process 1: bad shard$"):

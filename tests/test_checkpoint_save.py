@@ -22,7 +22,7 @@ from orbax.checkpoint._src.handlers import json_checkpoint_handler
 from orbax.checkpoint._src.serialization import jax_array_handlers
 from test_checkpoint import host_state, small_state
 
-from mojax.checkpoint import Checkpointer, CheckpointSaveError
+from mojax.infra.checkpoint import Checkpointer, CheckpointSaveError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TS_ENOSPC = (
@@ -117,7 +117,7 @@ _CLI = textwrap.dedent(
         import pytest
         with pytest.MonkeyPatch.context() as m:
             t._json_enospc(m)
-            from mojax.checkpoint import Checkpointer
+            from mojax.infra.checkpoint import Checkpointer
             ckpt = Checkpointer(workdir + "/checkpoints")
             try:
                 ckpt.save(1, tc.small_state(1), tc.host_state(1), force=True)

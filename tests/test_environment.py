@@ -1,11 +1,11 @@
-"""Each run's ``config.json`` records the environment it ran in (``mojax.environment``), and a
+"""Each run's ``config.json`` records the environment it ran in (``mojax.infra.environment``), and a
 resume under other package versions is not refused for it (the record is not compared)."""
 
 import importlib.metadata
 import json
 
-from mojax import workdir as wd
 from mojax.config import to_dict
+from mojax.infra import workdir as wd
 
 
 def _config():

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from experiments import _grid
-from mojax.jsonl import read_metrics
+from mojax.infra.jsonl import read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

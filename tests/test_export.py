@@ -4,7 +4,7 @@ task's own sentencepiece tokenizer converted to an HF tokenizer with the same id
 
 The run is made the way the trainer makes one: config -> ``builders`` tokenizer (written to
 ``<workdir>/tokenizer.model``) and model config -> ``learner.create_train_state`` -> ``Checkpointer`` in
-``<workdir>/checkpoints``, plus ``config.json`` from ``mojax.logbook.write_config``.
+``<workdir>/checkpoints``, plus ``config.json`` from ``mojax.infra.logbook.write_config``.
 """
 
 import importlib.util
@@ -23,12 +23,12 @@ transformers = pytest.importorskip("transformers")
 
 from mojax_test_utils import run_spec  # noqa: E402
 
-from mojax import checkpoint as ckpt_lib  # noqa: E402
 from mojax import export as export_lib  # noqa: E402
 from mojax import learner, models  # noqa: E402
-from mojax import logbook as log_lib  # noqa: E402
 from mojax import sampling as ms  # noqa: E402
 from mojax import sharding as sharding_lib  # noqa: E402
+from mojax.infra import checkpoint as ckpt_lib  # noqa: E402
+from mojax.infra import logbook as log_lib  # noqa: E402
 from mojax.rl import builders  # noqa: E402
 from mojax.rollout.tools import Calculator  # noqa: E402
 
@@ -242,7 +242,7 @@ def workdir_files(workdir):
 def test_export_from_a_live_run_leaves_its_files_intact(calc_run, tmp_path):
     """The running job holds the workdir lock and has an async save of step 6 in flight (its tmp
     directory): the export reads committed step 5 and deletes, moves and writes nothing there."""
-    from mojax.workdir_lock import WorkdirLock
+    from mojax.infra.workdir_lock import WorkdirLock
 
     work = tmp_path / "run"
     shutil.copytree(calc_run["workdir"], work)

@@ -6,8 +6,8 @@ import ml_collections
 import pytest
 
 from mojax import config as cfg_lib
-from mojax import logbook as log_lib
-from mojax import plots
+from mojax.infra import logbook as log_lib
+from mojax.infra import plots
 
 
 def _config():

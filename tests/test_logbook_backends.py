@@ -9,8 +9,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from mojax import log_backends, plots
-from mojax import logbook as log_lib
+from mojax.infra import log_backends, plots
+from mojax.infra import logbook as log_lib
 
 OBJ = ("r_task", "r_tool")
 
@@ -284,7 +284,7 @@ def test_write_transcripts_rich_rows(tmp_path):
 
 
 def test_no_wandb_or_matplotlib_import_unless_used(tmp_path):
-    """W&B is imported only when enabled; importing mojax.logbook loads no plotting library."""
+    """W&B is imported only when enabled; importing mojax.infra.logbook loads no plotting library."""
     import subprocess
     import sys
 

@@ -9,8 +9,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from mojax import logbook as log_lib
-from mojax import plots
+from mojax.infra import logbook as log_lib
+from mojax.infra import plots
 
 OBJ2 = ["r_task", "r_tool"]
 OBJ4 = ["r_acc", "r_len", "r_fmt", "r_div"]

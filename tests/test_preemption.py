@@ -1,4 +1,4 @@
-"""``mojax.preemption``: SIGTERM / SIGINT / SIGHUP become a flag the run polls; the previous
+"""``mojax.infra.preemption``: SIGTERM / SIGINT / SIGHUP become a flag the run polls; the previous
 handlers come back on exit; a second signal stops at once; exit codes are 128 + the signal number;
 the gaps between polls are measured against the grace period.
 
@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from mojax.preemption import Interrupted, Preempted, Preemption
+from mojax.infra.preemption import Interrupted, Preempted, Preemption
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
@@ -124,7 +124,7 @@ import os, signal, sys
 import jax
 jax.config.update("jax_cpu_collectives_implementation", "gloo")
 jax.distributed.initialize(f"localhost:{sys.argv[2]}", num_processes=2, process_id=int(sys.argv[1]))
-from mojax.preemption import Preemption
+from mojax.infra.preemption import Preemption
 with Preemption() as stop:
     before = stop.requested()
     if jax.process_index() == 1:  # only process 1 is signalled

@@ -1,4 +1,4 @@
-"""The workdir contract (``mojax.workdir``, issue 14): the default name carries the config argument,
+"""The workdir contract (``mojax.infra.workdir``, issue 14): the default name carries the config argument,
 ``config.json`` is saved, a changed config is refused (listing old -> new) unless
 ``--config.resume=force|new``, and a finished run says how to extend it. The CLI tests check that
 the refusal happens before anything is built (exit 2, no traceback) and that a finished run exits 0.
@@ -12,9 +12,9 @@ import sys
 
 import pytest
 
-from mojax import logbook as log_lib
-from mojax import workdir as wd
 from mojax.config import ConfigError
+from mojax.infra import logbook as log_lib
+from mojax.infra import workdir as wd
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""``mojax.workdir_lock``: one training job per workdir.
+"""``mojax.infra.workdir_lock``: one training job per workdir.
 
 A second job on a live workdir is refused (naming the holder's host, pid and start time), also
 from the CLI within seconds while a real training runs; a lock whose holder is provably gone
@@ -18,13 +18,13 @@ import time
 
 import pytest
 
-from mojax import workdir as wd
-from mojax.workdir_lock import LOCK_FILE, WorkdirLock, WorkdirLockedError, holder_record
+from mojax.infra import workdir as wd
+from mojax.infra.workdir_lock import LOCK_FILE, WorkdirLock, WorkdirLockedError, holder_record
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 _HOLD = (
     "import sys, time\n"
-    "from mojax.workdir_lock import WorkdirLock\n"
+    "from mojax.infra.workdir_lock import WorkdirLock\n"
     "WorkdirLock(sys.argv[1]).acquire()\n"
     "print('LOCKED', flush=True)\n"
     "time.sleep(600)\n"

@@ -1,6 +1,6 @@
 """The workdir's records (issue 49): ``config.json`` and the other records are written durably;
 a damaged ``config.json`` (empty, cut, not UTF-8) is one clear refusal naming the file and the
-choices, ``resume=new`` works on it, ``python -m mojax.workdir_restore`` rewrites it from the
+choices, ``resume=new`` works on it, ``python -m mojax.infra.workdir_restore`` rewrites it from the
 copy a real checkpoint keeps; a ``resume=force`` whose checkpoint does not restore leaves
 ``config.json`` and ``done`` as they were; a non-UTF-8 line of ``metrics.jsonl`` is skipped with
 a warning.
@@ -17,10 +17,10 @@ import jax.numpy as jnp
 import pytest
 from test_workdir import _cli, fake_run, load, with_keys
 
-from mojax import jsonl
-from mojax import logbook as log_lib
-from mojax import workdir as wd
-from mojax.checkpoint import Checkpointer
+from mojax.infra import jsonl
+from mojax.infra import logbook as log_lib
+from mojax.infra import workdir as wd
+from mojax.infra.checkpoint import Checkpointer
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 GOOD = '{"estimator": "grpo", "steps": 40'  # the start of a config.json cut by a crash
@@ -41,7 +41,7 @@ def test_a_damaged_config_json_is_one_refusal_naming_the_file_and_the_choices(tm
         wd.prepare(c, str(tmp_path))
     msg = str(info.value)
     assert f"workdir {tmp_path}: its {tmp_path / 'config.json'} {says}" in msg
-    assert f"python -m mojax.workdir_restore {tmp_path}" in msg
+    assert f"python -m mojax.infra.workdir_restore {tmp_path}" in msg
     assert "--config.resume=force" in msg and "--config.resume=new" in msg
     assert (tmp_path / "config.json").read_bytes() == raw  # nothing written
 
@@ -64,7 +64,7 @@ def test_cli_damaged_config_json_exits_2_and_resume_new_starts_over(tmp_path):
 
 def _checkpoint_with_config(workdir, step, config):
     """A real orbax checkpoint step whose host state holds the run's config, as the trainer
-    saves it (``mojax.rl.adapters.saved_host``)."""
+    saves it (``mojax.rl.warm_start.saved_host``)."""
     with Checkpointer(workdir / "checkpoints", async_save=False) as ckpt:
         host = {"step": step, "config": wd.config_tree(config)}
         ckpt.save(step, {"w": jnp.arange(4.0)}, host, force=True)
@@ -78,7 +78,7 @@ def test_restore_config_rewrites_it_from_the_checkpoint_copy(tmp_path):
     _checkpoint_with_config(tmp_path, 4, c)
     (tmp_path / "config.json").write_bytes(b"")
     env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    cmd = [sys.executable, "-m", "mojax.workdir_restore", str(tmp_path)]
+    cmd = [sys.executable, "-m", "mojax.infra.workdir_restore", str(tmp_path)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"wrote {tmp_path / 'config.json'} from the copy in checkpoint step 4" in p.stdout
@@ -92,7 +92,7 @@ def test_restore_config_rewrites_it_from_the_checkpoint_copy(tmp_path):
 
 def test_restore_config_without_a_copy_says_so(tmp_path):
     fake_run(tmp_path, load("grpo"))  # checkpoints/2 holds no items: no copy
-    from mojax.workdir_restore import _main
+    from mojax.infra.workdir_restore import _main
 
     assert _main(["x", str(tmp_path)]) == 2
 
@@ -100,8 +100,8 @@ def test_restore_config_without_a_copy_says_so(tmp_path):
 def test_saved_host_keeps_a_copy_of_the_config():
     import types
 
-    from mojax.rl import adapters
-    from mojax.rl.host_state import HostState
+    from mojax.rl import warm_start as adapters
+    from mojax.rl.state import HostState
 
     c = load("grpo")
     run = types.SimpleNamespace(
@@ -169,10 +169,10 @@ def test_a_non_utf8_metrics_line_is_skipped_with_a_warning(tmp_path, caplog):
 
 @pytest.mark.parametrize("case", sorted(DAMAGE))
 def test_read_config_of_a_damaged_file_names_it_and_the_restore(tmp_path, case):
-    """``mojax.logbook.read_config`` (``python -m mojax.export`` reads the run's config with it)."""
+    """``mojax.infra.logbook.read_config`` (``python -m mojax.export`` reads the run's config with it)."""
     (tmp_path / "config.json").write_bytes(DAMAGE[case][0])
     with pytest.raises(ValueError) as info:
         log_lib.read_config(tmp_path)
     msg = str(info.value)
     assert msg.startswith(f"{tmp_path / 'config.json'} is damaged (")
-    assert f"python -m mojax.workdir_restore {tmp_path}" in msg
+    assert f"python -m mojax.infra.workdir_restore {tmp_path}" in msg

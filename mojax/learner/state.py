@@ -133,7 +133,7 @@ class TrainState:
         split once per ``train_step`` for the mini-batch shuffle.
       frozen: with LoRA (``config.lora``), the frozen base weights (quantised for QLoRA) while
         ``params`` holds the adapters only (``mojax.models.lora``); None otherwise. Not
-        checkpointed (the checkpoint names the base, ``mojax.checkpoint``).
+        checkpointed (the checkpoint names the base, ``mojax.infra.checkpoint``).
     """
 
     step: jax.Array

@@ -106,7 +106,7 @@ class QwenConfig:
       layouts: the execution layouts of the hot paths (``mojax.models.layouts.Layouts``), set when a
         sampler or learner is built; None runs the portable layouts. Not part of ``config.json``.
       real_vocab_size: ids ``>= real_vocab_size`` are padding rows of a vocabulary padded for
-        sharding (a self-built tokenizer's, ``mojax.rl.model_config``): their logits are
+        sharding (a self-built tokenizer's, ``mojax.spec.model_config``): their logits are
         ``PADDING_LOGIT``, so they are never sampled and take no probability mass in the sampler's
         or the learner's log-softmax. None: every id is a token. Not part of ``config.json``
         (``mojax.models.without_padding_rows`` drops the rows for an HF export).

@@ -1,7 +1,7 @@
 """The config sections of the reward sources (``mojax.rewards``): ``config.tool_reward`` with DAPO's
 overlong shaping (``dapo.overlong_*``) and ``config.judge``. Frozen dataclasses of
 ``mojax.config.option`` fields, each checking its own fields in ``__post_init__`` (every error names
-its ``config.`` key and the allowed values); the run spec (``mojax.rl.spec.RunSpec``) holds them.
+its ``config.`` key and the allowed values); the run spec (``mojax.spec.RunSpec``) holds them.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class JudgeSpec:
         c.raise_if_any()
 
     def checkpoint_paths(self) -> dict[str, str]:
-        """The model checkpoint this section names, by config key (``mojax.rl.inputs``)."""
+        """The model checkpoint this section names, by config key (``mojax.spec.input_files``)."""
         return {"judge.model": self.model} if self.kind == "model" else {}
 
     def budget(self):

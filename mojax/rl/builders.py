@@ -19,9 +19,9 @@ from mojax.advantages import MethodContext
 from mojax.config import ConfigError
 from mojax.models import layouts
 from mojax.rl.episodes import EpisodeRunner
-from mojax.rl.model_config import qwen_config
 from mojax.rl.step import Run
 from mojax.sampling import protocol
+from mojax.spec.model_config import qwen_config
 from mojax.tasks.base import Task
 from mojax.tasks.splits import Splits
 
@@ -93,7 +93,7 @@ class _ChatML:
 
 
 def build_model_config(spec: Any, tokenizer) -> models.QwenConfig:
-    """The policy's ``QwenConfig`` (``mojax.rl.model_config.qwen_config``)."""
+    """The policy's ``QwenConfig`` (``mojax.spec.model_config.qwen_config``)."""
     return qwen_config(spec, tokenizer)
 
 
@@ -170,7 +170,7 @@ def build_sampler(spec: Any, model_config, mesh, rules):
 def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
     """The fixed pieces of a run (``mojax.rl.step.Run``): task, data, tokenizer, model config, the
     rollout runner, the jitted PPO step and the advantage method's hooks. ``interrupt``: polled by
-    every rollout and the SFT warm start (``mojax.preemption.Preemption.check``)."""
+    every rollout and the SFT warm start (``mojax.infra.preemption.Preemption.check``)."""
     mesh, rules = sharding_lib.mesh_from_config(spec.mesh.as_dict()), spec.rules
     task = spec.build_task()
     splits = load_splits(task, spec)

@@ -37,8 +37,8 @@ import numpy as np
 
 from mojax import learner, models
 from mojax import sharding as sharding_lib
-from mojax.rl.model_config import qwen_config
 from mojax.sampling import protocol
+from mojax.spec.model_config import qwen_config
 
 GIB = 1024**3
 

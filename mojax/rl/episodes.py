@@ -64,14 +64,14 @@ class Episodes:
 class EpisodeRunner:
     """Rolls out and scores with fixed settings (everything but the policy and the key)."""
 
-    spec: Any  # mojax.rl.spec.RunSpec
+    spec: Any  # mojax.spec.RunSpec
     task: Task
     tokenizer: Any
     sampler: Any  # mojax.sampling.Sampler: the generation engine (weights set per call)
     tool: Any = None
     pool: Any = None
     sources: tuple[RewardSource, ...] = ()  # the reward sources of the external objectives
-    interrupt: Any = None  # polled between decode calls; raises to abandon (mojax.preemption)
+    interrupt: Any = None  # polled between decode calls; raises to abandon (mojax.infra.preemption)
     _prompt_cache: dict = dataclasses.field(default_factory=dict)
     _driver: Any = None  # mojax.rollout.RolloutSpec: the driver's fixed settings, built once
 

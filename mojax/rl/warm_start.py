@@ -2,27 +2,38 @@
 
 The SFT warm start trains on the task's demonstrations (``Task.sft_rows``) and is checkpointed under
 ``<workdir>/checkpoints_sft`` every ``sft.checkpoint_every`` steps, at the end, and on a signal
-(``mojax.preemption``: the run stops after the step under way). A restarted run resumes it from its
+(``mojax.infra.preemption``: the run stops after the step under way). A restarted run resumes it from its
 last checkpoint (the batches derive from ``(seed, step)``, so it ends as an uninterrupted warm
 start would) or reuses the finished one. A corrupt SFT checkpoint is moved aside to
 ``<step>.corrupt`` (``Checkpointer.restore(fallback=True)``) and the warm start runs again, so a
 damaged file never crash-loops the run.
+
+**LoRA in the RL loop**: the frozen base a run's adapters train on, and what its checkpoints name.
+
+With ``config.lora.enabled`` the train state holds the adapters (``TrainState.params``) and their
+optimizer moments only; the frozen base (``TrainState.frozen``, quantised for QLoRA) is the run's
+initial policy (``mojax.rl.warm_start.initial_params``: the HF checkpoint, the seeded random init,
+or the SFT warm start), rebuilt deterministically on every start and resume and never checkpointed:
+each checkpoint's host state names it (``lora_base``). Every process builds the same base.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import jax
 import numpy as np
 from absl import logging
 
-from mojax import checkpoint as ckpt_lib
 from mojax import distributed, learner
-from mojax import logbook as log_lib
+from mojax.infra import checkpoint as ckpt_lib
+from mojax.infra import logbook as log_lib
+from mojax.infra import workdir as workdir_lib
+from mojax.infra.preemption import Interrupted, Preempted
 from mojax.learner import packing
-from mojax.preemption import Interrupted, Preempted
+from mojax.models import lora as lora_lib
 from mojax.rl.builders import sft_arrays
 
 
@@ -49,7 +60,7 @@ def sft(run, workdir: str, params=None):
     ``sft.checkpoint_every`` steps and at the end; a checkpoint short of the end is resumed.
 
     Raises:
-      mojax.preemption.Preempted: a signal (``run.interrupt``) stopped it after a step; that step
+      mojax.infra.preemption.Preempted: a signal (``run.interrupt``) stopped it after a step; that step
         was checkpointed and a rerun resumes from it.
     """
     steps = run.spec.sft.steps
@@ -161,3 +172,56 @@ def _with_mask(batch: dict) -> dict:
     last = np.where(mask.any(1), mask.shape[1] - np.argmax(mask[:, ::-1], axis=1), 0)
     am = (np.arange(mask.shape[1])[None] < last[:, None]).astype(np.int32)
     return {**batch, "attention_mask": am}
+
+
+# LoRA: the frozen base the adapters train on.
+
+
+def enabled(run) -> bool:
+    return run.model_config.lora is not None
+
+
+def base_name(spec: Any) -> dict[str, Any]:
+    """What a LoRA checkpoint's frozen base is: the run's initial policy and its storage."""
+    return {
+        "checkpoint": spec.model.checkpoint,
+        "variant": "" if spec.model.checkpoint else spec.model.variant,
+        "seed": spec.seed,
+        "sft_steps": spec.sft.steps,
+        "quant": spec.lora.quant,
+        "rank": spec.lora.rank,
+        "alpha": spec.lora.alpha,
+        "targets": list(spec.lora.targets),
+    }
+
+
+def saved_host(run, host) -> dict[str, Any]:
+    """The host state a checkpoint saves: ``host``, the run's resolved config (``config``: the
+    copy ``python -m mojax.infra.workdir_restore`` rewrites a damaged ``config.json`` from) and, under
+    LoRA, the base's name."""
+    out = host.to_dict()
+    out["config"] = workdir_lib.config_tree(run.spec.resolved)
+    if enabled(run):
+        out["lora_base"] = base_name(run.spec)
+    return out
+
+
+def with_base(run, workdir: str, state):
+    """A restored state with its frozen base attached (itself without LoRA)."""
+    if not enabled(run):
+        return state
+    dense = initial_params(run, workdir)
+    return learner.attach_frozen(run.model_config, state, dense, run.mesh, run.rules)
+
+
+def reference_params(run, workdir: str, state, resumed: bool):
+    """The KL reference: the initial policy (under LoRA: the base with zero-update adapters)."""
+    if not resumed:
+        return learner.policy_params(state)
+    dense = initial_params(run, workdir)
+    if not enabled(run):
+        return dense
+    fresh = learner.create_train_state(
+        run.model_config, run.tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=dense
+    )
+    return lora_lib.merge(fresh.frozen, fresh.params)

@@ -153,7 +153,7 @@ def run_rollout(
       interrupt: called before the first step and after each one (once its tools are done or
         started), the same number of times on every process (the static engine's rounds are
         agreed; a per-process engine's session: once, at its end); it raises to abandon the
-        rollout (``mojax.preemption.Preemption.check`` raises ``Interrupted``).
+        rollout (``mojax.infra.preemption.Preemption.check`` raises ``Interrupted``).
 
     Raises:
       ValueError naming the argument (``num_samples``, ``tool``, ``prompts_ids``, ...).

@@ -26,7 +26,7 @@ Multi-turn (tool calls), all rows in one batch::
         out = append_and_continue(model, out.state, obs, obs_len, resume,
                                   max_new_tokens=T_turn, temperature=1.0)
     # out.tokens / out.loss_mask / out.logprobs cover the whole multi-turn response; the PPO batch
-    # (prompt + response rows [B, T]) is mojax.rl.batch.assemble_batch. mojax.rollout.rollout is
+    # (prompt + response rows [B, T]) is mojax.rl.step.assemble_batch. mojax.rollout.rollout is
     # this loop, with tools, stop strings and limits.
 
 Size the cache up front: every row advances one slot per decode step of the batch (the loop runs

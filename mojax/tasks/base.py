@@ -115,7 +115,7 @@ class Task(abc.ABC):
 
     # ---------------------------------------------------------------- run plumbing
     # Called once per run by ``mojax.rl.builders`` with the run's spec sections
-    # (``mojax.rl.sections``); a custom task overrides what it needs (docs/custom_task.md).
+    # (``mojax.spec.sections``); a custom task overrides what it needs (docs/custom_task.md).
 
     builds_vocabulary: bool = False  # the tiny recipe trains its own sentencepiece on this task
     tiny_sft_steps: int = 0  # SFT warm-start steps of the tiny recipe (0 = none)

@@ -52,7 +52,7 @@ def task_class(name: str) -> type[Task]:
 
 
 def build_task(spec: Any) -> Task:
-    """The task object of ``config.task`` (``mojax.rl.sections.TaskSpec``): constructor arguments
+    """The task object of ``config.task`` (``mojax.spec.sections.TaskSpec``): constructor arguments
     from ``spec.kwargs``, with the objectives of ``spec.extra_rewards`` appended
     (``mojax.tasks.extra_rewards``)."""
     from mojax.tasks import extra_rewards

@@ -7,7 +7,7 @@
   the task from its own stream.
 
 ``Task.load_splits`` picks one of them; generated built-in tasks (calculator, maze) override it.
-``spec`` is the run's ``config.task`` section (``mojax.rl.sections.TaskSpec``).
+``spec`` is the run's ``config.task`` section (``mojax.spec.sections.TaskSpec``).
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from mojax.advantages.paretopo import ParetoPOSpec
 from mojax.config import ConfigError
 from mojax.pareto import NOptimalTracker
 from mojax.rewards import ToolEfficiency, score_rollouts, with_options
-from mojax.rl import phases
-from mojax.rl.host_state import HostState
-from mojax.rl.validation import validation_vector
+from mojax.rl import trainer
+from mojax.rl.evaluate import validation_vector
+from mojax.rl.state import HostState
 from mojax.tasks.calculator import CalculatorTask
 
 BASE = dict(
@@ -49,10 +49,10 @@ def test_the_validation_settings_reach_validation_vector(monkeypatch):
 
     monkeypatch.setattr(phases, "validation_vector", fake_vector)
     run = SimpleNamespace(hooks=_hooks())
-    phases._with_validation(run, HostState(), None, 0, lambda v: run.hooks.start(None, v))
+    trainer._with_validation(run, HostState(), None, 0, lambda v: run.hooks.start(None, v))
     run.hooks = _hooks(validation_samples=4, validation_temperature=1.0, validation_n_opt="fixed")
-    host, _ = phases._with_validation(run, HostState(), None, 0, lambda v: run.hooks.start(None, v))
-    phases._with_validation(run, host, None, 1, lambda v: run.hooks.after_step(1, host.method, v))
+    host, _ = trainer._with_validation(run, HostState(), None, 0, lambda v: run.hooks.start(None, v))
+    trainer._with_validation(run, host, None, 1, lambda v: run.hooks.after_step(1, host.method, v))
     want = {"num_samples": 4, "temperature": 1.0, "n_opt": "fixed"}
     assert seen == [{}, want, want]  # the default: today's call, with no keywords
 

@@ -18,7 +18,7 @@ N = 4
 
 from mojax import learner  # noqa: E402
 from mojax import sharding as shl  # noqa: E402
-from mojax.checkpoint import Checkpointer, encode_host_state  # noqa: E402
+from mojax.infra.checkpoint import Checkpointer, encode_host_state  # noqa: E402
 from mojax.models import get_variant  # noqa: E402
 
 CFG = get_variant("tiny-qwen3")

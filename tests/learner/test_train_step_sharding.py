@@ -38,7 +38,7 @@ def sharded_step_run(workdir: str) -> dict:
 
     from mojax import learner
     from mojax import sharding as shl
-    from mojax.checkpoint import Checkpointer
+    from mojax.infra.checkpoint import Checkpointer
     from mojax.models import get_variant, init_params
 
     assert jax.device_count() == 8

@@ -13,7 +13,7 @@ import pytest
 from mojax import models
 from mojax import sampling as ms
 from mojax.learner.logprobs import token_logprobs
-from mojax.rl.model_config import padded_vocab_size
+from mojax.spec.model_config import padded_vocab_size
 
 REAL, V = 150, 256
 

@@ -105,7 +105,7 @@ def test_helpers_check_their_input():
 
 
 def test_config_keys_are_validated_naming_the_allowed_values():
-    from mojax.rl.sections import RewardSpec
+    from mojax.spec.sections import RewardSpec
 
     base = dict(tool_alpha=0.7, no_success="zero", overlong_buffer=0, overlong_penalty=1.0)
     assert RewardSpec(**base).gate == "all" and RewardSpec(**base).n_opt == "tracked"
@@ -124,7 +124,7 @@ def test_config_keys_are_validated_naming_the_allowed_values():
 
 def test_a_fixed_n_opt_needs_a_task_rule():
     from mojax.advantages.paretopo import ParetoPOSpec
-    from mojax.rl.spec_rules import _n_opt_errors
+    from mojax.spec.rules import _n_opt_errors
 
     para = SimpleNamespace(enabled=True, validation_n_opt="fixed")
     para.reward_options = lambda: ParetoPOSpec.reward_options(para)  # the section's own method

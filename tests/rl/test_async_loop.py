@@ -179,8 +179,8 @@ def _episodes():
 
 
 def test_inflight_rollouts_survive_their_json_form_exactly():
-    from mojax.checkpoint import decode_host_state, encode_host_state
-    from mojax.rl import inflight
+    from mojax.infra.checkpoint import decode_host_state, encode_host_state
+    from mojax.rl import state as inflight
 
     eps, by_id = _episodes()
     host = {"data": {"position": 3}, "tracker": {}, "train_stats": {"scored": 4}}
@@ -218,8 +218,8 @@ def test_split_devices_gives_every_process_a_share_of_the_sampler():
 def test_config_rules_name_their_keys():
     from mojax_test_utils import load_config
 
+    from mojax import spec as spec_lib
     from mojax.config import ConfigError
-    from mojax.rl import spec as spec_lib
 
     c = load_config("grpo")
     with c.unlocked():

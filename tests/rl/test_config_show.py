@@ -1,4 +1,4 @@
-"""``--config.mode=show`` (``mojax.rl.show.show``): every leaf key of the resolved config appears with
+"""``--config.mode=show`` (``mojax.spec.show.show``): every leaf key of the resolved config appears with
 its value and with the help of the spec field that reads it (field metadata, ``mojax.config.option``);
 every key of the base config is read by some spec field, and every spec field reads a base-config key."""
 
@@ -24,7 +24,7 @@ def _leaves(d, prefix=""):
 def _spec_fields():
     """Every ``{config key: help}`` of the spec dataclasses, found by walking ``RunSpec``'s field
     types and the sections the advantage methods declare."""
-    from mojax.rl import spec as spec_lib
+    from mojax import spec as spec_lib
 
     out = {}
     hints = typing.get_type_hints(spec_lib.RunSpec)
@@ -40,7 +40,7 @@ def _spec_fields():
 
 @pytest.mark.parametrize("name", ["paretopo", "awpo", "vpo"])
 def test_show_lists_every_key_with_value_and_help(name):
-    from mojax.rl.show import show
+    from mojax.spec.show import show
 
     c = load_config(name)
     rows = {}
@@ -70,7 +70,7 @@ def test_show_lists_every_key_with_value_and_help(name):
 
 def test_every_base_config_key_is_a_spec_field_and_back():
     from mojax import defaults
-    from mojax.rl.spec import help_texts
+    from mojax.spec import help_texts
 
     keys = set(_leaves(json.loads(defaults.base_config().to_json())))
     helps = help_texts()

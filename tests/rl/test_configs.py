@@ -1,4 +1,4 @@
-"""Every ``configs/*.py`` loads and validates (``mojax.rl.spec.validate``) with no argument and with
+"""Every ``configs/*.py`` loads and validates (``mojax.spec.validate``) with no argument and with
 every ``:arg`` its docstring documents; nothing is built or compiled."""
 
 import ast
@@ -37,7 +37,7 @@ def test_every_config_documents_its_commands():
 
 @pytest.mark.parametrize(("path", "arg"), CASES, ids=[f"{p.stem}:{a}" for p, a in CASES])
 def test_config_loads_and_validates(path, arg):
-    from mojax.rl.spec import validate
+    from mojax.spec import validate
 
     config = load(path, arg)
     axes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor]
@@ -87,7 +87,7 @@ def test_impossible_combination_is_rejected_before_anything_is_built(name, arg, 
     import time
 
     from mojax.config import ConfigError
-    from mojax.rl.spec import validate
+    from mojax.spec import validate
 
     config = load(REPO / "configs" / f"{name}.py", arg)
     with config.unlocked():
@@ -117,7 +117,7 @@ def test_mode_show_prints_every_key_with_help_and_builds_nothing(tmp_path, capsy
 
 @pytest.mark.parametrize("name", ["grpo", "gdpo", "dr_grpo", "mo_grpo", "dapo", "paretopo", "saw"])
 def test_think_adds_r_format_and_a_weight_per_objective(name):
-    from mojax.rl.spec import validate
+    from mojax.spec import validate
     from mojax.tasks import build_task
 
     plain, think = (

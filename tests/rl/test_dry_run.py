@@ -53,8 +53,8 @@ def test_continuous_engine_sizes_the_sampler_by_its_slots():
     from mojax_test_utils import load_config, run_spec
 
     from mojax.rl import dry_run
-    from mojax.rl.model_config import qwen_config
     from mojax.sampling import bucket_length
+    from mojax.spec.model_config import qwen_config
 
     c = load_config("grpo")
     with c.unlocked():

@@ -122,7 +122,7 @@ def test_cli_config_errors_exit_2_without_traceback(tmp_path, flags, says):
 def _final_params(workdir):
     import orbax.checkpoint as ocp
 
-    from mojax.checkpoint import Checkpointer
+    from mojax.infra.checkpoint import Checkpointer
 
     steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
     with ocp.StandardCheckpointer() as ck:

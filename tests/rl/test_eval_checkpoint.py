@@ -121,10 +121,10 @@ def test_eval_of_a_live_run_leaves_its_files_intact(tmp_path, monkeypatch):
 
     from test_checkpoint import truncate_array_data
 
-    from mojax import checkpoint as ckpt_lib
     from mojax import learner
+    from mojax.infra import checkpoint as ckpt_lib
+    from mojax.infra.workdir_lock import WorkdirLock
     from mojax.rl.builders import build_run
-    from mojax.workdir_lock import WorkdirLock
 
     c = eval_config("")  # "" = the workdir's latest checkpoint
     work = tmp_path / "run"

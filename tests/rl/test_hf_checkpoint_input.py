@@ -19,7 +19,7 @@ from mojax_test_utils import load_config, run_spec
 from mojax import models
 from mojax.config import ConfigError
 from mojax.rl import builders, trainer
-from mojax.rl.model_config import qwen_config
+from mojax.spec.model_config import qwen_config
 from mojax.tasks.vocab import build_sentencepiece
 
 QWEN2_TOKENIZER = os.path.join(

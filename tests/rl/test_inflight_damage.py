@@ -1,4 +1,4 @@
-"""Damaged in-flight rollouts in a checkpoint (``mojax.rl.inflight``; issue 49): each kind of
+"""Damaged in-flight rollouts in a checkpoint (``mojax.rl.state``; issue 49): each kind of
 damage is named (never a bare ``KeyError`` / ``ValueError`` / ``binascii.Error``), including the
 ones that used to decode silently, and ``valid_prefix`` moves the record aside to
 ``<workdir>/inflight.corrupt`` (numbered if taken) with one warning, keeping the records before it.
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from test_async_loop import _episodes
 
-from mojax.checkpoint import decode_host_state, encode_host_state
-from mojax.rl import inflight
+from mojax.infra.checkpoint import decode_host_state, encode_host_state
+from mojax.rl import state as inflight
 
 EXPECT = inflight.Expect(step=5, current=4, staleness=1, num_samples=2)
 
@@ -188,14 +188,14 @@ def test_restore_config_from_a_real_run_checkpoint(tiny_run, tmp_path):
 
     from test_workdir import REPO, with_keys
 
-    from mojax import workdir as wd
+    from mojax.infra import workdir as wd
 
     work = tmp_path / "run"
     shutil.copytree(tiny_run, work)
     original = json.loads((work / "config.json").read_text())
     (work / "config.json").write_text((work / "config.json").read_text()[:100])  # cut
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "mojax.workdir_restore", str(work)]
+    cmd = [sys.executable, "-m", "mojax.infra.workdir_restore", str(work)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0 and "from the copy in checkpoint step 2" in p.stdout, p.stderr
     restored = json.loads((work / "config.json").read_text())

@@ -24,10 +24,10 @@ def _records(path):
 
 @pytest.mark.slow
 def test_lora_packed_run_checkpoints_adapters_and_resumes(tmp_path):
-    from mojax import checkpoint as ckpt_lib
     from mojax import learner
+    from mojax import spec as spec_lib
+    from mojax.infra import checkpoint as ckpt_lib
     from mojax.rl import builders, trainer
-    from mojax.rl import spec as spec_lib
 
     full, part = tmp_path / "full", tmp_path / "part"
     trainer.run(_config(2), str(full))

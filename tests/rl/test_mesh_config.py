@@ -19,8 +19,8 @@ import pytest
 from conftest import run_with_devices
 from mojax import defaults, models
 from mojax import sharding as shl
+from mojax import spec as spec_lib
 from mojax.config import ConfigError
-from mojax.rl import spec as spec_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

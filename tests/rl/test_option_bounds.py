@@ -4,7 +4,7 @@ error naming its ``config.`` key and the allowed values: ``rollout.tool_timeout_
 "no working bubblewrap"), ``steps=0`` on a run that trains nothing, greedy rollouts
 (``rollout.temperature=0``) for training, and ``rollout.prompts_per_step`` past what one step's
 arrays hold or not divisible over the mesh's row devices. In-process against
-``mojax.rl.spec.validate``, plus one ``python -m mojax.main`` run (exit 2, every error, no
+``mojax.spec.validate``, plus one ``python -m mojax.main`` run (exit 2, every error, no
 traceback)."""
 
 import os
@@ -16,9 +16,9 @@ import pytest
 from mojax_test_utils import load_config, run_spec
 
 from mojax.config import ConfigError
-from mojax.rl.spec import validate
-from mojax.rl.spec_rules import MAX_STEP_TOKENS
 from mojax.rollout.spec import MAX_TOOL_TIMEOUT_S, RolloutSpec
+from mojax.spec import validate
+from mojax.spec.rules import MAX_STEP_TOKENS
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -4,9 +4,9 @@ error naming the key before anything is built; the paged settings reach the cont
 import pytest
 from mojax_test_utils import load_config
 
+from mojax import spec as spec_lib
 from mojax.config import ConfigError
 from mojax.rl import builders
-from mojax.rl import spec as spec_lib
 
 
 def _config(**rollout):

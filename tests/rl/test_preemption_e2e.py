@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from mojax_test_utils import load_config, persistent_compilation_cache
 
-from mojax.preemption import Preempted
+from mojax.infra.preemption import Preempted
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -127,7 +127,7 @@ def test_signals_in_sft_rollout_and_evaluation_resume_to_the_uninterrupted_run(
 
         return call
 
-    from mojax.checkpoint import Checkpointer
+    from mojax.infra.checkpoint import Checkpointer
 
     saves, save = [], Checkpointer.save
 

@@ -1,5 +1,5 @@
 """What a resumed run reads again: the config keys an older ``config.json`` lacks, the input files
-(moved or changed; ``mojax.rl.inputs``), example ids that repeat across data files, and the per-step
+(moved or changed; ``mojax.spec.input_files``), example ids that repeat across data files, and the per-step
 logs it redoes (``transcripts.jsonl``)."""
 
 import json
@@ -10,10 +10,10 @@ import pytest
 from mojax_test_utils import load_config as load
 from mojax_test_utils import run_spec as _spec
 
-from mojax import logbook as log_lib
-from mojax import workdir as wd
-from mojax.rl import inputs as inputs_lib
-from mojax.rl import spec as spec_lib
+from mojax import spec as spec_lib
+from mojax.infra import logbook as log_lib
+from mojax.infra import workdir as wd
+from mojax.spec import input_files as inputs_lib
 
 
 def with_keys(c, **kv):

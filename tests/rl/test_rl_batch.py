@@ -4,8 +4,8 @@ checked against a plain per-row loop."""
 import numpy as np
 import pytest
 
-from mojax.rl.batch import assemble_batch
-from mojax.rl.data import PromptIterator
+from mojax.rl.state import PromptIterator
+from mojax.rl.step import assemble_batch
 
 
 def test_assemble_batch_equals_row_loop():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mojax.pareto import NOptimalTracker, stage1_init, stage1_update
-from mojax.rl.host_state import HostState
+from mojax.rl.state import HostState
 from mojax.tasks.base import RewardStats
 
 

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from mojax.rl import spec as spec_lib
+from mojax import spec as spec_lib
 from mojax.rl.builders import build_run
 from mojax.rl.warm_start import initial_params
 from mojax.rollout.tools import ToolPool

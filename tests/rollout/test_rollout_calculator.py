@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mojax.models as mm
-from mojax.rl.batch import assemble_batch
+from mojax.rl.step import assemble_batch
 from mojax.rollout import FINISH_REASONS, rollout
 from mojax.rollout.observations import TRUNCATION_MARK, malformed_message
 from mojax.rollout.tools import Calculator, ToolPool

@@ -216,8 +216,8 @@ def test_sampled_multi_turn_logprobs_equal_teacher_forced(model):
         assert m.sum() >= 6 and (~m).sum() >= 1
         assert np.abs(lp[row, : n[row]][m] - ref[m]).max() <= ATOL
         assert (lp[row, : n[row]][~m] == 0).all()
-    # the design.md rollout batch (mojax.rl.batch): prompt + response per row, masks aligned
-    from mojax.rl.batch import assemble_batch
+    # the design.md rollout batch (mojax.rl.step): prompt + response per row, masks aligned
+    from mojax.rl.step import assemble_batch
 
     prompts = [list(tokens[p, : lengths[p]]) for p in range(3)]
     rb = assemble_batch(prompts, 2, toks, lp, mask, n, 10 + 80)

@@ -152,8 +152,8 @@ def test_custom_task_brings_its_own_tool(custom_module, tmp_path):
     ],
 )
 def test_bad_custom_task_is_a_config_error(custom_module, name, needle):
+    from mojax import spec as spec_lib
     from mojax.config import ConfigError
-    from mojax.rl import spec as spec_lib
 
     with pytest.raises(ConfigError) as err:
         spec_lib.validate(_config(name))
@@ -162,8 +162,8 @@ def test_bad_custom_task_is_a_config_error(custom_module, name, needle):
 
 
 def test_custom_task_bad_kwargs_name_the_key(custom_module):
+    from mojax import spec as spec_lib
     from mojax.config import ConfigError
-    from mojax.rl import spec as spec_lib
 
     with pytest.raises((ConfigError, ValueError)) as err:
         spec_lib.validate(_config(custom_module, colour="red"))
@@ -202,7 +202,7 @@ def test_a_task_by_import_path_takes_the_built_in_path(tmp_path):
     recipe defaults, the splits, the tool, the SFT demonstrations and the self-built vocabulary
     (nothing outside ``mojax/tasks`` branches on the name)."""
     from mojax.rl import builders
-    from mojax.rl.show import flatten
+    from mojax.spec.show import flatten
 
     path = "mojax.tasks.calculator:CalculatorTask"
     built = {}

@@ -111,8 +111,8 @@ def test_added_reward_reaches_rewards_and_gdpo(reward_module):
     ],
 )
 def test_bad_added_reward_is_a_config_error(reward_module, block, key, needle):
+    from mojax import spec as spec_lib
     from mojax.config import ConfigError
-    from mojax.rl import spec as spec_lib
 
     with pytest.raises(ConfigError) as err:
         spec_lib.validate(_config({"r_short": block}))
@@ -121,8 +121,8 @@ def test_bad_added_reward_is_a_config_error(reward_module, block, key, needle):
 
 
 def test_added_reward_name_and_weights_are_checked(reward_module):
+    from mojax import spec as spec_lib
     from mojax.config import ConfigError
-    from mojax.rl import spec as spec_lib
 
     clash = {"r_task": _brevity()["r_short"]}
     with pytest.raises(ConfigError, match=r"config.task.extra_rewards.r_task: .*already has"):

@@ -10,9 +10,9 @@ from mojax_test_utils import load_config, shrink
 
 from mojax.config import ConfigError
 from mojax.rl.episodes import EpisodeRunner, Episodes, concat, select
-from mojax.rl.host_state import HostState
-from mojax.rl.spec import validate
+from mojax.rl.state import HostState
 from mojax.rl.step import advantages
+from mojax.spec import validate
 from mojax.tasks.goal import draw_goal_weights, goal_messages, goal_suffix
 from mojax.tasks.maze_task import MazeTask
 
@@ -183,7 +183,7 @@ def test_two_tiny_steps_train_on_freshly_drawn_weights(tmp_path):
 
 
 def test_a_task_without_a_full_w_star_is_rejected():
-    from mojax.rl.spec_rules import _goal_errors
+    from mojax.spec.rules import _goal_errors
 
     task = types.SimpleNamespace(name="t", num_objectives=3, scalar_weights=(0.5, 0.5))
     errs = _goal_errors(validate(load_config("goal_grpo"), num_devices=None), task)

@@ -95,7 +95,7 @@ def test_awpo_config_builds_the_local_judge(judge_dir):
 
 
 def test_local_judge_without_config_json_is_one_clear_error(tmp_path):
-    from mojax.rl.inputs import check_files
+    from mojax.spec.input_files import check_files
 
     c = load_config("awpo", "task=calculator")
     with c.unlocked():

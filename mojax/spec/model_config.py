@@ -5,7 +5,7 @@ of 128 model rows, and ``real_vocab_size`` = its pieces: the padding rows are ne
 no probability mass (``mojax.models.QwenConfig.real_vocab_size``).
 
 ``qwen_config(spec, tokenizer)`` is also called with ``tokenizer=None`` before anything is built (the
-mesh checks of ``mojax.rl.spec`` and dry runs): a self-built vocabulary then counts as the largest
+mesh checks of ``mojax.spec`` and dry runs): a self-built vocabulary then counts as the largest
 one the build can make.
 """
 

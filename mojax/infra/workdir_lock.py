@@ -3,7 +3,7 @@
 Two jobs in one workdir (a double ``sbatch``; ``srun`` without ``MOJAX_DISTRIBUTED=1``, which
 starts N processes that each think they are process 0) would race on checkpoint step directories,
 delete each other's unfinished saves and truncate each other's ``metrics.jsonl``. Training takes
-the lock before it reads or writes anything in the workdir (``mojax.workdir.lock``); ``mode=eval``
+the lock before it reads or writes anything in the workdir (``mojax.infra.workdir.lock``); ``mode=eval``
 and ``python -m mojax.export`` only read and take no lock.
 
 * **The file.** ``<workdir>/lock``, created with ``O_CREAT | O_EXCL`` (atomic, NFS included), holds
@@ -44,7 +44,7 @@ import time
 from typing import Any
 
 from mojax import distributed
-from mojax.jsonl import fsync_dir
+from mojax.infra.jsonl import fsync_dir
 
 LOCK_FILE = "lock"
 MACHINE_ID_FILE = "/etc/machine-id"

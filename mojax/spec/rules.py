@@ -2,7 +2,7 @@
 rollout and evaluation shapes, SFT demonstrations, the batch split of the update and the mesh.
 
 ``run_errors(spec)`` builds the task object (its constructor only: no data is loaded) and returns
-every problem as a ``config.<key>: ...`` line; ``mojax.rl.spec.validate`` runs it once every section
+every problem as a ``config.<key>: ...`` line; ``mojax.spec.validate`` runs it once every section
 validated on its own.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from mojax import sharding
 from mojax.advantages import METHODS
 from mojax.config import Checker
-from mojax.rl.model_config import qwen_config
+from mojax.spec.model_config import qwen_config
 from mojax.tasks import extra_rewards, registry
 
 

@@ -1,7 +1,7 @@
 """The sections of a run spec: one frozen dataclass per concern, each field with its config key and
 help text (``mojax.config.option``), each checking its own fields in ``__post_init__``.
 
-``mojax.rl.spec.RunSpec`` gathers them (with the learner's ``PPOConfig`` / ``OptimizerConfig``, the
+``mojax.spec.RunSpec`` gathers them (with the learner's ``PPOConfig`` / ``OptimizerConfig``, the
 reward sources' sections, ``mojax.rewards.sections``, and the sections the advantage methods
 declare). Every error names its ``config.`` key and the allowed values.
 """

@@ -5,12 +5,12 @@
   ``workdir/saw_mode=gdpo`` (:func:`default_workdir`). Characters other than letters, digits and
   ``. _ = + -`` become ``_``; a name over 100 characters is cut and ends in a hash of the argument.
 * **Saved config.** At the start of training, process 0 writes the resolved config to
-  ``<workdir>/config.json`` (``mojax.logbook.read_config`` and ``python -m mojax.export`` read it).
-  It, ``inputs.json`` and ``done`` are written durably (``mojax.jsonl.write_durable``: the file and
+  ``<workdir>/config.json`` (``mojax.infra.logbook.read_config`` and ``python -m mojax.export`` read it).
+  It, ``inputs.json`` and ``done`` are written durably (``mojax.infra.jsonl.write_durable``: the file and
   its directory fsynced), and every RL checkpoint keeps a copy of the config in its host state.
 * **Damaged config.json.** An empty, cut or non-UTF-8 ``config.json`` in a workdir with run outputs
   is refused (:class:`WorkdirError`, naming the file and what is wrong) with the choices:
-  ``python -m mojax.workdir_restore WORKDIR`` (rewrite it from the newest checkpoint's copy),
+  ``python -m mojax.infra.workdir_restore WORKDIR`` (rewrite it from the newest checkpoint's copy),
   ``--config.resume=force`` or ``--config.resume=new``, which both work on it.
 * **Refusal.** A training run in a workdir whose ``config.json`` differs from the new config in any
   key outside :data:`RESUMABLE` (run length and checkpoint / eval cadence) or :data:`LOGGING_ONLY`
@@ -31,10 +31,10 @@
   (``<step>.corrupt``) and no committed step is refused: a fresh start would train from step 0
   and empty ``metrics.jsonl``. ``--config.resume=new`` starts over (the old workdir is kept);
   renaming a ``.corrupt`` directory back retries that step.
-* **Lock.** Training holds the workdir's lock (:func:`lock`, ``mojax.workdir_lock``) around
+* **Lock.** Training holds the workdir's lock (:func:`lock`, ``mojax.infra.workdir_lock``) around
   :func:`prepare` and the run, so a second training job in the same workdir is refused.
 * **Local paths.** :func:`check_paths` refuses a URL workdir or a URL in a path key of the config
-  (``mojax.paths``) before anything is built.
+  (``mojax.infra.paths``) before anything is built.
 * **Finished runs.** A workdir whose ``done`` file records at least ``config.steps`` steps is
   finished: :func:`prepare` returns a :class:`Finished` whose message says so and how to extend it
   (a larger ``--config.steps`` resumes from the last checkpoint); nothing is trained and the exit
@@ -54,11 +54,11 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mojax import environment, paths
-from mojax import logbook as log_lib
 from mojax.config import ConfigError
-from mojax.jsonl import fsync_dir, write_json_durable
-from mojax.workdir_lock import LOCK_FILE, WorkdirLock
+from mojax.infra import environment, paths
+from mojax.infra import logbook as log_lib
+from mojax.infra.jsonl import fsync_dir, write_json_durable
+from mojax.infra.workdir_lock import LOCK_FILE, WorkdirLock
 
 #: Keys that may change between runs of one workdir: the run continues under the new values.
 RESUMABLE = (
@@ -147,7 +147,7 @@ def config_diff(
 
     ``defaults``: ``{key: default}``; a key the old config lacks counts as its default (it was
     added after that run started). ``same_inputs``: path keys whose file contents are unchanged
-    (``mojax.rl.inputs``), so a moved path is not a difference."""
+    (``mojax.spec.input_files``), so a moved path is not a difference."""
     a, b = config_values(old), config_values(new)
     absent = "<absent>"
     for k, v in (defaults or {}).items():
@@ -170,7 +170,7 @@ def resume_mode(config: Any) -> str:
 
 
 def lock(workdir: str) -> WorkdirLock:
-    """The workdir's exclusive lock (``mojax.workdir_lock``), to hold while training."""
+    """The workdir's exclusive lock (``mojax.infra.workdir_lock``), to hold while training."""
     return WorkdirLock(workdir)
 
 
@@ -196,7 +196,7 @@ def prepare(
     """Applies the contract (module docstring) before a training run builds anything.
 
     Args:
-      inputs: ``{config key: fingerprint}`` of the run's input files (``mojax.rl.inputs``).
+      inputs: ``{config key: fingerprint}`` of the run's input files (``mojax.spec.input_files``).
       defaults: ``{config key: default}`` for keys an older ``config.json`` lacks.
 
     Returns:
@@ -269,7 +269,7 @@ class Deferred:
     inputs: dict[str, str] | None
 
     def write(self) -> None:
-        """Writes the records durably (``mojax.jsonl.write_durable``): process 0 writes, then
+        """Writes the records durably (``mojax.infra.jsonl.write_durable``): process 0 writes, then
         every process meets at a barrier."""
         if log_lib.is_main_process():
             done = os.path.join(self.workdir, DONE_FILE)
@@ -444,7 +444,7 @@ def _damaged_config_message(workdir: str, problem: str) -> str:
     return (
         f"workdir {workdir}: its {path} {problem}, so the run it holds cannot be checked against "
         "this config. Either:\n"
-        f"  python -m mojax.workdir_restore {workdir}   rewrite it from the copy the "
+        f"  python -m mojax.infra.workdir_restore {workdir}   rewrite it from the copy the "
         "latest checkpoint holds (the damaged file is kept as config.json.damaged), then rerun\n"
         "  --config.resume=force  continue from its checkpoints under this config (config.json "
         "is rewritten once the checkpoint restored)\n"

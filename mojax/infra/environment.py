@@ -1,7 +1,7 @@
 """The software environment a run ran in: Python, the platform and the versions of the packages
 whose numerics or data a run's results depend on.
 
-Recorded in each run's ``config.json`` under ``environment`` (``mojax.workdir.prepare``; not
+Recorded in each run's ``config.json`` under ``environment`` (``mojax.infra.workdir.prepare``; not
 compared on resume), so a result can be traced to the environment that produced it; the
 repository's ``constraints.txt`` pins the environment of its committed results
 (``pip install -c constraints.txt -e .``).

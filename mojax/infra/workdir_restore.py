@@ -1,11 +1,11 @@
 """Rewriting a damaged ``<workdir>/config.json`` from the copy its checkpoints keep.
 
 Every RL checkpoint's host state holds the run's resolved config (``config``, written by
-``mojax.rl.adapters.saved_host``). When ``config.json`` is empty, cut or not UTF-8 (a crash while
-an older mojax wrote it, a damaged disk), ``mojax.workdir.prepare`` refuses the rerun and names
+``mojax.rl.warm_start.saved_host``). When ``config.json`` is empty, cut or not UTF-8 (a crash while
+an older mojax wrote it, a damaged disk), ``mojax.infra.workdir.prepare`` refuses the rerun and names
 this command::
 
-    python -m mojax.workdir_restore WORKDIR
+    python -m mojax.infra.workdir_restore WORKDIR
 
 It takes the workdir's lock, keeps the damaged file as ``config.json.damaged`` (``-<n>`` if taken)
 and writes the newest committed step's copy (``environment`` records the step it came from). The
@@ -19,15 +19,15 @@ import os
 import sys
 from typing import Any
 
-from mojax import logbook as log_lib
-from mojax.workdir import WorkdirError, lock
-from mojax.workdir_lock import WorkdirLockedError
+from mojax.infra import logbook as log_lib
+from mojax.infra.workdir import WorkdirError, lock
+from mojax.infra.workdir_lock import WorkdirLockedError
 
 
 def checkpoint_config(workdir: str) -> tuple[int, dict[str, Any]] | None:
     """``(step, config tree)`` of the newest committed RL checkpoint step whose host state holds
-    the run's config (``mojax.rl.adapters.saved_host``), or None (no step holds one)."""
-    from mojax import checkpoint as ckpt_lib
+    the run's config (``mojax.rl.warm_start.saved_host``), or None (no step holds one)."""
+    from mojax.infra import checkpoint as ckpt_lib
 
     ckpt = os.path.join(workdir, "checkpoints")
     names = os.listdir(ckpt) if os.path.isdir(ckpt) else []
@@ -73,9 +73,9 @@ def restore_config(workdir: str) -> str:
 
 
 def _main(argv: list[str]) -> int:
-    """``python -m mojax.workdir_restore WORKDIR`` (:func:`restore_config`)."""
+    """``python -m mojax.infra.workdir_restore WORKDIR`` (:func:`restore_config`)."""
     if len(argv) != 2 or argv[1].startswith("-"):
-        print("usage: python -m mojax.workdir_restore WORKDIR", file=sys.stderr)
+        print("usage: python -m mojax.infra.workdir_restore WORKDIR", file=sys.stderr)
         return 2
     try:
         print(restore_config(argv[1]))

@@ -2,7 +2,7 @@
 
 ``validate(config)`` (what ``mojax.rl.trainer.run`` calls, once) reads the ``ml_collections`` config of
 ``configs/<method>.py`` into a :class:`RunSpec`: one frozen section per concern
-(``mojax.rl.sections``), the learner's ``PPOConfig`` / ``OptimizerConfig``, and the config sections
+(``mojax.spec.sections``), the learner's ``PPOConfig`` / ``OptimizerConfig``, and the config sections
 the advantage methods declare (``Method.sections``). Each field carries its config key and help
 text (``mojax.config.option``; ``--config.mode=show`` prints them); each section checks its own
 fields, and :func:`run_errors` the rules that span sections (the task's declared objectives, the
@@ -30,8 +30,8 @@ from mojax.config import (
     to_dict,
 )
 from mojax.learner import CorrectionConfig, OptimizerConfig, PPOConfig
-from mojax.rl import sections as S
-from mojax.rl.spec_rules import run_errors
+from mojax.spec import sections as S
+from mojax.spec.rules import run_errors
 from mojax.tasks import registry
 
 MODES = ("train", "eval", "show")  # show: print the resolved config with its help and exit
@@ -102,7 +102,7 @@ class RunSpec:
     transcripts_per_step: int = option(help="sampled transcripts written per step")
     resume: str = option(help='rerunning a workdir: "" (same config only) | "force" | "new"')
     preemption_grace_s: float = option(
-        30.0, help="seconds between the scheduler's SIGTERM and SIGKILL (mojax.preemption)"
+        30.0, help="seconds between the scheduler's SIGTERM and SIGKILL (mojax.infra.preemption)"
     )
     model: S.ModelSpec = None
     tokenizer: S.TokenizerSpec = None
@@ -234,7 +234,7 @@ def help_texts() -> dict[str, str]:
 
 def key_defaults() -> dict[str, Any]:
     """``{config key: default}`` of the spec fields that declare one: what a key means when a
-    workdir's ``config.json``, written before the key existed, lacks it (``mojax.workdir``). A key
+    workdir's ``config.json``, written before the key existed, lacks it (``mojax.infra.workdir``). A key
     added to the config declares its default in its spec field (``option(default, help=...)``)."""
     out: dict[str, Any] = {}
     for cls in _spec_classes():

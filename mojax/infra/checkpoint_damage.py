@@ -1,6 +1,6 @@
 """What a failed checkpoint read says about the step: damaged, or not known to be damaged.
 
-``mojax.checkpoint.Checkpointer`` moves a step aside only on positive evidence that its files are
+``mojax.infra.checkpoint.Checkpointer`` moves a step aside only on positive evidence that its files are
 damaged. The evidence is of two kinds:
 
 * **files** (:func:`damage`): the step or one of its item directories is missing or empty; a

@@ -1,7 +1,7 @@
 """``--config.mode=show``: every key of a resolved config, its value and its one-line help.
 
 The help of a key is the ``help`` metadata of the spec field that reads it
-(``mojax.rl.spec.help_texts``): the run-level keys, every section, the learner's ``ppo`` /
+(``mojax.spec.help_texts``): the run-level keys, every section, the learner's ``ppo`` /
 ``optimizer`` and the sections the advantage methods declare. Keys inside a mapping-valued field
 (``advantage.<keyword>``, ``model.overrides.<field>``, ``task.kwargs.<name>``) get their field's help.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mojax.rl.spec import help_texts
+from mojax.spec import help_texts
 
 __all__ = ["flatten", "help_for", "show"]
 

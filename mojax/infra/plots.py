@@ -125,7 +125,7 @@ def plot_run(
     """
     if not _main():
         return []
-    from mojax.jsonl import read_metrics
+    from mojax.infra.jsonl import read_metrics
 
     objectives = list(objectives)
     records = read_metrics(workdir)
@@ -309,7 +309,7 @@ def plot_comparison(
     """
     if not _main():
         return None
-    from mojax.jsonl import read_metrics
+    from mojax.infra.jsonl import read_metrics
 
     if not runs or not keys:
         raise ValueError("plot_comparison: need at least one run and one key")

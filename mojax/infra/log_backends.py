@@ -1,4 +1,4 @@
-"""Backends behind ``mojax.logbook.MetricsWriter``: JSONL (always), TensorBoard, Weights & Biases.
+"""Backends behind ``mojax.infra.logbook.MetricsWriter``: JSONL (always), TensorBoard, Weights & Biases.
 
 A backend has ``write(step, record)`` (``record``: the step's scalars as JSON values, ``"step"``
 included) and ``close()``; ``log_config(config_dict)`` is optional. ``MetricsWriter`` builds them
@@ -27,7 +27,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mojax.jsonl import append_line, decoded_lines, write_durable
+from mojax.infra.jsonl import append_line, decoded_lines, write_durable
 
 WANDB_ID_FILE = "wandb_run_id"
 WANDB_MODES = ("online", "offline", "disabled")

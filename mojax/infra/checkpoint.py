@@ -18,12 +18,12 @@ Guarantees:
   so a process killed mid-save leaves the previous steps usable (unfinished tmp dirs are ignored);
 * a writing ``Checkpointer`` deletes unfinished tmp dirs when it opens the directory (in the
   background, finished before its first save), so only the job that holds the workdir lock
-  (``mojax.workdir_lock``) opens one; readers (``mode=eval``,
+  (``mojax.infra.workdir_lock``) opens one; readers (``mode=eval``,
   ``python -m mojax.export``) open it with ``read_only=True``, which creates, deletes, renames and
   writes nothing;
 * restore onto a different mesh: arrays are read slice-wise into the shardings of ``target``;
 * a step is called corrupt only on positive evidence that its files are damaged (a missing, short,
-  empty or unparsable file; ``mojax.checkpoint_damage``): ``CorruptCheckpointError`` names its
+  empty or unparsable file; ``mojax.infra.checkpoint_damage``): ``CorruptCheckpointError`` names its
   path and the evidence. With ``fallback=True`` it is moved aside to ``<step>.corrupt`` (renamed,
   never deleted; logged) and the next older step is tried, so the run can later save that step
   number again instead of crash-looping on ``StepAlreadyExistsError``;
@@ -55,10 +55,10 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
-from mojax import checkpoint_damage as damage_lib
-from mojax import checkpoint_save as save_lib
 from mojax import distributed
-from mojax.paths import local_path
+from mojax.infra import checkpoint_damage as damage_lib
+from mojax.infra import checkpoint_save as save_lib
+from mojax.infra.paths import local_path
 
 _log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ class Checkpointer:
 
     Args:
       directory: where the step directories live (created if missing, unless ``read_only``); a
-        URL (``gs://...``) raises ``mojax.paths.RemotePathError``.
+        URL (``gs://...``) raises ``mojax.infra.paths.RemotePathError``.
       max_to_keep: keep the newest N steps (None = all).
       async_save: write in a background thread (``save`` returns once the arrays are copied to
         host memory); ``wait()`` / ``close()`` block until written.
@@ -216,7 +216,7 @@ class Checkpointer:
         Returns False when skipped by ``save_interval_steps``. Raises ``TypeError`` naming the path
         of a host-state value that JSON cannot hold (before anything is written), and
         ``CheckpointError`` when opened ``read_only``. A ``TrainState``'s ``frozen`` LoRA base is
-        not saved (the host state names it; ``mojax.rl.adapters``).
+        not saved (the host state names it; ``mojax.rl.warm_start``).
         """
         self._check_writable("save")
         if getattr(state, "frozen", None) is not None:
@@ -244,7 +244,7 @@ class Checkpointer:
 
     def _saving(self, step: int | None, fn) -> Any:
         """``fn()``, an ``OSError`` (or TensorStore's ``RESOURCE_EXHAUSTED``) of a write turned
-        into one :class:`CheckpointSaveError` (``mojax.checkpoint_save``), once orbax's other
+        into one :class:`CheckpointSaveError` (``mojax.infra.checkpoint_save``), once orbax's other
         save threads ended."""
         try:
             return fn()
@@ -289,7 +289,7 @@ class Checkpointer:
 
     def _verdict(self, target: Any, step: int, err: Exception) -> tuple[str, str]:
         """(``_CORRUPT`` or ``_FAILED``, message) for a read of ``step`` that raised ``err``:
-        corrupt only on positive evidence (``mojax.checkpoint_damage``)."""
+        corrupt only on positive evidence (``mojax.infra.checkpoint_damage``)."""
         where = f"checkpoint step {step} at {self.step_path(step)}"
         if isinstance(err, CheckpointError):
             return _FAILED, str(err)
@@ -374,7 +374,7 @@ class Checkpointer:
                 moved = f"{src}.corrupt-{i}"
             os.rename(src, moved)
         if jax.process_count() > 1:
-            multihost_utils.sync_global_devices(f"mojax.checkpoint.move_aside.{step}")
+            multihost_utils.sync_global_devices(f"mojax.infra.checkpoint.move_aside.{step}")
         self._manager.reload()
         return moved
 

@@ -9,7 +9,7 @@ Only process 0 writes (``jax.process_index() == 0``): on the other hosts of a mu
 ``MetricsWriter``, ``write_transcripts``, ``write_config`` and ``plot_run`` do nothing, so every
 process can call them unconditionally.
 
-Plots live in ``mojax.plots`` (``plot_run``, ``plot_comparison``).
+Plots live in ``mojax.infra.plots`` (``plot_run``, ``plot_comparison``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from mojax import log_backends
-from mojax.jsonl import METRICS_FILE, read_jsonl, read_metrics, write_durable
-from mojax.log_backends import WandbOptions
+from mojax.infra import log_backends
+from mojax.infra.jsonl import METRICS_FILE, read_jsonl, read_metrics, write_durable
+from mojax.infra.log_backends import WandbOptions
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 CONFIG_FILE = "config.json"
@@ -190,7 +190,7 @@ def write_config(workdir: str | os.PathLike, config: Any) -> pathlib.Path | None
 
     The file is ``config.to_json()`` of the ConfigDict (a plain mapping is dumped as JSON), the
     format ``read_config`` and ``python -m mojax.export`` read back; written durably
-    (``mojax.jsonl.write_durable``).
+    (``mojax.infra.jsonl.write_durable``).
     """
     if not is_main_process():
         return None
@@ -224,7 +224,7 @@ def read_config(workdir_or_file: str | os.PathLike):
     except ValueError as e:  # cut, empty or not UTF-8 (UnicodeDecodeError is a ValueError)
         raise ValueError(
             f"{path} is damaged ({type(e).__name__}: {e}); rewrite it from the copy its "
-            f"checkpoints keep with: python -m mojax.workdir_restore {path.parent}"
+            f"checkpoints keep with: python -m mojax.infra.workdir_restore {path.parent}"
         ) from None
 
 

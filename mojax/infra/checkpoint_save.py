@@ -1,6 +1,6 @@
 """A checkpoint save that fails: one message, the previous steps intact.
 
-``mojax.checkpoint.Checkpointer`` turns a failed write (a full disk: Python's ``OSError``
+``mojax.infra.checkpoint.Checkpointer`` turns a failed write (a full disk: Python's ``OSError``
 ENOSPC / EDQUOT, or TensorStore's ``ValueError: RESOURCE_EXHAUSTED ... No space left on device
 [os_error_code='28']``; any other ``OSError``) into one ``CheckpointSaveError`` whose message
 (:func:`save_failed_message`) names the workdir, the free space and the last committed step, which
@@ -24,7 +24,7 @@ import os
 import shutil
 import threading
 
-from mojax.checkpoint_damage import _chain, describe
+from mojax.infra.checkpoint_damage import _chain, describe
 
 #: What the OS / TensorStore say when a write finds no room (ENOSPC, EDQUOT).
 _NO_SPACE = ("No space left on device", "Disk quota exceeded", "os_error_code='28'")

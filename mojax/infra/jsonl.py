@@ -1,8 +1,8 @@
 """The workdir's small record files: durable writes, and reading the JSON-lines files a run writes
 (``metrics.jsonl``, ``transcripts.jsonl``).
 
-A leaf module: ``mojax.logbook`` (writers), ``mojax.plots`` (readers), ``mojax.workdir`` and
-``mojax.workdir_lock`` use it.
+A leaf module: ``mojax.infra.logbook`` (writers), ``mojax.infra.plots`` (readers), ``mojax.infra.workdir`` and
+``mojax.infra.workdir_lock`` use it.
 
 * **Durable writes** (:func:`write_durable`): a record (``config.json``, ``inputs.json``, ``done``,
   the lock record's directory entry, a truncated ``metrics.jsonl``) is written to a temporary file,

@@ -9,7 +9,7 @@
   ``mojax.main`` exits 2. Every process checks on its own, so each stops at once.
 * **Fingerprints.** :func:`fingerprints` hashes the contents of the data files and of the tokenizer
   (``tokenizer.path`` when it names a file or directory) and of ``model.checkpoint``;
-  ``mojax.workdir.prepare`` keeps them in ``<workdir>/inputs.json``. A resumed run whose data file
+  ``mojax.infra.workdir.prepare`` keeps them in ``<workdir>/inputs.json``. A resumed run whose data file
   changed is refused, naming the file; a path that moved (another ``$MOJAX_SHARED_DIR``) to the
   same contents is not a change. Process 0 hashes; the values are all-gathered, so every process
   takes the same decision.
@@ -29,7 +29,7 @@ from typing import Any
 
 from mojax import distributed
 from mojax.config import ConfigError
-from mojax.rl.model_config import checkpoint_errors, checkpoint_problem
+from mojax.spec.model_config import checkpoint_errors, checkpoint_problem
 from mojax.tasks.base import Task
 from mojax.tasks.splits import generates
 
@@ -68,7 +68,7 @@ def _section_checkpoints(spec: Any) -> dict[str, str]:
 def check_files(spec: Any) -> None:
     """Raises ``ConfigError`` naming each data key whose file does not exist, ``task.train_path``
     when a file-backed task has none, ``model.checkpoint`` when it is not a readable HF checkpoint
-    (``mojax.rl.model_config.checkpoint_errors``: only config.json and the safetensors headers are
+    (``mojax.spec.model_config.checkpoint_errors``: only config.json and the safetensors headers are
     read, on every process) and each section's ``checkpoint_paths()`` when it
     names no directory with a ``config.json``."""
     from mojax.tasks.data import missing_file_message
@@ -140,9 +140,9 @@ def fingerprints(spec: Any) -> dict[str, str]:
 
 
 def prepare_workdir(spec: Any, workdir: str):
-    """``mojax.workdir.prepare`` with the spec's input fingerprints and its absent-key defaults."""
-    from mojax import workdir as workdir_lib
-    from mojax.rl.spec import key_defaults
+    """``mojax.infra.workdir.prepare`` with the spec's input fingerprints and its absent-key defaults."""
+    from mojax.infra import workdir as workdir_lib
+    from mojax.spec import key_defaults
 
     return workdir_lib.prepare(
         spec.resolved, workdir, inputs=fingerprints(spec), defaults=key_defaults()
