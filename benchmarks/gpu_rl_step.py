@@ -6,7 +6,7 @@ The pieces ``mojax.rl.step.rl_step`` runs, on a random-weight model of a named v
 * ``handover``: the learner's weights to the sampler (``ContinuousSampler.update_weights`` on
   ``learner.policy_params(state)``: the decode layout's view, fused q/k/v and gate/up where the
   layouts fuse them), blocked until ready;
-* ``generation``: ``mojax.sampling.continuous.ContinuousSampler`` (the continuous engine,
+* ``generation``: ``mojax.sampling.continuous.engine.ContinuousSampler`` (the continuous engine,
   ``--slots`` decode slots) over P prompts of ``--prompt_len`` random tokens x G samples,
   temperature 1; a sampled stop: each row's length is drawn from a geometric distribution (mean
   ``--mean_len``, capped at ``--new_tokens``; the draw is seeded, the same every step and round,
@@ -85,7 +85,7 @@ def _build(args):
     import mojax.models as mm
     from mojax import learner
     from mojax import sharding as shl
-    from mojax.sampling.continuous import ContinuousSampler
+    from mojax.sampling.continuous.engine import ContinuousSampler
 
     config = mm.get_variant(args.variant, dtype=args.dtype, remat=args.remat)
     mesh = shl.make_mesh(-1, 1, 1)

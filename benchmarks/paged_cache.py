@@ -53,7 +53,7 @@ def worker(args):
 
     import mojax.models as mm
     from mojax.models import layouts
-    from mojax.sampling.continuous import ContinuousSampler
+    from mojax.sampling.continuous.engine import ContinuousSampler
 
     model = mm.from_pretrained(args.variant, dtype=args.dtype, seed=0)
     side = args.worker

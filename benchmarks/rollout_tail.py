@@ -7,7 +7,7 @@ Both sides hold the same KV cache, ``--slots`` rows x C slots (C = prompt bucket
 
 * ``static``: ``mojax.sampling.generate`` on ``--slots / G`` prompts at a time; every call decodes
   until its longest row ends, so each batch pays for its longest row on every row;
-* ``continuous``: ``mojax.sampling.continuous.ContinuousSampler`` with ``--slots`` slots, one
+* ``continuous``: ``mojax.sampling.continuous.engine.ContinuousSampler`` with ``--slots`` slots, one
   ``generate`` of all P prompts: a row that ends frees its slot for the next row.
 
 Each side runs in its own process, alternating (``benchmarks/_harness.py``, >= 3 rounds, min /
@@ -58,7 +58,7 @@ def worker(args):
 
     import mojax.models as mm
     import mojax.sampling as ms
-    from mojax.sampling.continuous import ContinuousSampler
+    from mojax.sampling.continuous.engine import ContinuousSampler
 
     model = mm.from_pretrained(args.variant, dtype="float32", seed=0)
     tokens, lengths, drawn = make_work(args, model.config.vocab_size)

@@ -112,7 +112,7 @@ def own_groups(num_groups: int) -> tuple[int, int]:
 
 
 def group_layout(num_rows: int, num_samples: int) -> RowLayout:
-    """The ``RowLayout`` of per-process engines (``mojax.sampling.continuous``): each process
+    """The ``RowLayout`` of per-process engines (``mojax.sampling.continuous.engine``): each process
     holds, works on and sends the rows of its own block of prompt groups (``row_owners``)."""
     if process_count() == 1:
         return RowLayout.single(num_rows)

@@ -113,7 +113,7 @@ def main():
     import mojax.models as mm
     from mojax.rollout import RolloutSpec, run_rollout
     from mojax.rollout.tools import Calculator
-    from mojax.sampling.continuous import ContinuousSampler
+    from mojax.sampling.continuous.engine import ContinuousSampler
 
     task, tok, cfg, model, prompts = _setup(_TMP.value)
     mesh = Mesh(np.array(jax.devices()).reshape(2, 1, 1), ("data", "fsdp", "tensor"))

@@ -31,7 +31,7 @@ drops its padding, so a row's keys are exactly ``[0, lengths)`` (what the paged-
 take) and RoPE positions, which count real tokens in both caches, are the same. Writes to a page
 the row does not own (``Np``), past ``Pr`` pages, or of padding are dropped (``mode="drop"``), so an
 idle or finished row never writes into a page that the host allocator
-(``mojax.sampling.pages``) has given to another row.
+(``mojax.sampling.continuous.pages``) has given to another row.
 """
 
 from __future__ import annotations

@@ -68,8 +68,7 @@ from mojax.rl.evaluate import evaluate, validation_vector, write_report
 from mojax.rl.state import HostState
 from mojax.rl.step import Run
 from mojax.rl.warm_start import initial_params
-from mojax.spec import RunSpec
-from mojax.spec import input_files
+from mojax.spec import RunSpec, input_files
 
 PROGRESS_KEYS = ("reward/scalar/mean", "loss", "eval/accuracy", "eval/tool_calls", "time/step_s")
 

@@ -15,7 +15,7 @@ every engine, is ``mojax.rollout.continuous_agent``::
 until every row is finished (eos, length, turn / call limits, token budget). Rows proceed
 independently: a finished row stays finished while the others keep calling tools. The static
 engine takes a whole round of requeued rows at once (one append on its shared KV cache,
-``mojax.sampling.static_session``); the continuous engine takes each row as soon as its
+``mojax.sampling.static.session``); the continuous engine takes each row as soon as its
 observation is ready, while the other rows decode on.
 
 Observation tokens are in ``tokens`` with ``loss_mask`` 0 and ``logprobs`` 0, so the PPO loss never

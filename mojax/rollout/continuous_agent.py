@@ -12,7 +12,7 @@
                   turn, where the engine has room for it (``session.fits``; else the row ends
                   with ``budget``)              calls.observations, session.fits, session.requeue
 
-A session with ``rounds`` (the static engine, ``mojax.sampling.static_session``) takes a whole
+A session with ``rounds`` (the static engine, ``mojax.sampling.static.session``) takes a whole
 round: its calls run as ``ToolRunner.submit`` schedules them (serially once every row has stopped,
 or, with decode segments and ``overlap_tools``, from the segment each row stopped in) and the
 round's rows are requeued together once every result is in. Otherwise (the continuous engine)

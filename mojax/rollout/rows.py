@@ -10,7 +10,7 @@ sorts each row whose decode ended into one of:
   the same turn with what is left of its budget.
 
 (A row paused at a decode segment's end never reaches the host: its engine resumes it,
-``mojax.sampling.static_session``.)
+``mojax.sampling.static.session``.)
 
 Shape words as in ``mojax.rollout.spec`` (B rows, response slots, cache slots).
 """

@@ -109,7 +109,7 @@ class RolloutSpec:
         writes ``false_stop_bucket`` empty cache slots: the log-probs can differ from the
         unsegmented rollout's in float rounding (attention sums over another slot layout), and
         so could a token where that flips a near tie; ``limits`` adds room for the slots. (The
-        static engine's segments, ``mojax.sampling.static_session``.)
+        static engine's segments, ``mojax.sampling.static.session``.)
       overlap_tools: with ``decode_segment > 0``, start a row's tool call at the end of the segment
         it stopped in, while the other rows decode on (False: run the round's calls once every row
         has stopped, the serial schedule). The observations are appended at the same point either

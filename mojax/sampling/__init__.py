@@ -45,10 +45,9 @@ a sort-free bisection; one compiled program per (P, G, prompt bucket, R, S, samp
 
 from mojax.sampling.api import append_and_continue, generate, stop_id_array
 from mojax.sampling.buckets import bucket_length, next_power_of_two, segment_caps
-from mojax.sampling.continuous import ContinuousSampler
+from mojax.sampling.continuous.engine import ContinuousSampler
 from mojax.sampling.decode import continue_from_arrays, generate_from_arrays
 from mojax.sampling.processors import SamplingParams, process_logits, sample_step
-from mojax.sampling.sampler import InGraphSampler, Sampler
 from mojax.sampling.state import (
     FINISH_REASONS,
     LENGTH,
@@ -58,6 +57,7 @@ from mojax.sampling.state import (
     SamplingState,
     broadcast_cache,
 )
+from mojax.sampling.static.engine import InGraphSampler, Sampler
 
 __all__ = [
     "ContinuousSampler",

@@ -9,7 +9,7 @@ state; nothing is allocated.
 * static (``static_report``): the prefill + decode program of the step's B rows
   (``api.lower_generate``: one decode loop over the whole cache; the run's decode segments each
   work on a truncated copy, counted as one more cache);
-* continuous (``mojax.sampling.continuous.memory_report``): the same program for ``rollout.slots``
+* continuous (``mojax.sampling.continuous.engine.memory_report``): the same program for ``rollout.slots``
   rows instead, plus two chunks of the prompt prefill (``compile_prompt_prefill``: ``slots.prefill``
   on ceil(N / G) prompts split over the batch axes) held while their rows enter slots; with
   several processes each process's own engine, compiled on its devices, with its full copy of the
@@ -25,8 +25,9 @@ import numpy as np
 
 from mojax import learner, models
 from mojax import sharding as sharding_lib
-from mojax.sampling import api, slots
+from mojax.sampling import api
 from mojax.sampling.buckets import bucket_length
+from mojax.sampling.continuous import slots
 
 GIB = 1024**3
 

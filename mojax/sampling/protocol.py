@@ -26,7 +26,7 @@ its devices hold); its ``view`` and ``output`` hold every row, filled in for tho
 rollout all-gathers once at the end.
 
 One driver runs every engine (``mojax.rollout.continuous_agent``). A session's ``rounds`` says how
-it takes requeued rows: the static engine (``mojax.sampling.static_session``) decodes in rounds on
+it takes requeued rows: the static engine (``mojax.sampling.static.session``) decodes in rounds on
 one shared KV cache and takes a whole round at once; the continuous engine takes each row as its
 observation is ready, while the others decode on.
 """
@@ -71,8 +71,8 @@ __all__ = [
 #: ``rollout.engine`` -> ``"module:function"`` of the engine's ``build(model_config, rollout,
 #: mesh, rules) -> Sampler`` (imported when built). A new engine is one line here.
 SAMPLERS: dict[str, Any] = {
-    "static": "mojax.sampling.sampler:build",
-    "continuous": "mojax.sampling.continuous:build",
+    "static": "mojax.sampling.static.engine:build",
+    "continuous": "mojax.sampling.continuous.engine:build",
 }
 
 #: ``rollout.kv_cache`` values: N x C dense slots, or a page pool (the continuous engine's).

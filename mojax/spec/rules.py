@@ -120,7 +120,7 @@ def _batch_shards(spec: Any, num_devices: int | str | None) -> int:
 
 
 def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:
-    """``rollout.engine='continuous'`` (``mojax.sampling.continuous``): on a mesh of several
+    """``rollout.engine='continuous'`` (``mojax.sampling.continuous.engine``): on a mesh of several
     devices, ``rollout.slots`` (and a paged cache's ``rollout.num_pages``) a multiple of the
     devices its rows spread over (the logical "batch" axes). With several processes each runs its own engine on its own
     devices (all on "data"), so the same holds for one process's devices. ``num_devices`` None:

@@ -47,11 +47,13 @@ def test_the_validation_settings_reach_validation_vector(monkeypatch):
         seen.append(settings)
         return host, np.array([0.5, 0.5]), {}
 
-    monkeypatch.setattr(phases, "validation_vector", fake_vector)
+    monkeypatch.setattr(trainer, "validation_vector", fake_vector)
     run = SimpleNamespace(hooks=_hooks())
     trainer._with_validation(run, HostState(), None, 0, lambda v: run.hooks.start(None, v))
     run.hooks = _hooks(validation_samples=4, validation_temperature=1.0, validation_n_opt="fixed")
-    host, _ = trainer._with_validation(run, HostState(), None, 0, lambda v: run.hooks.start(None, v))
+    host, _ = trainer._with_validation(
+        run, HostState(), None, 0, lambda v: run.hooks.start(None, v)
+    )
     trainer._with_validation(run, host, None, 1, lambda v: run.hooks.after_step(1, host.method, v))
     want = {"num_samples": 4, "temperature": 1.0, "n_opt": "fixed"}
     assert seen == [{}, want, want]  # the default: today's call, with no keywords

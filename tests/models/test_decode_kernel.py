@@ -172,7 +172,7 @@ def test_continuous_sampler_with_the_kernels_gives_the_static_samplers_tokens(kv
     """The continuous sampler (2 slots for 3 rows: slots at different write positions, a row
     entering a freed slot; dense slots or pages of 4) with the kernels: the static sampler's
     greedy tokens without them."""
-    from mojax.sampling.continuous import ContinuousSampler
+    from mojax.sampling.continuous.engine import ContinuousSampler
 
     model = _model("tiny-qwen3", "float32", 5)
     prompts = np.random.RandomState(4).randint(1, 200, (3, 9)).astype(np.int32)

@@ -48,7 +48,7 @@ class _Trap:
     the sampler's decode calls after that (``generate`` and ``append_and_continue``)."""
 
     def __init__(self, monkeypatch, at, sig):
-        from mojax.sampling.sampler import InGraphSampler
+        from mojax.sampling.static.engine import InGraphSampler
 
         self.rollouts, self.after, self.fired = 0, 0, False
         generate, append = InGraphSampler.generate, InGraphSampler.append_and_continue

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mojax.rollout import RolloutSpec, run_rollout
-from mojax.sampling.continuous import ContinuousSampler
+from mojax.sampling.continuous.engine import ContinuousSampler
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_rollout_agent import SETTINGS, prompts_for, scripted, tok  # noqa: E402,F401
@@ -102,7 +102,7 @@ def test_tool_rows_enter_the_running_decode(tok, scene, monkeypatch):  # noqa: F
     """Two slots, six rows: a row whose observation is ready re-enters a free slot, ahead of the
     first-turn rows still queued, while the other rows decode on (no round ends before it); a
     late tool answer changes nothing in the rollout."""
-    from mojax.sampling import continuous_session
+    from mojax.sampling.continuous import session as continuous_session
 
     task, calc, model, prompts = scene
     spec = RolloutSpec.create(tok, task, temperature=1.0, **SETTINGS)

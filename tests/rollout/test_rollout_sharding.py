@@ -21,7 +21,7 @@ def sharded_and_unsharded_rollouts(tmp: str):
     import mojax.models as mm
     from mojax.rollout import RolloutSpec, run_rollout
     from mojax.rollout.tools import Calculator
-    from mojax.sampling.continuous import ContinuousSampler
+    from mojax.sampling.continuous.engine import ContinuousSampler
     from mojax.tasks.calculator import CalculatorTask, sft_demonstrations
     from mojax.tasks.vocab import build_sentencepiece
 

@@ -1,4 +1,4 @@
-"""Continuous batching (``mojax.sampling.continuous``), per-row random streams, ``min_new_tokens``
+"""Continuous batching (``mojax.sampling.continuous.engine``), per-row random streams, ``min_new_tokens``
 and ``force_stop_at``.
 
 References: the static in-graph sampler (``mojax.sampling.generate`` / ``append_and_continue``) on
@@ -19,7 +19,7 @@ from mojax_test_utils import same_sampling_output as assert_same
 
 import mojax.models as mm
 import mojax.sampling as ms
-from mojax.sampling.continuous import ContinuousSampler
+from mojax.sampling.continuous.engine import ContinuousSampler
 
 SHAPES = dict(max_response_len=64, max_total_len=128, num_samples=2)
 STOPS = (5, 17, 33)
@@ -48,7 +48,7 @@ def test_refill_ends_fewer_segments_with_the_same_tokens(model, monkeypatch):
     """``refill``: a segment ends once 3 slots have freed (not at the first): fewer segments, the
     static sampler's tokens (appended turns: ``test_continuous_equals_static_over_turns``, which
     runs the same loop)."""
-    from mojax.sampling import slots as slots_lib
+    from mojax.sampling.continuous import slots as slots_lib
 
     toks, kw, _, refs = continuous_scene(model, STOPS, SHAPES)
     counts, segment = [], slots_lib.segment
@@ -182,7 +182,7 @@ def test_prompts_are_prefilled_in_chunks_as_their_rows_enter(model, monkeypatch,
     """``prefill_prompts``: each chunk of prompts is prefilled once, when its first row enters a
     slot; at most two chunks are held at once (a placement that spans a boundary); the tokens are
     the static sampler's."""
-    from mojax.sampling.continuous_rows import PromptPrefill
+    from mojax.sampling.continuous.rows import PromptPrefill
 
     toks, lens = prompts()  # 4 prompts x 2 samples
     kw = dict(key=jax.random.key(4), temperature=1.0, prompt_lengths=lens, max_new_tokens=12)
@@ -230,7 +230,7 @@ def test_the_dense_cache_is_held_at_the_segment_cap(model, monkeypatch):
     """Each segment decodes a cache as wide as its ``cap`` (no copy in or out; the rows' tokens:
     ``test_continuous_equals_static_over_turns``), and ``slots.resize`` keeps the first slots or
     pads invalid ones, against numpy."""
-    from mojax.sampling import slots as slots_lib
+    from mojax.sampling.continuous import slots as slots_lib
 
     toks, lens = prompts()
     kw = dict(SHAPES, key=jax.random.key(3), temperature=1.0, prompt_lengths=lens)

@@ -23,7 +23,8 @@ def mesh_against_static(slot_counts) -> dict:
 
     import mojax.models as mm
     from mojax.models.paged_cache import PagedKVCache
-    from mojax.sampling import continuous, slots
+    from mojax.sampling.continuous import engine as continuous
+    from mojax.sampling.continuous import slots
 
     assert jax.device_count() == 8
     model = mm.from_pretrained("tiny-qwen3", dtype="float32", seed=1)
@@ -68,7 +69,7 @@ def mesh_against_static(slot_counts) -> dict:
 def refusals(mesh) -> list[str]:
     """The settings the mesh path refuses, each one message."""
     import mojax.models as mm
-    from mojax.sampling.continuous import ContinuousSampler
+    from mojax.sampling.continuous.engine import ContinuousSampler
 
     cfg = mm.get_variant("tiny-qwen3")
     out = []

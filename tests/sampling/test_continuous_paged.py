@@ -1,5 +1,5 @@
 """The continuous sampler on a paged KV cache (``ContinuousSampler(kv_cache="paged")``,
-``mojax.models.paged_cache``, ``mojax.sampling.pages``).
+``mojax.models.paged_cache``, ``mojax.sampling.continuous.pages``).
 
 References: the static in-graph sampler and the dense continuous sampler on the same key. Tokens,
 lengths, finish reasons and loss masks must be equal; log-probs agree to 1e-5 (as in
@@ -18,8 +18,8 @@ from mojax_test_utils import same_sampling_output as assert_same
 
 import mojax.models as mm
 import mojax.sampling as ms
-from mojax.sampling.continuous import ContinuousSampler
-from mojax.sampling.pages import PagePool, pages_for
+from mojax.sampling.continuous.engine import ContinuousSampler
+from mojax.sampling.continuous.pages import PagePool, pages_for
 
 SHAPES = dict(max_response_len=64, max_total_len=128, num_samples=2)
 STOPS = (5, 17, 33)
@@ -122,7 +122,7 @@ def test_a_row_that_cannot_fit_the_pool_is_one_clear_error(model, monkeypatch):
     def no_prefill(*args, **kwargs):
         raise AssertionError("the prompts were prefilled before the pool was checked")
 
-    monkeypatch.setattr("mojax.sampling.slots.prefill", no_prefill)
+    monkeypatch.setattr("mojax.sampling.continuous.slots.prefill", no_prefill)
     with pytest.raises(ValueError, match=r"config.rollout.num_pages=5 .* cannot hold row 0"):
         paged.generate(toks, key=jax.random.key(0), max_new_tokens=20, prompt_lengths=lens,
                        **SHAPES)  # fmt: skip

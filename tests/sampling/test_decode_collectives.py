@@ -83,7 +83,8 @@ def _segment_collectives(model, mesh, tokens):
     """The collectives of the continuous sampler's decode segment (4 slots over the 2 devices)."""
     import jax
 
-    from mojax.sampling import continuous, slots
+    from mojax.sampling.continuous import engine as continuous
+    from mojax.sampling.continuous import slots
 
     seen, segment = [], slots.segment
 

@@ -2,7 +2,7 @@
 
 ``PagePool`` owns the free list of a ``PagedKVCache``'s pool and the page table the device cache
 gets a copy of at each segment boundary; ``PagedSlots`` is how the continuous sampler
-(``mojax.sampling.continuous``) uses it. At each boundary:
+(``mojax.sampling.continuous.engine``) uses it. At each boundary:
 
 * every running slot **grows** to the pages of its real tokens plus the coming segment's most new
   tokens (``budget`` decode steps), never past its row's **bound** (its context plus the tokens
@@ -21,7 +21,7 @@ gets a copy of at each segment boundary; ``PagedSlots`` is how the continuous sa
 Pages in use are therefore at most ``ceil(live tokens / Ps) + ceil(budget / Ps)`` per running slot,
 not slots x cache width. On a mesh the pool is one pool per shard of slots (``PagePool``'s
 ``shards``): a slot grows, and rows are preempted, within its own shard's pool. Host-only state:
-each process's engine has its own (``mojax.sampling.continuous``).
+each process's engine has its own (``mojax.sampling.continuous.engine``).
 
 Shape legend: N slots, Np pool pages, Ps page size, Pr pages per slot.
 """

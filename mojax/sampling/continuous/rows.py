@@ -1,5 +1,5 @@
 """Host side of the continuous-batching sampler: the rows of a call, their queue, and placing them
-in free slots (``mojax.sampling.continuous``).
+in free slots (``mojax.sampling.continuous.engine``).
 
 ``start`` checks a ``generate`` call's arguments (the checks of ``mojax.sampling.api``), prefills
 its P prompts and queues its B rows; ``resume`` checks an ``append_and_continue`` call, writes the
@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax.models.paged_cache import PagedKVCache
-from mojax.sampling import api, buckets, slots
+from mojax.sampling import api, buckets
+from mojax.sampling.continuous import slots
 from mojax.sampling.processors import SamplingParams, uses_stop_controls
 from mojax.sampling.state import RUNNING, SamplingOutput
 
@@ -114,7 +115,7 @@ class Work:
     ``prompts``: the first-turn rows' prompt prefill (``PromptPrefill``); None on resumption
     (each row is prefilled from its context when it is placed).
     ``preempted``: row -> tokens it sampled in this call before a paged cache preempted it
-    (``mojax.sampling.pages``); placed again, it is prefilled from its context and goes on.
+    (``mojax.sampling.continuous.pages``); placed again, it is prefilled from its context and goes on.
     ``resumed``: rows requeued in this call with appended tokens
     (``ContinuousSession.requeue``); placed, each is prefilled from its context.
     """
@@ -327,7 +328,7 @@ def admit(
 ):
     """Places queued rows in the free slots of ``s`` (updates ``held``, ``ends``, ``work.queue``).
 
-    ``pages`` (a paged cache, ``mojax.sampling.pages.PagedSlots``): only the leading queued
+    ``pages`` (a paged cache, ``mojax.sampling.continuous.pages.PagedSlots``): only the leading queued
     rows whose pages the pool holds enter; the rest wait, in order. Preempted rows
     (``work.preempted``) enter from a prefill of their context with their sampled count."""
     free = np.flatnonzero(held < 0)

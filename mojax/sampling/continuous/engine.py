@@ -1,9 +1,9 @@
 """Continuous batching: the ``Sampler`` calls over a fixed number of decode slots.
 
-``ContinuousSampler`` takes the calls of ``mojax.sampling.sampler.Sampler`` (``generate``,
+``ContinuousSampler`` takes the calls of ``mojax.sampling.static.engine.Sampler`` (``generate``,
 ``append_and_continue``) with the arguments of ``mojax.sampling.generate``, and returns the same
 ``SamplingOutput`` (rows prompt-major, [B, R] buffers), but decodes the B rows in N slots
-(``slots``), each with its own cache write position (``mojax.sampling.slots``):
+(``slots``), each with its own cache write position (``mojax.sampling.continuous.slots``):
 
 * ``generate`` prefills the prompts in chunks of ``prefill_prompts`` (default enough to fill the
   slots), each when its first row enters a slot and kept until its last one has; rows queue in
@@ -16,7 +16,7 @@
 * ``append_and_continue`` queues the resumed rows (a tool row whose observation is ready): each
   enters a free slot with the prefill of its whole context (prompt, response so far, observation),
   and decodes on. A row waiting for its tool holds no slot.
-* ``open`` returns the call as a ``ContinuousSession`` (``mojax.sampling.continuous_session``)
+* ``open`` returns the call as a ``ContinuousSession`` (``mojax.sampling.continuous.session``)
   that the caller steps segment by segment, requeueing finished rows with appended tokens while
   the others decode on: a multi-turn rollout's tool rows enter the running decode as soon as
   their observations are ready (``mojax.rollout.continuous_agent``).
@@ -36,7 +36,7 @@ placed at a segment boundary. With
 (``mojax.models.paged_cache``): a running row owns the pages of its live tokens plus one segment
 (at most ``segment_tokens`` steps, default one page's worth) and returns them when it ends; a
 queued row enters when the free pages hold its context plus one segment, and when the running
-rows outgrow the pool the newest ones are preempted and requeued (``mojax.sampling.pages``), so
+rows outgrow the pool the newest ones are preempted and requeued (``mojax.sampling.continuous.pages``), so
 the pool can be smaller than N x C.
 
 Mesh (one process): with ``mesh`` the slots lie over the mesh axes of logical "batch" (the static
@@ -83,10 +83,11 @@ from mojax.models.qwen import (
     param_shardings,
     unstack_layers,
 )
-from mojax.sampling import continuous_rows, slots
-from mojax.sampling import pages as pages_lib
-from mojax.sampling.continuous_rows import ContinuousState, Work
-from mojax.sampling.continuous_session import ContinuousSession
+from mojax.sampling.continuous import pages as pages_lib
+from mojax.sampling.continuous import rows as continuous_rows
+from mojax.sampling.continuous import slots
+from mojax.sampling.continuous.rows import ContinuousState, Work
+from mojax.sampling.continuous.session import ContinuousSession
 from mojax.sampling.protocol import KV_CACHES, Requests, cache_slots
 
 

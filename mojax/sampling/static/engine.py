@@ -1,7 +1,7 @@
 """The static engine: the in-graph sampler (``rollout.engine='static'``).
 
 The protocol of every engine is ``mojax.sampling.protocol``; the static engine's sessions
-(``mojax.sampling.static_session``) run a rollout in rounds of three calls::
+(``mojax.sampling.static.session``) run a rollout in rounds of three calls::
 
     sampler.update_weights(params)                   # the policy to sample from (after each update)
     out = sampler.generate(prompts, key=..., ...)    # prefill + decode until every row stops
@@ -23,7 +23,7 @@ from mojax.models.qwen import DEFAULT_LOGICAL_AXIS_RULES, QwenModel
 from mojax.sampling import api
 from mojax.sampling.protocol import Sampler
 from mojax.sampling.state import SamplingOutput
-from mojax.sampling.static_session import StaticSession
+from mojax.sampling.static.session import StaticSession
 
 __all__ = ["InGraphSampler", "Sampler", "build", "memory_report", "of_model", "round_sampler"]
 
@@ -32,7 +32,7 @@ class InGraphSampler:
     """The in-graph sampler (``mojax.sampling.generate`` / ``append_and_continue``) on a mesh.
 
     ``open`` returns a ``StaticSession``: a rollout in rounds of ``generate`` /
-    ``append_and_continue`` on one KV cache (``mojax.sampling.static_session``).
+    ``append_and_continue`` on one KV cache (``mojax.sampling.static.session``).
 
     Args:
       config: the policy's ``QwenConfig`` (its layouts are resolved here if unset).

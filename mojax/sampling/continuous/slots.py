@@ -7,7 +7,7 @@ The slot state is a ``SamplingState`` of N slots (``row_id`` -1 on an empty slot
 its own ``cache.end`` (the model's cached call writes row ``b`` at ``end[b]``), so a slot holds one
 row from its prefill to its end, whatever the other slots do. With a ``PagedKVCache``
 (``mojax.models.paged_cache``) a slot's tokens live in the pool pages its page table names, which
-the host allocator (``mojax.sampling.pages``) sets at each segment boundary.
+the host allocator (``mojax.sampling.continuous.pages``) sets at each segment boundary.
 
 * ``prefill``: a cached forward of right-padded chunks (the prompts, or a resumed row's whole
   context) on a fresh cache of the chunk's width: the next-token logits and the chunk's cache.

@@ -17,7 +17,7 @@ does not depend on when it is requeued or which slot it decodes in.
 
 The session reads its slots' small state and the finished rows' buffers after each segment: all
 on this process's devices (with several processes each runs its own session over its own rows;
-``mojax.sampling.continuous``).
+``mojax.sampling.continuous.engine``).
 
 Shape legend: B rows, N slots, R response slots, C cache slots, J stop ids per row.
 """
@@ -29,8 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from mojax import distributed
-from mojax.sampling import api, continuous_rows, slots
-from mojax.sampling.continuous_rows import ContinuousState, Work
+from mojax.sampling import api
+from mojax.sampling.continuous import rows as continuous_rows
+from mojax.sampling.continuous import slots
+from mojax.sampling.continuous.rows import ContinuousState, Work
 from mojax.sampling.processors import SamplingParams
 from mojax.sampling.protocol import Progress
 from mojax.sampling.state import RUNNING, SamplingOutput
@@ -49,7 +51,7 @@ class ContinuousSession:
       state: the call's rows on the host (``continuous_rows.start`` / ``resume``).
       work: their queue and per-row settings.
       params: the sampling parameters; caps: the segments' cache prefixes.
-      pages: the call's page pool (``mojax.sampling.pages.PagedSlots``; None: a dense cache).
+      pages: the call's page pool (``mojax.sampling.continuous.pages.PagedSlots``; None: a dense cache).
     """
 
     rounds = False
