@@ -372,13 +372,13 @@ def _shared_tokenizer() -> str:
     """The real Qwen2 tokenizer of the shared assets: ``$MOJAX_SHARED_DIR/assets/qwen2-tokenizer``.
 
     Without ``MOJAX_SHARED_DIR`` the shared folder is ``shared/`` beside the checkout
-    (``mojax.tasks.data.shared_dir``); set the variable when it lives elsewhere. Nothing is read
+    (``mojax.tasks.framework.data.shared_dir``); set the variable when it lives elsewhere. Nothing is read
     here: a missing tokenizer is reported when the run loads it, naming ``MOJAX_SHARED_DIR`` and its
     value (``mojax.rl.builders.build_tokenizer``).
     """
     import os
 
-    from mojax.tasks import data
+    from mojax.tasks.framework import data
 
     return os.path.join(data.shared_dir(), "assets", "qwen2-tokenizer")
 

@@ -1,6 +1,6 @@
 """The self-built sentencepiece vocabulary as a transformers tokenizer (``tokenizer.json``).
 
-``mojax.tasks.vocab.build_sentencepiece`` trains a BPE model with no normalisation, no dummy
+``mojax.tasks.framework.vocab.build_sentencepiece`` trains a BPE model with no normalisation, no dummy
 prefix, whitespace escaped as ``▁``, no byte fallback, ``<pad>``/``<unk>``/``</s>`` at ids 0/1/2
 and the chat markers and task tags as user-defined (never split) pieces. That model maps exactly
 onto a ``tokenizers`` pipeline, which ``transformers.AutoTokenizer`` loads as a

@@ -125,7 +125,7 @@ def main(argv):
     from mojax.infra.preemption import Preempted
     from mojax.infra.workdir_lock import WorkdirLockedError
     from mojax.rl import trainer
-    from mojax.tasks.data import DataFileError
+    from mojax.tasks.framework.data import DataFileError
 
     workdir = _WORKDIR.value or default_workdir(flags.FLAGS["config"].config_filename)
     from mojax.distributed import is_leader

@@ -123,7 +123,7 @@ def _score_split(me):
     """``score_owned`` on 4 groups x 2 rows: each process scores its own rows (it records them),
     and every process gets every row's reward, validity and invalid count."""
     from mojax.rewards.scoring import score_owned
-    from mojax.tasks.base import Example, Objective, RewardStats, Task
+    from mojax.tasks.framework.base import Example, Objective, RewardStats, Task
 
     class Count(Task):
         name, objectives, scalar_weights = "count", (Objective("x", 0.0, 100.0),), (1.0,)
@@ -154,7 +154,7 @@ def _judge_split():
     import math
 
     from mojax.rewards.judge import judge_owned
-    from mojax.tasks.judge import JudgeBudget
+    from mojax.tasks.framework.judge import JudgeBudget
 
     seen = []
 

@@ -29,7 +29,7 @@ def _setup(tmp):
 
     import mojax.models as mm
     from mojax.tasks.calculator import CalculatorTask, sft_demonstrations
-    from mojax.tasks.vocab import build_sentencepiece
+    from mojax.tasks.framework.vocab import build_sentencepiece
 
     class EveryStopCalls(CalculatorTask):
         """Every tool stop is a call (a random model seldom writes a well-formed one); the

@@ -77,7 +77,7 @@ def toolrl_subset(tmp_path, n=12) -> str:
     context), as JSONL in ``tmp_path``."""
     import pyarrow.parquet as pq
 
-    from mojax.tasks.data import shared_dir
+    from mojax.tasks.framework.data import shared_dir
 
     rows = pq.read_table(os.path.join(shared_dir(), "data", "toolrl", "test.parquet")).to_pylist()
     rows.sort(key=lambda r: sum(len(m["content"]) for m in r["prompt"]))

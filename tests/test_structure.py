@@ -155,7 +155,7 @@ def test_no_import_climbs_back_up_a_layer():
 def test_layer_check_finds_a_planted_climb():
     assert layer_of("mojax.models.layers") < layer_of("mojax.rl.step")
     assert layer_of("mojax.rollout.tools.calculator") < layer_of("mojax.tasks.calculator")
-    assert layer_of("mojax.tasks.base") < layer_of("mojax.rollout.agent")
+    assert layer_of("mojax.tasks.framework.base") < layer_of("mojax.rollout.agent")
 
 
 def test_rollout_and_the_loop_see_only_the_sampler_protocol():

@@ -32,7 +32,7 @@ def saw_task_kwargs(task_or_objectives) -> dict:
     """``{"reward_min", "objective_names"}`` from a task's declared objectives (or the objectives).
 
     SAW offsets each objective by its *theoretical* minimum (Algorithm 1, line 3); the task
-    declares it (:class:`mojax.tasks.base.Objective`). Trainers pass ``**saw_task_kwargs(task)``
+    declares it (:class:`mojax.tasks.framework.base.Objective`). Trainers pass ``**saw_task_kwargs(task)``
     so that the weights are logged as ``saw/weight/<objective name>``.
     """
     objectives = getattr(task_or_objectives, "objectives", task_or_objectives)

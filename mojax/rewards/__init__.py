@@ -10,7 +10,7 @@
 * ``registry``: the sources by objective, building them for a run, their host state per split.
 
 Extra objectives by import path (``config.task.extra_rewards``) are scored with the task's own
-(``mojax.tasks.extra_rewards``).
+(``mojax.tasks.framework.extra_rewards``).
 """
 
 from mojax.rewards.batch import RewardBatch, score_rollouts

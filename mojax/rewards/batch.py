@@ -19,7 +19,7 @@ import numpy as np
 from mojax.rewards.registry import missing_source_error
 from mojax.rewards.scoring import score_owned
 from mojax.rewards.source import RewardSource, ScoreContext
-from mojax.tasks.base import RewardStats, Task
+from mojax.tasks.framework.base import RewardStats, Task
 
 
 @dataclasses.dataclass

@@ -1,5 +1,5 @@
 """The judge source: ``r_reason``, a judge model's score of the reasoning (AWPO, arXiv:2512.19126,
-App. B rubric; the judges are ``mojax.tasks.judge``).
+App. B rubric; the judges are ``mojax.tasks.framework.judge``).
 
 A judge failure (no verdict, an error, the batch's deadline) makes the row's ``r_reason`` entry
 invalid (0.0, False in the per-objective validity mask) and is counted as the ``judge_failure``
@@ -19,7 +19,7 @@ import numpy as np
 
 from mojax import distributed
 from mojax.rewards.source import Column, RewardSource, ScoreContext
-from mojax.tasks.judge import JudgeBudget, judge_rows, reason_column
+from mojax.tasks.framework.judge import JudgeBudget, judge_rows, reason_column
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +57,7 @@ def judge_owned(
     num_samples: int,
     budget: JudgeBudget | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """``mojax.tasks.judge.judge_rows`` of ``B`` rows, each process judging its own groups' rows
+    """``mojax.tasks.framework.judge.judge_rows`` of ``B`` rows, each process judging its own groups' rows
     within ``budget``; the scores float32 [B] (NaN = failed) and the counts summed over processes,
     the same on every process."""
     if distributed.process_count() == 1:

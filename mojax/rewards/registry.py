@@ -20,7 +20,7 @@ import numpy as np
 from mojax.rewards.judge import JudgeSource
 from mojax.rewards.source import RewardSource
 from mojax.rewards.tool_efficiency import ToolEfficiency, n_opt_errors
-from mojax.tasks.base import Task
+from mojax.tasks.framework.base import Task
 
 SOURCES: dict[str, type[RewardSource]] = {
     cls.objective: cls for cls in (ToolEfficiency, JudgeSource)

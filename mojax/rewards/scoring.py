@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from mojax import distributed
-from mojax.tasks.base import RewardStats, ScoreBatch, SetScoreBatch, Task
+from mojax.tasks.framework.base import RewardStats, ScoreBatch, SetScoreBatch, Task
 
 
 def score_owned(

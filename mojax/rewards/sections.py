@@ -96,8 +96,8 @@ class JudgeSpec:
         return {"judge.model": self.model} if self.kind == "model" else {}
 
     def budget(self):
-        """The ``mojax.tasks.judge.JudgeBudget`` of one batch of judge calls."""
-        from mojax.tasks.judge import JudgeBudget
+        """The ``mojax.tasks.framework.judge.JudgeBudget`` of one batch of judge calls."""
+        from mojax.tasks.framework.judge import JudgeBudget
 
         return JudgeBudget(
             workers=int(self.workers),

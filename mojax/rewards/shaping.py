@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mojax.tasks.base import Task
+from mojax.tasks.framework.base import Task
 
 
 def overlong_penalty(lengths, max_len: int, buffer: int, penalty: float = 1.0) -> np.ndarray:

@@ -1,6 +1,6 @@
 """The reward-source protocol: a plug-in that fills one external objective of the reward batch.
 
-A task declares its objectives (``mojax.tasks.types.Objective``); those it marks ``external`` are
+A task declares its objectives (``mojax.tasks.framework.types.Objective``); those it marks ``external`` are
 filled by a source after the task's own scoring (``mojax.rewards.batch.score_rollouts``). A source
 sees the batch (:class:`ScoreContext`) and its own carried state, and returns a :class:`Column`:
 
@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mojax.tasks.base import RewardStats, Task
+from mojax.tasks.framework.base import RewardStats, Task
 
 
 @dataclasses.dataclass(frozen=True)

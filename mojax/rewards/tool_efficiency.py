@@ -20,7 +20,7 @@ import numpy as np
 
 from mojax.pareto import N_OPT_SOURCES, NOptimalTracker, fixed_tool_reward, gate_by_success
 from mojax.rewards.source import Column, RewardSource, ScoreContext
-from mojax.tasks.base import Task
+from mojax.tasks.framework.base import Task
 
 
 @dataclasses.dataclass(frozen=True)

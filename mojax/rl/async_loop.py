@@ -63,7 +63,7 @@ from mojax.rl import state as inflight_lib
 from mojax.rl.episodes import rollout_metrics
 from mojax.rl.state import HostState
 from mojax.rl.step import Run, advantages, assemble, collect, rl_step
-from mojax.tasks.types import RewardStats
+from mojax.tasks.framework.types import RewardStats
 
 
 def make_step_fn(run: Run) -> Callable:

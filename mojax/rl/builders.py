@@ -3,7 +3,7 @@ sources.
 
 Everything here is host-side and deterministic in the spec (the self-built tokenizer included), so a
 resumed run rebuilds exactly the same pieces. The task supplies its own plumbing (splits, tool,
-demonstrations, vocabulary corpus; ``mojax.tasks.base.Task``), built-in or custom alike.
+demonstrations, vocabulary corpus; ``mojax.tasks.framework.base.Task``), built-in or custom alike.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from mojax.rl.episodes import EpisodeRunner
 from mojax.rl.step import Run
 from mojax.sampling import protocol
 from mojax.spec.model_config import qwen_config
-from mojax.tasks.base import Task
-from mojax.tasks.splits import Splits
+from mojax.tasks.framework.base import Task
+from mojax.tasks.framework.splits import Splits
 
 
 def load_splits(task: Task, spec: Any) -> Splits:
@@ -42,7 +42,7 @@ def build_tokenizer(spec: Any, task: Task | None, splits: Splits | None, workdir
     path = spec.tokenizer.path
     if path == "build":
         from mojax import distributed
-        from mojax.tasks.vocab import build_sentencepiece
+        from mojax.tasks.framework.vocab import build_sentencepiece
 
         out = os.path.join(workdir, "tokenizer.model")
         if distributed.is_leader():  # process 0 writes it; the others read the same file
@@ -61,7 +61,7 @@ def build_tokenizer(spec: Any, task: Task | None, splits: Splits | None, workdir
         return _load_tokenizer(spec.model.checkpoint, f"{what}{spec.model.checkpoint!r})")
     path = os.path.expanduser(path)
     if not os.path.exists(path):
-        from mojax.tasks.data import missing_file_message
+        from mojax.tasks.framework.data import missing_file_message
 
         raise FileNotFoundError(missing_file_message(path, "config.tokenizer.path: tokenizer"))
     return _load_tokenizer(path, f"config.tokenizer.path={spec.tokenizer.path!r}")
@@ -107,7 +107,7 @@ def build_judge(spec: Any, task: Task):
     """AWPO's judge when the task has an external ``r_reason`` objective, else None."""
     if "r_reason" not in task.external_objectives:
         return None
-    from mojax.tasks.judge import make_judge
+    from mojax.tasks.framework.judge import make_judge
 
     j = spec.judge
     return make_judge(

@@ -20,7 +20,7 @@ import numpy as np
 
 from mojax import rewards as rewards_lib
 from mojax.rewards import RewardSource, score_owned
-from mojax.tasks.base import Example, RewardStats, Task
+from mojax.tasks.framework.base import Example, RewardStats, Task
 
 
 @dataclasses.dataclass
@@ -118,7 +118,7 @@ class EpisodeRunner:
     def goal_prompt_ids(self, ex: Example, w, *, cache: bool = False) -> list[int]:
         """The prompt of ``ex`` with the goal weights ``w [M]`` appended (cached only when asked:
         during training ``w`` is redrawn per example every step)."""
-        from mojax.tasks.goal import goal_messages
+        from mojax.tasks.framework.goal import goal_messages
 
         s = self.spec.task.num_answers or None
         msgs = goal_messages(self.task, ex, w, num_answers=s)

@@ -31,7 +31,7 @@ from mojax import distributed
 from mojax import metrics as metrics_lib
 from mojax import rewards as rewards_lib
 from mojax.rl.state import HostState
-from mojax.tasks.base import Task
+from mojax.tasks.framework.base import Task
 
 
 def summarize(

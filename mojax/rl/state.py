@@ -84,7 +84,7 @@ from mojax.infra.checkpoint import encode_host_state
 from mojax.infra.jsonl import write_durable
 from mojax.rewards.registry import LEGACY_EPISODE_KEYS, legacy_objective_valid, migrate_host_dict
 from mojax.rl.episodes import Episodes
-from mojax.tasks.types import RewardStats
+from mojax.tasks.framework.types import RewardStats
 
 SPLITS = ("train", "validation", "eval")
 

@@ -46,7 +46,7 @@ from mojax.learner import packing
 from mojax.rl.episodes import EpisodeRunner, Episodes, concat, rollout_metrics, select
 from mojax.rl.state import HostState, PromptIterator
 from mojax.spec import RunSpec
-from mojax.tasks.base import Task
+from mojax.tasks.framework.base import Task
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +155,7 @@ def _episodes_round(
     examples = data.next()
     goal_w = None
     if run.spec.task.goal_conditioned:  # per-prompt weights in the prompt
-        from mojax.tasks.goal import draw_goal_weights
+        from mojax.tasks.framework.goal import draw_goal_weights
 
         m = run.task.num_objectives
         goal_w = draw_goal_weights(run.spec.seed, host.step, round_, len(examples), m)

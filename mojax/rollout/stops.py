@@ -4,7 +4,7 @@ The sampler stops in-graph on token ids, while a task names its tool stop as a s
 ``</search>``, ``</code>``, ``` ```output ```, ``</tool_call>``). Two cases:
 
 * **exact** — the string is one token of the tokenizer (the tags of mojax's self-built
-  sentencepiece vocabularies, ``mojax.tasks.vocab``; Qwen2.5's ``</tool_call>`` special token). The
+  sentencepiece vocabularies, ``mojax.tasks.framework.vocab``; Qwen2.5's ``</tool_call>`` special token). The
   sampler stops on that id and a stop on it *is* a tool call. Other spellings of the same text in
   several pieces are not stops: the model is trained (SFT, ``tokenize_demo``) on the single piece.
 * **fallback** — the string takes several tokens (``</code>`` with the Qwen tokenizer: ``</``,

@@ -32,7 +32,7 @@ from mojax.config import (
 from mojax.learner import CorrectionConfig, OptimizerConfig, PPOConfig
 from mojax.spec import sections as S
 from mojax.spec.rules import run_errors
-from mojax.tasks import registry
+from mojax.tasks.framework import registry
 
 MODES = ("train", "eval", "show")  # show: print the resolved config with its help and exit
 RESUME_MODES = ("", "force", "new")

@@ -30,8 +30,8 @@ from typing import Any
 from mojax import distributed
 from mojax.config import ConfigError
 from mojax.spec.model_config import checkpoint_errors, checkpoint_problem
-from mojax.tasks.base import Task
-from mojax.tasks.splits import generates
+from mojax.tasks.framework.base import Task
+from mojax.tasks.framework.splits import generates
 
 #: Config keys naming data files (read whole by the task).
 DATA_KEYS = ("task.train_path", "task.eval_path", "task.val_path", "sft.data_path")
@@ -71,7 +71,7 @@ def check_files(spec: Any) -> None:
     (``mojax.spec.model_config.checkpoint_errors``: only config.json and the safetensors headers are
     read, on every process) and each section's ``checkpoint_paths()`` when it
     names no directory with a ``config.json``."""
-    from mojax.tasks.data import missing_file_message
+    from mojax.tasks.framework.data import missing_file_message
 
     lines = []
     for key in DATA_KEYS:

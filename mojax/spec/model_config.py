@@ -50,7 +50,7 @@ def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
     overrides = dict(m.overrides)
     build = spec.tokenizer.path == "build"
     if build and tokenizer is None:  # the largest vocabulary the build can make
-        from mojax.tasks.vocab import REQUIRED_CHARS
+        from mojax.tasks.framework.vocab import REQUIRED_CHARS
 
         pieces = int(spec.tokenizer.vocab_size) + len(REQUIRED_CHARS)
         overrides.setdefault("vocab_size", padded_vocab_size(pieces))

@@ -14,7 +14,7 @@ from mojax import sharding
 from mojax.advantages import METHODS
 from mojax.config import Checker
 from mojax.spec.model_config import qwen_config
-from mojax.tasks import extra_rewards, registry
+from mojax.tasks.framework import extra_rewards, registry
 
 
 def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:

@@ -8,10 +8,10 @@ crashing on model output. Submodules are imported on first use (no import-time s
 
 import importlib
 
-from mojax.tasks.base import Task
-from mojax.tasks.registry import TASKS, build_task, task_class
-from mojax.tasks.splits import Splits
-from mojax.tasks.types import (
+from mojax.tasks.framework.base import Task
+from mojax.tasks.framework.registry import TASKS, build_task, task_class
+from mojax.tasks.framework.splits import Splits
+from mojax.tasks.framework.types import (
     Example,
     Objective,
     RewardStats,
@@ -31,6 +31,7 @@ _SUBMODULES = (
     "qa",
     "toolrl",
 )
+_FRAMEWORK = {"data": "framework.data", "multi_answer": "framework.multi_answer"}
 _LAZY = {
     "ToolRLTask": "toolrl",
     "MathTask": "math",
@@ -58,7 +59,7 @@ __all__ = [
 
 def __getattr__(name):
     if name in _SUBMODULES:
-        return importlib.import_module(f"mojax.tasks.{name}")
+        return importlib.import_module(f"mojax.tasks.{_FRAMEWORK.get(name, name)}")
     if name in _LAZY:
         return getattr(importlib.import_module(f"mojax.tasks.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'mojax.tasks' has no attribute {name!r}")

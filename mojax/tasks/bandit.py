@@ -21,7 +21,7 @@ import random
 
 import numpy as np
 
-from mojax.tasks.base import Example, Objective, Splits, Task, demo_row
+from mojax.tasks.framework.base import Example, Objective, Splits, Task, demo_row
 from mojax.tasks.qa import extract_tag
 
 __all__ = ["RouteBanditTask", "route_table"]

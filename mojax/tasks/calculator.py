@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from mojax.tasks import calculator_rule as rule_set
-from mojax.tasks.base import Example, Objective, Splits, Task, clean_response
+from mojax.tasks.framework.base import Example, Objective, Splits, Task, clean_response
 from mojax.tasks.qa import extract_tag
 
 __all__ = [

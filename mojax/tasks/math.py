@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from mojax.tasks import data as data_lib
-from mojax.tasks.base import Example, Objective, Task, clean_response
+from mojax.tasks.framework import data as data_lib
+from mojax.tasks.framework.base import Example, Objective, Task, clean_response
 
 __all__ = [
     "extract_boxed",

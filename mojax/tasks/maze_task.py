@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from mojax.tasks import maze as maze_lib
-from mojax.tasks.base import Example, Objective, Splits, Task, demo_row
+from mojax.tasks.framework.base import Example, Objective, Splits, Task, demo_row
 
 __all__ = ["MazeTask", "single_prompt", "multi_prompt"]
 

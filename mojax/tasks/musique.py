@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from mojax.tasks import data as data_lib
-from mojax.tasks.base import Example, Objective, Task, clean_response
+from mojax.tasks.framework import data as data_lib
+from mojax.tasks.framework.base import Example, Objective, Task, clean_response
 from mojax.tasks.qa import extract_tag, token_f1
 
 __all__ = ["MuSiQueTask", "parse_support", "musique_reward", "format_paragraphs"]

@@ -55,8 +55,8 @@ from typing import Any
 
 import numpy as np
 
-from mojax.tasks import data as data_lib
-from mojax.tasks.base import Example, Objective, Task, clean_response
+from mojax.tasks.framework import data as data_lib
+from mojax.tasks.framework.base import Example, Objective, Task, clean_response
 from mojax.tasks.toolrl_data import dialogue_steps, record_to_example, swirl_decompose
 
 __all__ = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from mojax.tasks.base import Example
+from mojax.tasks.framework.base import Example
 
 __all__ = ["record_to_example", "dialogue_steps", "swirl_decompose"]
 

@@ -155,7 +155,7 @@ def test_kill_9_with_staleness_1_resumes_bitwise(tmp_path):
 
 def _episodes():
     from mojax.rl.episodes import Episodes
-    from mojax.tasks.base import Example
+    from mojax.tasks.framework.base import Example
 
     rng = np.random.RandomState(0)
     rollout = types.SimpleNamespace(

@@ -20,7 +20,7 @@ from mojax import models
 from mojax.config import ConfigError
 from mojax.rl import builders, trainer
 from mojax.spec.model_config import qwen_config
-from mojax.tasks.vocab import build_sentencepiece
+from mojax.tasks.framework.vocab import build_sentencepiece
 
 QWEN2_TOKENIZER = os.path.join(
     os.environ.get("MOJAX_SHARED_DIR", "../shared"), "assets", "qwen2-tokenizer"

@@ -133,8 +133,8 @@ def test_example_ids_that_repeat_across_files_get_their_own_prompts(tmp_path, qw
     inside the training file. Each example keeps its own prompt and a distinct id."""
     from mojax.models import load_tokenizer
     from mojax.rl.episodes import EpisodeRunner
+    from mojax.tasks.framework.splits import file_splits
     from mojax.tasks.qa import QATask
-    from mojax.tasks.splits import file_splits
 
     train = _qa_file(tmp_path / "train.jsonl", ["who?", "what?", "where?", "when?"])
     lines = (tmp_path / "train.jsonl").read_text().splitlines()

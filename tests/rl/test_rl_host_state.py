@@ -10,7 +10,7 @@ import pytest
 
 from mojax.pareto import NOptimalTracker, stage1_init, stage1_update
 from mojax.rl.state import HostState
-from mojax.tasks.base import RewardStats
+from mojax.tasks.framework.base import RewardStats
 
 
 def _filled() -> HostState:

@@ -10,7 +10,7 @@ import pytest
 from mojax.rl.builders import method_kwargs
 from mojax.rl.episodes import Episodes
 from mojax.rl.step import assemble
-from mojax.tasks.base import Example
+from mojax.tasks.framework.base import Example
 
 
 def _episodes(p=2, g=2, s=None, valid=None, set_valid=None):

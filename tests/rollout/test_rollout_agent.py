@@ -26,7 +26,7 @@ from mojax.rollout.observations import TRUNCATION_MARK, encode_observation, malf
 from mojax.rollout.tools import Calculator
 from mojax.sampling import api as mojax_api
 from mojax.tasks.calculator import CalculatorTask, Problem, sft_demonstrations
-from mojax.tasks.vocab import build_sentencepiece
+from mojax.tasks.framework.vocab import build_sentencepiece
 
 ATOL = 1e-4
 BIAS = 4.0
@@ -470,7 +470,7 @@ def test_multi_token_stop_with_the_qwen2_tokenizer(qwen2_tokenizer_dir):
     ``>`` of every opening ``<code>`` is a false stop. Tiny Qwen2 with the full 151646-token vocab,
     the real PythonSandbox with one stateful session per row, ``<|im_end|>`` as eos."""
     from mojax.rollout.tools import PythonSandbox
-    from mojax.tasks.base import Example
+    from mojax.tasks.framework.base import Example
     from mojax.tasks.math import MathTask
 
     tok = mm.load_tokenizer(qwen2_tokenizer_dir)

@@ -17,7 +17,7 @@ from mojax.rollout import FINISH_REASONS, rollout
 from mojax.rollout.observations import TRUNCATION_MARK, malformed_message
 from mojax.rollout.tools import Calculator, ToolPool
 from mojax.tasks.calculator import CalculatorTask, sft_demonstrations
-from mojax.tasks.vocab import build_sentencepiece
+from mojax.tasks.framework.vocab import build_sentencepiece
 
 ATOL = 1e-4
 TAGS = ("<calc>", "</calc>", "<output>", "</output>", "<answer>", "</answer>")

@@ -170,7 +170,7 @@ def test_the_config_check_reads_the_registry(replay):
 def test_the_model_judge_takes_a_sampler(tok):  # noqa: F811
     """AWPO's model judge decodes through the protocol: on the replaying engine its verdict is
     the replayed text (up to its EOS), row by row, and ``score`` parses it."""
-    from mojax.tasks import judge as judge_lib
+    from mojax.tasks.framework import judge as judge_lib
 
     end = [tok.eos_token_id]
     verdicts = ["Tier: II", "Tier: V"]

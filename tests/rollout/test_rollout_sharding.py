@@ -23,7 +23,7 @@ def sharded_and_unsharded_rollouts(tmp: str):
     from mojax.rollout.tools import Calculator
     from mojax.sampling.continuous.engine import ContinuousSampler
     from mojax.tasks.calculator import CalculatorTask, sft_demonstrations
-    from mojax.tasks.vocab import build_sentencepiece
+    from mojax.tasks.framework.vocab import build_sentencepiece
 
     assert jax.device_count() == 8
     task = CalculatorTask()

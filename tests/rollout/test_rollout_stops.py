@@ -9,7 +9,7 @@ from mojax.rollout import encode_observation, rollout, tool_stop_spec
 from mojax.rollout.observations import TRUNCATION_MARK
 from mojax.rollout.tools import Calculator
 from mojax.tasks.calculator import CalculatorTask
-from mojax.tasks.vocab import build_sentencepiece
+from mojax.tasks.framework.vocab import build_sentencepiece
 
 TAGS = ("<calc>", "</calc>", "<output>", "</output>", "<answer>", "</answer>")
 TEXTS = ["<|im_start|>user\nCompute 12*34.<|im_end|>\n<|im_start|>assistant\n<calc>12*34</calc>"]

@@ -20,9 +20,9 @@ from mojax.rollout.observations import malformed_message
 from mojax.rollout.tools import calculator as calc_lib
 from mojax.rollout.tools.calculator import Calculator
 from mojax.tasks import build_task
-from mojax.tasks.base import TAGS
 from mojax.tasks.calculator import CalculatorTask
-from mojax.tasks.vocab import REQUIRED_CHARS, build_sentencepiece
+from mojax.tasks.framework.base import TAGS
+from mojax.tasks.framework.vocab import REQUIRED_CHARS, build_sentencepiece
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 

@@ -137,7 +137,7 @@ def test_vocabulary_corpus_holds_the_rule_demonstrations():
     from types import SimpleNamespace
 
     from mojax.rl.builders import _ChatML
-    from mojax.tasks.base import Splits
+    from mojax.tasks.framework.base import Splits
 
     task = CalculatorTask(problems="rule")
     train = task.load("train", 30, seed=0, mix=MIX)

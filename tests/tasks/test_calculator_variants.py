@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mojax.tasks.calculator import CalculatorTask, sft_demonstrations, think_plan
-from mojax.tasks.judge import OverlapJudge
+from mojax.tasks.framework.judge import OverlapJudge
 
 
 def _examples(n=60, split="train"):

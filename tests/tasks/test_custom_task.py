@@ -23,7 +23,7 @@ TASK_SOURCE = textwrap.dedent(
     import numpy as np
 
     from mojax.rollout.tools import ToolResult
-    from mojax.tasks.base import Example, Objective, Task
+    from mojax.tasks.framework.base import Example, Objective, Task
 
 
     class SpellTool:
@@ -146,7 +146,7 @@ def test_custom_task_brings_its_own_tool(custom_module, tmp_path):
     "name, needle",
     [
         ("no_such_module_xyz:Task", "cannot import module 'no_such_module_xyz'"),
-        ("not_a_task_mod:Plain", "not a subclass of mojax.tasks.base.Task"),
+        ("not_a_task_mod:Plain", "not a subclass of mojax.tasks.framework.base.Task"),
         ("not_a_task_mod:Missing", "has no 'Missing'"),
         ("calculatr", "not allowed"),
     ],

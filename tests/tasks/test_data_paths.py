@@ -9,7 +9,7 @@ import re
 import pytest
 
 from mojax import defaults
-from mojax.tasks import data
+from mojax.tasks.framework import data
 from mojax.tasks.math import MathTask
 
 

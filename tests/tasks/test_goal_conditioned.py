@@ -13,7 +13,7 @@ from mojax.rl.episodes import EpisodeRunner, Episodes, concat, select
 from mojax.rl.state import HostState
 from mojax.rl.step import advantages
 from mojax.spec import validate
-from mojax.tasks.goal import draw_goal_weights, goal_messages, goal_suffix
+from mojax.tasks.framework.goal import draw_goal_weights, goal_messages, goal_suffix
 from mojax.tasks.maze_task import MazeTask
 
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from mojax_test_utils import load_config, run_spec
 
-from mojax.tasks import build_task, multi_answer
+from mojax.tasks import build_task
 from mojax.tasks import maze as M
+from mojax.tasks.framework import multi_answer
 from mojax.tasks.maze_sft import ROUTE_KINDS, demo_routes, maze_demonstration, maze_demonstrations
 from mojax.tasks.maze_task import MazeTask
 
@@ -82,7 +83,7 @@ def test_multi_answer_demo_scores_through_the_task_parser(train_mazes, s):
 
 
 def _ex(maze):
-    from mojax.tasks.base import Example
+    from mojax.tasks.framework.base import Example
 
     return Example("m", ({"role": "user", "content": "x"},), maze)
 

@@ -13,7 +13,7 @@ import pytest
 from mojax_test_utils import build_hf, hf_config, load_config, run_spec
 
 from mojax.config import ConfigError
-from mojax.tasks import judge as judge_lib
+from mojax.tasks.framework import judge as judge_lib
 
 ROWS = (
     ("What is 3 + 4?", "<think>add them</think><calc>3+4</calc> 7", "<think>3 plus 4</think> 7"),

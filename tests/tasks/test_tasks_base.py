@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import mojax.tasks as tasks
-from mojax.tasks import data, multi_answer
-from mojax.tasks.base import Example, Objective, RewardStats, Task
+from mojax.tasks.framework import data, multi_answer
+from mojax.tasks.framework.base import Example, Objective, RewardStats, Task
 
 
 class _Toy(Task):

@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from mojax.tasks import maze as maze_lib
 from mojax.tasks import toolrl
-from mojax.tasks.base import Example
 from mojax.tasks.calculator import CalculatorTask
+from mojax.tasks.framework.base import Example
 from mojax.tasks.math import MathTask
 from mojax.tasks.maze_task import MazeTask
 from mojax.tasks.musique import MuSiQueTask

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from mojax.tasks import judge as judge_lib
+from mojax.tasks.framework import judge as judge_lib
 
 
 @pytest.mark.parametrize(

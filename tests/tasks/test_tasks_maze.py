@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mojax.tasks import maze as M
-from mojax.tasks.base import Example
+from mojax.tasks.framework.base import Example
 from mojax.tasks.maze_task import MazeTask, multi_prompt, single_prompt
 
 CORNERS = {(0, 0), (0, 8), (8, 0), (8, 8)}

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mojax.tasks import toolrl
-from mojax.tasks.base import Example
+from mojax.tasks.framework.base import Example
 
 DASH = {"login_id": "user123", "api_key": "key123", "survey_code": "ABC123"}
 TSV = {"subset": "health", "dataset": "public_data", "limit": 20}

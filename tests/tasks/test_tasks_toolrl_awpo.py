@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from mojax.tasks import toolrl
-from mojax.tasks.base import Example
+from mojax.tasks.framework.base import Example
 
 THINK = "<think> I should respond. </think>\n"
 DIRECT_GOLD = THINK + "<response> Hello! </response>"

@@ -4,7 +4,7 @@ import pytest
 
 from mojax.models import load_tokenizer
 from mojax.tasks.calculator import CalculatorTask, sft_demonstrations, tokenize_demo
-from mojax.tasks.vocab import CHAT_SYMBOLS, REQUIRED_CHARS, build_sentencepiece
+from mojax.tasks.framework.vocab import CHAT_SYMBOLS, REQUIRED_CHARS, build_sentencepiece
 
 TAGS = ("<calc>", "</calc>", "<output>", "</output>", "<answer>", "</answer>")
 

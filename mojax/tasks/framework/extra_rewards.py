@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from mojax.tasks.base import Objective, Task
+from mojax.tasks.framework.base import Objective, Task
 
 __all__ = ["ExtraReward", "config_errors", "from_config", "resolve", "with_extra_rewards"]
 

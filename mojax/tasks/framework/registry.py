@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mojax.tasks.base import Task
+from mojax.tasks.framework.base import Task
 
 _TASK_CLASSES = {  # config.task.name -> (module, class) in mojax.tasks
     "calculator": ("calculator", "CalculatorTask"),
@@ -40,13 +40,13 @@ def task_class(name: str) -> type[Task]:
             f"config.task.name={name!r} is not one of {list(TASKS)} nor an import path "
             "'package.module:ClassName'"
         )
-    from mojax.tasks.extra_rewards import resolve
+    from mojax.tasks.framework.extra_rewards import resolve
 
     cls = resolve(name, "config.task.name")
     attr = name.partition(":")[2]
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise ValueError(
-            f"config.task.name={name!r}: {attr!r} is not a subclass of mojax.tasks.base.Task"
+            f"config.task.name={name!r}: {attr!r} is not a subclass of mojax.tasks.framework.base.Task"
         )
     return cls
 
@@ -54,8 +54,8 @@ def task_class(name: str) -> type[Task]:
 def build_task(spec: Any) -> Task:
     """The task object of ``config.task`` (``mojax.spec.sections.TaskSpec``): constructor arguments
     from ``spec.kwargs``, with the objectives of ``spec.extra_rewards`` appended
-    (``mojax.tasks.extra_rewards``)."""
-    from mojax.tasks import extra_rewards
+    (``mojax.tasks.framework.extra_rewards``)."""
+    from mojax.tasks.framework import extra_rewards
 
     kwargs = dict(spec.kwargs)
     cls = task_class(spec.name)

@@ -17,7 +17,7 @@ import inspect
 import os
 from typing import Any
 
-from mojax.tasks.types import Example
+from mojax.tasks.framework.types import Example
 
 
 @dataclasses.dataclass
@@ -75,7 +75,7 @@ def generated_splits(task: Any, spec: Any, seed: int) -> Splits:
         if not examples or not all(isinstance(x, Example) for x in examples):
             raise ValueError(
                 f"config.task.name={spec.name!r}: load({split!r}, ...) must return a non-empty "
-                "list of mojax.tasks.base.Example"
+                "list of mojax.tasks.framework.base.Example"
             )
         out[split] = examples
     return Splits(out["train"], out["validation"], out["test"], task)

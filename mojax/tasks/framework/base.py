@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from mojax.tasks import multi_answer
-from mojax.tasks import splits as splits_lib
-from mojax.tasks.splits import Splits
-from mojax.tasks.types import (
+from mojax.tasks.framework import multi_answer
+from mojax.tasks.framework import splits as splits_lib
+from mojax.tasks.framework.splits import Splits
+from mojax.tasks.framework.types import (
     Example,
     Objective,
     RewardStats,
@@ -129,7 +129,7 @@ class Task(abc.ABC):
 
     def load_splits(self, spec: Any, *, seed: int) -> Splits:
         """Train / validation / test examples for ``spec`` (``config.task``): files when
-        ``task.train_path`` is set, else ``load(split, num, seed=...)`` (``mojax.tasks.splits``)."""
+        ``task.train_path`` is set, else ``load(split, num, seed=...)`` (``mojax.tasks.framework.splits``)."""
         return splits_lib.default_splits(self, spec, seed)
 
     def make_tool(self, rollout: Any, splits: Any) -> Any:
