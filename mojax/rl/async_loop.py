@@ -62,7 +62,7 @@ from mojax.rewards.registry import migrate_host_dict
 from mojax.rl import state as inflight_lib
 from mojax.rl.episodes import rollout_metrics
 from mojax.rl.state import HostState
-from mojax.rl.step import Run, advantages, assemble, collect, rl_step
+from mojax.rl.step import Run, advantages, assemble, collect, rl_step, with_advantages
 from mojax.tasks.framework.types import RewardStats
 
 
@@ -138,8 +138,8 @@ class Pipeline:
         from mojax.rl.builders import build_sampler
 
         own = sharding_lib.sampler_mesh_from_config(run.spec.mesh.as_dict())
-        mesh = run.mesh if own is None else own
-        sampler = build_sampler(run.spec, run.model_config, mesh, run.rules)
+        mesh = run.learner.mesh if own is None else own
+        sampler = build_sampler(run.spec, run.learner.model_config, mesh, run.learner.rules)
         runner = dataclasses.replace(run.runner, sampler=sampler)
         examples = {str(ex.id): ex for ex in run.splits.train}
         if len(examples) != len(run.splits.train):
@@ -147,7 +147,7 @@ class Pipeline:
                 "rollout.staleness / mesh.sampler: the training split's example ids are not unique "
                 "(in-flight rollouts are checkpointed by example id)"
             )
-        shardings = param_shardings(run.model_config, mesh, run.rules)
+        shardings = param_shardings(run.learner.model_config, mesh, run.learner.rules)
         return cls(dataclasses.replace(run, runner=runner), shardings, own is None, examples)
 
     def transfer(self, params) -> tuple[Any, float]:
@@ -192,14 +192,17 @@ class Pipeline:
         host, episodes = _with_fields(host, item.host), item.episodes
         _, adv_key = jax.random.split(key)
         host, out, metrics = advantages(run, host, episodes, adv_key)
+        episodes = with_advantages(episodes, out)
         batch = assemble(run, episodes, out)
         offpolicy = {}
-        if run.recompute is not None:  # π_old by the learner's forward: measured and corrected
-            batch, offpolicy = run.recompute(learner.policy_params(state), batch)
+        if (
+            run.learner.recompute is not None
+        ):  # π_old by the learner's forward: measured and corrected
+            batch, offpolicy = run.learner.recompute(learner.policy_params(state), batch)
         if k:  # θ_t to the sampler before the update donates the learner's buffers
             params, times["time/weight_transfer_s"] = self.transfer(learner.policy_params(state))
         t1 = time.time()
-        state, train_metrics = run.train_step(state, batch)  # dispatched, not waited for
+        state, train_metrics = run.learner.train_step(state, batch)  # dispatched, not waited for
         if jax.process_count() > 1:  # the rollout's host collectives must not interleave with it
             jax.block_until_ready(train_metrics)
         stopped = None

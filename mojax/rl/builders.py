@@ -19,8 +19,9 @@ from mojax.advantages import MethodContext
 from mojax.config import ConfigError
 from mojax.models import layouts
 from mojax.rl.episodes import EpisodeRunner
-from mojax.rl.step import Run
+from mojax.rl.step import Learner, Run
 from mojax.sampling import protocol
+from mojax.spec import RunSpec
 from mojax.spec.model_config import qwen_config
 from mojax.tasks.framework.base import Task
 from mojax.tasks.framework.splits import Splits
@@ -188,15 +189,6 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
         interrupt=interrupt,
     )
     total_len = protocol.bucket_length(max(len(runner.prompt_ids(ex)) for ex in splits.all))
-    tx = learner.make_optimizer(spec.optimizer)
-    train_step = learner.make_train_step(
-        model_config, tx, spec.ppo, mesh, rules, lr_schedule=learner.make_schedule(spec.optimizer)
-    )
-    recompute = None
-    if spec.ppo.old_logprobs == "recompute":  # π_old by the learner, mismatch, correction
-        recompute = learner.make_recompute_fn(
-            model_config, mesh, rules, spec.rollout_correction, chunk_size=spec.ppo.logprob_chunk
-        )
     method = spec.advantage.method
     ctx = MethodContext(
         method,
@@ -209,16 +201,27 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
         spec=spec,
         task=task,
         splits=splits,
-        runner=runner,
-        train_step=train_step,
-        hooks=method.make_hooks(ctx),
-        total_len=total_len + spec.rollout.max_response_len,
-        model_config=model_config,
         tokenizer=tokenizer,
-        tx=tx,
-        mesh=mesh,
-        rules=rules,
+        runner=runner,
+        learner=build_learner(spec, model_config, mesh, rules, total_len),
+        hooks=method.make_hooks(ctx),
         interrupt=interrupt,
-        recompute=recompute,
         workdir=workdir,
     )
+
+
+def build_learner(spec: RunSpec, model_config, mesh, rules, prompt_len: int) -> Learner:
+    """The update's pieces (``mojax.rl.step.Learner``): the optimizer, the jitted sharded PPO step
+    and, with ``ppo.old_logprobs="recompute"``, the learner's log-prob recomputation; the training
+    batch holds ``prompt_len + rollout.max_response_len`` tokens."""
+    tx = learner.make_optimizer(spec.optimizer)
+    train_step = learner.make_train_step(
+        model_config, tx, spec.ppo, mesh, rules, lr_schedule=learner.make_schedule(spec.optimizer)
+    )
+    recompute = None
+    if spec.ppo.old_logprobs == "recompute":  # π_old by the learner, mismatch, correction
+        recompute = learner.make_recompute_fn(
+            model_config, mesh, rules, spec.rollout_correction, chunk_size=spec.ppo.logprob_chunk
+        )
+    total_len = prompt_len + spec.rollout.max_response_len
+    return Learner(model_config, tx, mesh, rules, train_step, total_len, recompute=recompute)

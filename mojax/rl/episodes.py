@@ -23,9 +23,11 @@ from mojax.rewards import RewardSource, score_owned
 from mojax.tasks.framework.base import Example, RewardStats, Task
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Episodes:
-    """A scored rollout batch (host arrays; rows prompt-major ``p * G + g``)."""
+    """A scored rollout batch (host arrays; rows prompt-major ``p * G + g``). Frozen: a step that
+    changes one (the overlong penalty, DAPO's selection, the advantages) makes a new one with
+    ``dataclasses.replace``."""
 
     examples: list[Example]
     prompt_ids: list[list[int]]
@@ -182,8 +184,7 @@ class EpisodeRunner:
         g = int(num_samples)
         if self.spec.task.num_answers:
             eps = self._score_sets(examples, prompt_ids, g, result, stats)
-            eps.goal_weights = goal_w
-            return eps, dict(states or {})
+            return dataclasses.replace(eps, goal_weights=goal_w), dict(states or {})
         sources = rewards_lib.with_options(self.sources, options)
         prompts_text = None
         if any(src.needs_prompts for src in sources):
@@ -199,9 +200,10 @@ class EpisodeRunner:
             prompts_text=prompts_text,
             stats=stats,
         )
-        eps = Episodes(examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics)
-        eps.objective_valid = rb.objective_valid
-        eps.goal_weights = goal_w
+        eps = Episodes(
+            examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics,
+            objective_valid=rb.objective_valid, goal_weights=goal_w,
+        )  # fmt: skip
         return eps, rb.states
 
     def _score_sets(self, examples, prompt_ids, g: int, result, stats) -> Episodes:

@@ -34,7 +34,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -48,40 +48,58 @@ from mojax.rl.state import HostState, PromptIterator
 from mojax.spec import RunSpec
 from mojax.tasks.framework.base import Task
 
+if TYPE_CHECKING:
+    import optax
+
+    from mojax.models import QwenConfig
+    from mojax.tasks.framework.splits import Splits
+
+
+@dataclasses.dataclass(frozen=True)
+class Learner:
+    """The update's pieces, built once (``mojax.rl.builders.build_learner``).
+
+    Attributes:
+      model_config: the policy's architecture (``QwenConfig``, layouts resolved); tx: the optimizer;
+      mesh / rules: the device mesh and the logical axis rules; train_step: the jitted sharded PPO
+      step ``(state, batch) -> (state, metrics)``; total_len: T of the training batch;
+      recompute: ``(params, batch) -> (batch, metrics)`` putting the learner's log-probs in
+      ``old_logprobs`` with the mismatch metrics and the correction
+      (``mojax.learner.make_recompute_fn``) when ``ppo.old_logprobs="recompute"``, else None;
+      ref_logprobs: ``(tokens, mask) -> [B, T]`` of the frozen reference policy when the KL term
+      is on, else None (set by the trainer once the reference params exist).
+    """
+
+    model_config: QwenConfig
+    tx: optax.GradientTransformation
+    mesh: jax.sharding.Mesh
+    rules: tuple
+    train_step: Callable[..., Any]
+    total_len: int
+    recompute: Callable[..., Any] | None = None
+    ref_logprobs: Callable[..., Any] | None = None
+
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """The fixed pieces of a run, built once from its spec (``mojax.rl.trainer.build_run``).
+    """The fixed pieces of a run, built once from its spec (``mojax.rl.builders.build_run``).
 
     Attributes:
-      spec: the validated run spec; task / splits: the task and its examples; runner: rolls out and
-      scores episodes; train_step: the jitted sharded PPO step ``(state, batch) -> (state,
-      metrics)``; hooks: the advantage method's hooks (``Method.make_hooks``); total_len: T of the
-      training batch; ref_logprobs: ``(tokens, mask) -> [B, T]`` of the frozen reference policy when
-      the KL term is on, else None; model_config / tokenizer / tx / mesh / rules: the policy's
-      architecture, tokenizer, optimizer, device mesh and logical axis rules; interrupt: polled
-      between rollout decode calls and SFT steps, raises ``mojax.infra.preemption.Interrupted`` on a
-      signal (None: never); recompute:
-      ``(params, batch) -> (batch, metrics)`` putting the learner's log-probs in ``old_logprobs``
-      with the mismatch metrics and the correction (``mojax.learner.make_recompute_fn``) when
-      ``ppo.old_logprobs="recompute"``, else None; workdir: the run directory.
+      spec: the validated run spec; task / splits: the task and its examples; tokenizer: the
+      policy's tokenizer; runner: rolls out and scores episodes; learner: the update's pieces
+      (:class:`Learner`); hooks: the advantage method's hooks (``Method.make_hooks``); interrupt:
+      polled between rollout decode calls and SFT steps, raises
+      ``mojax.infra.preemption.Interrupted`` on a signal (None: never); workdir: the run directory.
     """
 
     spec: RunSpec
     task: Task
-    splits: Any
+    splits: Splits
+    tokenizer: Any  # mojax.models.HFTokenizer | mojax.models.SentencePieceTokenizer
     runner: EpisodeRunner
-    train_step: Callable[..., Any]
-    hooks: Any
-    total_len: int
-    model_config: Any
-    tokenizer: Any
-    tx: Any
-    mesh: Any
-    rules: Any
-    ref_logprobs: Callable[..., Any] | None = None
+    learner: Learner
+    hooks: Any  # the method's hooks (Method.make_hooks: start / advantages / after_step)
     interrupt: Callable[[], None] | None = None
-    recompute: Callable[..., Any] | None = None
     workdir: str = ""  # the run directory (evaluation samples are written there)
 
 
@@ -93,12 +111,13 @@ def rl_step(run: Run, host: HostState, state, key) -> tuple[HostState, Any, dict
     host, episodes = collect(run, host, learner.policy_params(state), roll_key)
     t_roll = time.time() - t0
     host, out, metrics = advantages(run, host, episodes, adv_key)
+    episodes = with_advantages(episodes, out)
     batch = assemble(run, episodes, out)
     offpolicy = {}
-    if run.recompute is not None:  # π_old by the learner's forward: measured and corrected
-        batch, offpolicy = run.recompute(learner.policy_params(state), batch)
+    if run.learner.recompute is not None:  # π_old by the learner's forward: measured and corrected
+        batch, offpolicy = run.learner.recompute(learner.policy_params(state), batch)
     t1 = time.time()
-    state, train_metrics = run.train_step(state, batch)
+    state, train_metrics = run.learner.train_step(state, batch)
     train_metrics = jax.device_get({**offpolicy, **train_metrics})
     train_metrics = {k: float(v) for k, v in train_metrics.items()}
     metrics = {**episodes.metrics, **rollout_metrics(episodes), **metrics, **train_metrics}
@@ -118,9 +137,9 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
     at equal rollout budgets."""
     rs = run.spec.rollout
     host, episodes = _episodes_round(run, host, params, key)
-    episodes.metrics["rollout/rollouts"] = float(rs.prompts_per_step * rs.num_samples)
     if not rs.dynamic_sampling:
-        return host, episodes
+        rollouts = float(rs.prompts_per_step * rs.num_samples)
+        return host, _with_metrics(episodes, {"rollout/rollouts": rollouts})
     keep = rewards_lib.groups_with_signal(episodes.rewards, episodes.valid)
     rounds = 0
     while keep.sum() < rs.prompts_per_step and rounds < rs.max_refill_rounds:
@@ -132,14 +151,15 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
         keep = rewards_lib.groups_with_signal(episodes.rewards, episodes.valid)
     order = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])[: rs.prompts_per_step]
     episodes = select(episodes, order)
-    episodes.kept = keep[order]
-    episodes.valid = episodes.valid & episodes.kept[:, None]
-    episodes.metrics["dapo/kept_groups"] = float(keep.sum())
-    episodes.metrics["dapo/refill_rounds"] = float(rounds)
-    episodes.metrics["rollout/rollouts"] = float(
-        (1 + rounds) * rs.prompts_per_step * rs.num_samples
-    )
-    return host, episodes
+    kept = keep[order]
+    episodes = dataclasses.replace(episodes, kept=kept, valid=episodes.valid & kept[:, None])
+    metrics = {"dapo/kept_groups": float(keep.sum()), "dapo/refill_rounds": float(rounds)}
+    metrics["rollout/rollouts"] = float((1 + rounds) * rs.prompts_per_step * rs.num_samples)
+    return host, _with_metrics(episodes, metrics)
+
+
+def _with_metrics(episodes: Episodes, metrics: dict) -> Episodes:
+    return dataclasses.replace(episodes, metrics={**episodes.metrics, **metrics})
 
 
 def _episodes_round(
@@ -169,25 +189,29 @@ def _episodes_round(
         stats=host.reward_stats["train"],
         goal_weights=goal_w,
     )
-    shape_overlong(run, episodes)
+    episodes = shape_overlong(run, episodes)
     reward_state = rewards_lib.with_split_states(host.reward_state, "train", states)
     return dataclasses.replace(host, data=data.state_dict(), reward_state=reward_state), episodes
 
 
-def shape_overlong(run: Run, episodes: Episodes) -> None:
-    """DAPO's soft overlong penalty (DAPO Eq. 13) added to the success objective(s) of ``episodes``
-    (in place; counted in response tokens, tool observations included;
+def shape_overlong(run: Run, episodes: Episodes) -> Episodes:
+    """``episodes`` with DAPO's soft overlong penalty (DAPO Eq. 13) added to the success
+    objective(s) of their rewards (counted in response tokens, tool observations included;
     ``mojax.rewards.shape_overlong``)."""
     r = run.spec.reward
+    if r.overlong_buffer <= 0:
+        return episodes
+    rewards = np.array(episodes.rewards, copy=True)
     rewards_lib.shape_overlong(
         run.task,
-        episodes.rewards,
+        rewards,
         episodes.valid,
         episodes.rollout.lengths,
         max_len=r.max_response_len,
         buffer=r.overlong_buffer,
         penalty=r.overlong_penalty,
     )
+    return dataclasses.replace(episodes, rewards=rewards)
 
 
 def advantages(run: Run, host: HostState, episodes: Episodes, key) -> tuple[HostState, Any, dict]:
@@ -209,8 +233,12 @@ def advantages(run: Run, host: HostState, episodes: Episodes, key) -> tuple[Host
     metrics["advantage/abs_mean"] = float(np.abs(adv).mean())
     if out.clip_eps is not None:
         metrics[f"{run.spec.advantage.estimator}/clip_eps"] = float(out.clip_eps)
-    episodes.advantages = adv
     return host, out, metrics
+
+
+def with_advantages(episodes: Episodes, out) -> Episodes:
+    """``episodes`` with the step's advantages ``float32 [P, G]`` (for transcripts)."""
+    return dataclasses.replace(episodes, advantages=np.asarray(out.advantages, np.float32))
 
 
 def assemble(run: Run, episodes: Episodes, out) -> dict[str, Any]:
@@ -225,14 +253,14 @@ def assemble(run: Run, episodes: Episodes, out) -> dict[str, Any]:
         np.asarray(r.logprobs),
         np.asarray(r.loss_mask),
         np.asarray(r.lengths),
-        run.total_len,
+        run.learner.total_len,
     )
     batch["loss_mask"] *= episodes.train_mask.reshape(-1, 1)
     batch["advantages"] = np.asarray(out.advantages, np.float32).reshape(-1)
     if out.clip_eps is not None:
         batch["clip_eps"] = np.asarray(out.clip_eps, np.float32)
-    if run.ref_logprobs is not None:
-        batch["ref_logprobs"] = run.ref_logprobs(batch["tokens"], batch["attention_mask"])
+    if run.learner.ref_logprobs is not None:
+        batch["ref_logprobs"] = run.learner.ref_logprobs(batch["tokens"], batch["attention_mask"])
     if run.spec.packing.enabled:  # several sequences per row (mojax.learner.packing)
         batch = pack(run, batch, episodes.metrics)
     return batch
@@ -243,7 +271,9 @@ def pack(run: Run, batch: dict[str, Any], metrics: dict[str, float]) -> dict[str
     multiple of what the update splits them into; logs the padding fraction before and after."""
     from mojax import sharding as sharding_lib
 
-    multiple = run.train_step.row_divisor * sharding_lib.batch_divisor(run.mesh, run.rules)
+    multiple = run.learner.train_step.row_divisor * sharding_lib.batch_divisor(
+        run.learner.mesh, run.learner.rules
+    )
     packed = packing.pack_batch(batch, run.spec.packing.width or None, multiple)
     metrics["batch/padding_frac_unpacked"] = packing.padding_fraction(batch["attention_mask"])
     metrics["batch/padding_frac"] = packing.padding_fraction(packed["attention_mask"])

@@ -234,18 +234,20 @@ def _finish_step(run_, workdir, writer, host, state, last, rows, preemption, t0)
 
 def restore_or_start(run_: Run, workdir: str, ckpt) -> tuple:
     """``(train_state, host, resumed)``: the latest checkpoint, or the initial policy at step 0."""
-    target = learner.abstract_train_state(run_.model_config, run_.tx, run_.mesh, run_.rules)
+    target = learner.abstract_train_state(
+        run_.learner.model_config, run_.learner.tx, run_.learner.mesh, run_.learner.rules
+    )
     if ckpt.latest_step() is not None:
         state, host, step = ckpt.restore(target, fallback=True)
         logging.info("resumed from %s at RL step %d", ckpt.directory, step)
         return warm_start.with_base(run_, workdir, state), HostState.from_dict(host), True
     params = initial_params(run_, workdir)
     state = learner.create_train_state(
-        run_.model_config,
-        run_.tx,
+        run_.learner.model_config,
+        run_.learner.tx,
         seed=run_.spec.seed,
-        mesh=run_.mesh,
-        rules=run_.rules,
+        mesh=run_.learner.mesh,
+        rules=run_.learner.rules,
         params=params,
     )
     return state, HostState(), False
@@ -256,8 +258,9 @@ def with_reference(run_: Run, params) -> Run:
     if not run_.spec.ppo.kl_coef:
         return run_
     ref_params = jax.tree.map(lambda x: x.copy(), params)
-    fn = learner.make_logprob_fn(run_.model_config, run_.mesh, run_.rules)
-    return dataclasses.replace(run_, ref_logprobs=lambda t, m: fn(ref_params, t, m))
+    fn = learner.make_logprob_fn(run_.learner.model_config, run_.learner.mesh, run_.learner.rules)
+    ref = lambda t, m: fn(ref_params, t, m)  # noqa: E731
+    return dataclasses.replace(run_, learner=dataclasses.replace(run_.learner, ref_logprobs=ref))
 
 
 def evaluate_only(spec: RunSpec, workdir: str) -> dict[str, float]:
@@ -271,12 +274,15 @@ def evaluate_only(spec: RunSpec, workdir: str) -> dict[str, float]:
         if spec.eval.checkpoint:
             from mojax.models import load_params
 
-            params = load_params(spec.eval.checkpoint, run_.model_config)
+            params = load_params(spec.eval.checkpoint, run_.learner.model_config)
         else:
             ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True)
             try:
                 target = learner.abstract_train_state(
-                    run_.model_config, run_.tx, run_.mesh, run_.rules
+                    run_.learner.model_config,
+                    run_.learner.tx,
+                    run_.learner.mesh,
+                    run_.learner.rules,
                 )
                 state = warm_start.with_base(run_, workdir, ckpt.restore(target, fallback=True)[0])
                 params = learner.policy_params(state)

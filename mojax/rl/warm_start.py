@@ -40,7 +40,7 @@ from mojax.rl.builders import sft_arrays
 def initial_params(run, workdir: str):
     """Params before RL: the checkpoint or a random init, then the SFT warm start if configured."""
     params = None
-    dense = run.model_config.replace(lora=None)  # under LoRA: the base's dense weights
+    dense = run.learner.model_config.replace(lora=None)  # under LoRA: the base's dense weights
     if run.spec.model.checkpoint:
         from mojax.models import load_params
 
@@ -49,7 +49,11 @@ def initial_params(run, workdir: str):
         return sft(run, workdir, params)
     if params is None:
         state = learner.create_train_state(
-            dense, run.tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules
+            dense,
+            run.learner.tx,
+            seed=run.spec.seed,
+            mesh=run.learner.mesh,
+            rules=run.learner.rules,
         )
         return state.params
     return params
@@ -64,7 +68,7 @@ def sft(run, workdir: str, params=None):
         was checkpointed and a rerun resumes from it.
     """
     steps = run.spec.sft.steps
-    model_config = run.model_config.replace(lora=None)  # the warm start trains every weight
+    model_config = run.learner.model_config.replace(lora=None)  # the warm start trains every weight
     tx = learner.make_optimizer(run.spec.sft.optimizer())
     ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints_sft"), max_to_keep=1)
     try:
@@ -81,7 +85,7 @@ def _sft_start(run, model_config, tx, ckpt, params):
     damaged checkpoint is moved aside (``restore(fallback=True)``) and SFT starts over."""
     latest = ckpt.latest_step()
     if latest is not None and latest <= run.spec.sft.steps:
-        target = learner.abstract_train_state(model_config, tx, run.mesh, run.rules)
+        target = learner.abstract_train_state(model_config, tx, run.learner.mesh, run.learner.rules)
         try:
             state, _, step = ckpt.restore(target, fallback=True)
             logging.info("SFT warm start restored at step %d from %s", step, ckpt.directory)
@@ -89,7 +93,12 @@ def _sft_start(run, model_config, tx, ckpt, params):
         except ckpt_lib.CorruptCheckpointError as e:  # moved aside by restore: train again
             logging.warning("SFT warm start checkpoint unreadable, running SFT again: %s", e)
     state = learner.create_train_state(
-        model_config, tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=params
+        model_config,
+        tx,
+        seed=run.spec.seed,
+        mesh=run.learner.mesh,
+        rules=run.learner.rules,
+        params=params,
     )
     return state, 0
 
@@ -99,7 +108,7 @@ def _sft_steps(run, model_config, workdir: str, tx, ckpt, state, done: int):
     no sync per step); returns the final state, checkpointed."""
     sft_spec, steps = run.spec.sft, run.spec.sft.steps
     tokens, mask = sft_arrays(run.spec, run.task, run.tokenizer, run.splits.train)
-    step_fn = learner.make_sft_step(model_config, tx, run.mesh, run.rules)
+    step_fn = learner.make_sft_step(model_config, tx, run.learner.mesh, run.learner.rules)
     t0, pending = time.time(), []
     resume = done if done else None
     with log_lib.MetricsWriter(
@@ -178,7 +187,7 @@ def _with_mask(batch: dict) -> dict:
 
 
 def enabled(run) -> bool:
-    return run.model_config.lora is not None
+    return run.learner.model_config.lora is not None
 
 
 def base_name(spec: Any) -> dict[str, Any]:
@@ -211,7 +220,9 @@ def with_base(run, workdir: str, state):
     if not enabled(run):
         return state
     dense = initial_params(run, workdir)
-    return learner.attach_frozen(run.model_config, state, dense, run.mesh, run.rules)
+    return learner.attach_frozen(
+        run.learner.model_config, state, dense, run.learner.mesh, run.learner.rules
+    )
 
 
 def reference_params(run, workdir: str, state, resumed: bool):
@@ -222,6 +233,11 @@ def reference_params(run, workdir: str, state, resumed: bool):
     if not enabled(run):
         return dense
     fresh = learner.create_train_state(
-        run.model_config, run.tx, seed=run.spec.seed, mesh=run.mesh, rules=run.rules, params=dense
+        run.learner.model_config,
+        run.learner.tx,
+        seed=run.spec.seed,
+        mesh=run.learner.mesh,
+        rules=run.learner.rules,
+        params=dense,
     )
     return lora_lib.merge(fresh.frozen, fresh.params)

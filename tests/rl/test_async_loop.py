@@ -11,6 +11,7 @@
 The 2-process run with ``staleness = 1`` is in ``tests/test_multiprocess.py``.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -173,8 +174,9 @@ def _episodes():
     ]
     eps = Episodes(ex, [[1, 2], [3]], 2, rollout, rng.randn(2, 2, 2), np.ones((2, 2), bool),
                    {"reward/scalar/mean": 0.25, "dapo/kept_groups": 2.0})  # fmt: skip
-    eps.kept = np.array([True, False])
-    eps.goal_weights = rng.rand(2, 2).astype(np.float32)
+    eps = dataclasses.replace(
+        eps, kept=np.array([True, False]), goal_weights=rng.rand(2, 2).astype(np.float32)
+    )
     return eps, {e.id: e for e in ex}
 
 

@@ -133,7 +133,11 @@ def test_eval_of_a_live_run_leaves_its_files_intact(tmp_path, monkeypatch):
     with ckpt_lib.Checkpointer(work / "checkpoints", async_save=False) as ck:
         for seed, step in enumerate((3, 5)):
             state = learner.create_train_state(
-                run_.model_config, run_.tx, seed=seed, mesh=run_.mesh, rules=run_.rules
+                run_.learner.model_config,
+                run_.learner.tx,
+                seed=seed,
+                mesh=run_.learner.mesh,
+                rules=run_.learner.rules,
             )
             ck.save(step, state, {"step": step})
             saved[step] = jax.device_get(state.params)

@@ -43,7 +43,9 @@ def test_lora_packed_run_checkpoints_adapters_and_resumes(tmp_path):
     spec = spec_lib.validate(_config(2))
     with ckpt_lib.Checkpointer(str(full / "checkpoints"), read_only=True) as ckpt:
         run = builders.build_run(spec, str(full), pool=None)
-        target = learner.abstract_train_state(run.model_config, run.tx, run.mesh, run.rules)
+        target = learner.abstract_train_state(
+            run.learner.model_config, run.learner.tx, run.learner.mesh, run.learner.rules
+        )
         state, host, _ = ckpt.restore(target)
     assert host["lora_base"]["rank"] == 4 and host["lora_base"]["variant"] == "tiny-qwen3"
     leaves = jax.tree_util.tree_flatten_with_path(state.params)[0]

@@ -157,7 +157,7 @@ def run_tensor_2(workdir):
         run = builders.build_run(spec, workdir, pool)
     finally:
         pool.close()
-    mc = run.model_config
+    mc = run.learner.model_config
     return mc.vocab_size, mc.real_vocab_size, run.tokenizer.vocab_size
 
 

@@ -2,6 +2,7 @@
 SAW gets each objective's theoretical minimum from the task, and a judge failure invalidates only
 the reasoning objective. Each was wrong before the step-layer redesign (issue 13, items 2-4)."""
 
+import dataclasses
 import types
 
 import numpy as np
@@ -34,7 +35,8 @@ def _episodes(p=2, g=2, s=None, valid=None, set_valid=None):
 
 def _run():
     spec = types.SimpleNamespace(packing=types.SimpleNamespace(enabled=False))
-    return types.SimpleNamespace(total_len=8, ref_logprobs=None, spec=spec)
+    learner = types.SimpleNamespace(total_len=8, ref_logprobs=None)
+    return types.SimpleNamespace(learner=learner, spec=spec)
 
 
 def test_multi_answer_rollouts_without_a_valid_answer_stay_in_the_loss():
@@ -50,8 +52,7 @@ def test_multi_answer_rollouts_without_a_valid_answer_stay_in_the_loss():
 
 def test_single_answer_invalid_rows_and_dropped_groups_get_no_gradient():
     valid = np.array([[True, False], [True, True]])
-    eps = _episodes(valid=valid)
-    eps.kept = np.array([True, False])
+    eps = dataclasses.replace(_episodes(valid=valid), kept=np.array([True, False]))
     batch = assemble(_run(), eps, types.SimpleNamespace(advantages=np.ones((2, 2)), clip_eps=None))
     assert (batch["loss_mask"].sum(-1) > 0).tolist() == [True, False, False, False]
 

@@ -106,9 +106,7 @@ def _episodes(rewards, valid, goal_w):
     p, g, _ = rewards.shape
     ex = MazeTask().load("train", p)
     rollout = _Rollout([""] * (p * g), np.ones(p * g, np.int32))
-    eps = Episodes(ex, [[1]] * p, g, rollout, rewards, valid, {})
-    eps.goal_weights = goal_w
-    return eps
+    return Episodes(ex, [[1]] * p, g, rollout, rewards, valid, {}, goal_weights=goal_w)
 
 
 def test_advantages_are_group_zscores_of_the_per_prompt_scalar():
