@@ -147,8 +147,9 @@ def _report(spec, mesh, mc, out, prompt_len, how) -> None:
         f"params, {mc.dtype} compute / {mc.param_dtype} params, remat={mc.remat}{lora})"
     )
     print(f"  rollout batch B={b} x T={t} (longest prompt {prompt_len} tokens, {how})")
-    if spec.rollout.engine == "continuous":
-        print(f"  continuous engine: {spec.rollout.slots} decode slots of T tokens")
+    line = protocol.describe(spec.rollout.engine, spec.rollout)
+    if line:
+        print(f"  {line}")
     print("  XLA memory analysis of the compiled update and sampler, per device (GiB):")
     for k, v in out.items():
         if k.endswith("per_device"):

@@ -258,6 +258,21 @@ def memory_report(
     return report(spec, mesh, rules, state, model_config, prompt_len, out)
 
 
+def config_errors(engine: str, rollout, rules, sizes: Mapping[str, int]) -> list[tuple[str, str]]:
+    """``[(config key, message)]``: what the ``engine`` cannot run of the ``config.rollout``
+    section on a mesh of ``sizes`` (axis -> devices) with the logical axis ``rules``, as its
+    module's ``config_errors`` says (checked with the run spec, before anything is built); none for
+    an engine without one."""
+    rule = _entry(engine, "config_errors")
+    return [] if rule is None else list(rule(rollout, rules, sizes))
+
+
+def describe(engine: str, rollout) -> str | None:
+    """The engine's one-line description for the dry run (its module's ``describe``), or None."""
+    fn = _entry(engine, "describe")
+    return None if fn is None else fn(rollout)
+
+
 def in_graph(model, mesh=None, rules=None) -> Sampler:
     """The static engine over an existing ``QwenModel`` (its class kept; the static module's
     ``of_model``): what a rollout samples with when it is given a model."""

@@ -13,6 +13,7 @@ from typing import Any
 from mojax import sharding
 from mojax.advantages import METHODS
 from mojax.config import Checker
+from mojax.sampling import protocol
 from mojax.spec.model_config import qwen_config
 from mojax.tasks.framework import extra_rewards, registry
 
@@ -120,13 +121,11 @@ def _batch_shards(spec: Any, num_devices: int | str | None) -> int:
 
 
 def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:
-    """``rollout.engine='continuous'`` (``mojax.sampling.continuous.engine``): on a mesh of several
-    devices, ``rollout.slots`` (and a paged cache's ``rollout.num_pages``) a multiple of the
-    devices its rows spread over (the logical "batch" axes). With several processes each runs its own engine on its own
-    devices (all on "data"), so the same holds for one process's devices. ``num_devices`` None:
-    not checked (no devices known)."""
-    r = spec.rollout
-    if r.engine != "continuous" or num_devices is None:
+    """The engine's own rules on the run's mesh (``protocol.config_errors``: e.g. the continuous
+    engine's slots over the devices its rows spread over). With several processes each runs its own
+    engine on its own devices (all on "data"), so its rules see one process's devices.
+    ``num_devices`` None: not checked (no devices known)."""
+    if num_devices is None:
         return []
     import jax
 
@@ -146,24 +145,12 @@ def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:
 
 
 def _engine_shard_errors(spec: Any, sizes: dict[str, int]) -> list[str]:
-    """The slots over the engine's mesh ``sizes`` (axis -> devices), and its cache."""
-    import math
-
-    r, c = spec.rollout, Checker({})
-    axes = dict(spec.rules).get("batch") or ()
-    shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
-    c.require(
-        r.slots % shards == 0,
-        "rollout.slots",
-        f"{r.slots} must be a multiple of the {shards} devices the mesh spreads rows over "
-        f"(its 'batch' axes, mesh {sizes})",
-    )
-    c.require(
-        r.kv_cache != "paged" or r.num_pages % shards == 0,
-        "rollout.num_pages",
-        f"{r.num_pages} must be a multiple of the {shards} devices the mesh spreads rows over "
-        "(one pool of pages per device)",
-    )
+    """The engine's rules on its mesh ``sizes`` (axis -> devices), as config errors."""
+    c = Checker({})
+    for key, message in protocol.config_errors(
+        spec.rollout.engine, spec.rollout, spec.rules, sizes
+    ):
+        c.fail(key, message)
     return c.errors
 
 

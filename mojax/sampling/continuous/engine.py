@@ -70,6 +70,8 @@ slots, C cache slots, J stop ids per row.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -380,13 +382,36 @@ def _check_mesh(mesh, rules, num_slots: int, kv_cache: str, num_pages: int = 0) 
     if mesh is None:
         return
     shards = sharding_lib.num_shards(mesh, rules, "batch")
-    if num_slots % shards:
-        raise ValueError(
-            f"config.rollout.slots={num_slots} must be a multiple of the {shards} devices the "
-            "mesh spreads rows over (its 'batch' axes)"
-        )
+    for key, message in _slot_errors(num_slots, kv_cache, num_pages, shards, ""):
+        raise ValueError(f"config.{key}={message}")
+
+
+def _slot_errors(slots, kv_cache, num_pages, shards, where) -> list[tuple[str, str]]:
+    """The engine's one mesh rule: ``rollout.slots`` (and a paged cache's ``rollout.num_pages``)
+    a multiple of the ``shards`` devices its rows spread over (the logical "batch" axes)."""
+    over = "devices the mesh spreads rows over"
+    errors = []
+    if slots % shards:
+        message = f"{slots} must be a multiple of the {shards} {over} (its 'batch' axes{where})"
+        errors.append(("rollout.slots", message))
     if kv_cache == "paged" and num_pages % shards:
-        raise ValueError(
-            f"config.rollout.num_pages={num_pages} must be a multiple of the {shards} devices the "
-            "mesh spreads rows over (one pool of pages per device)"
+        message = (
+            f"{num_pages} must be a multiple of the {shards} {over} (one pool of pages per device)"
         )
+        errors.append(("rollout.num_pages", message))
+    return errors
+
+
+def config_errors(rollout, rules, sizes) -> list[tuple[str, str]]:
+    """``protocol.config_errors`` of this engine: its mesh rule on the run's mesh ``sizes`` (axis
+    -> devices; with several processes, one process's devices, all on "data": each runs its own
+    engine)."""
+    axes = dict(rules).get("batch") or ()
+    shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
+    where = f", mesh {dict(sizes)}"
+    return _slot_errors(rollout.slots, rollout.kv_cache, rollout.num_pages, shards, where)
+
+
+def describe(rollout) -> str:
+    """The dry run's line for this engine."""
+    return f"continuous engine: {rollout.slots} decode slots of T tokens"
