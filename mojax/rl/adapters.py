@@ -9,19 +9,22 @@ each checkpoint's host state names it (``lora_base``). Every process builds the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mojax import learner
 from mojax import workdir as workdir_lib
 from mojax.models import lora as lora_lib
 from mojax.rl.warm_start import initial_params
 
+if TYPE_CHECKING:
+    from mojax.rl.spec import RunSpec
+
 
 def enabled(run) -> bool:
     return run.model_config.lora is not None
 
 
-def base_name(spec: Any) -> dict[str, Any]:
+def base_name(spec: RunSpec) -> dict[str, Any]:
     """What a LoRA checkpoint's frozen base is: the run's initial policy and its storage."""
     return {
         "checkpoint": spec.model.checkpoint,

@@ -105,12 +105,12 @@ def test_helpers_check_their_input():
 
 
 def test_config_keys_are_validated_naming_the_allowed_values():
-    from mojax.rl.sections import RewardSpec
+    from mojax.rl.sections import ToolRewardSpec
 
-    base = dict(tool_alpha=0.7, no_success="zero", overlong_buffer=0, overlong_penalty=1.0)
-    assert RewardSpec(**base).gate == "all" and RewardSpec(**base).n_opt == "tracked"
+    base = dict(alpha=0.7, no_success="zero")
+    assert ToolRewardSpec(**base).gate == "all" and ToolRewardSpec(**base).n_opt == "tracked"
     with pytest.raises(ConfigError) as err:
-        RewardSpec(**base, gate="winners", n_opt="rule")
+        ToolRewardSpec(**base, gate="winners", n_opt="rule")
     text = str(err.value)
     assert (
         "config.tool_reward.gate: 'winners' is not allowed; allowed values: ['all', 'success']"
