@@ -183,7 +183,7 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = a.data, a.fsdp, a.tensor
     if a.steps:
         c.steps = a.steps
-    task.configure(c)  # the task's own recipe defaults (task kwargs, evaluation)
+    apply_overrides(c, _task_overrides(task), f"task {a.task!r}'s configure()")
     _apply_think(c, a, task)
     _apply_lora_and_packing(c, a)
     model = a.model or ("" if a.checkpoint else "tiny")
@@ -212,6 +212,31 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
     c.model.remat = "full"
     c.ppo.logprob_chunk = 512
     c.sft.steps = 0
+
+
+def _task_overrides(task) -> dict:
+    """The task's own recipe defaults (``Task.configure``: task kwargs, evaluation)."""
+    import inspect
+
+    if inspect.signature(task.configure).parameters:
+        raise ValueError(
+            f"task {task.__name__}: configure() takes no argument and returns the recipe defaults "
+            "as {dotted config key: value} (mojax.tasks.base.Task.configure; docs/custom_task.md)"
+        )
+    return task.configure()
+
+
+def apply_overrides(c: ml_collections.ConfigDict, overrides: dict, source: str) -> None:
+    """Sets each ``{dotted key: value}`` of ``overrides`` on config ``c`` (a mapping value becomes a
+    ConfigDict); a key the config does not have is a ValueError naming it and ``source``."""
+    for key, value in overrides.items():
+        section, _, name = key.rpartition(".")
+        node = c
+        for part in section.split(".") if section else ():
+            node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
+        if not isinstance(node, ml_collections.ConfigDict) or name not in node:
+            raise ValueError(f"{source}: config.{key} is not a config key")
+        node[name] = ml_collections.ConfigDict(value) if isinstance(value, dict) else value
 
 
 def _apply_lora_and_packing(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:
