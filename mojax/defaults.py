@@ -1,15 +1,15 @@
-"""The full run-config schema with its defaults, and big_vision-style ``parse_arg``.
+"""The base run config, generated from the run spec's schema, the embedded run's recipe, and
+big_vision-style ``parse_arg``.
 
 Every method config (``configs/<method>.py``) starts from :func:`base_config`, sets what the method
 needs and returns the config locked, so ``--config.ppo.clip_hihg=0.3`` fails naming the key, and
 :func:`mojax.rl.spec.validate` checks values and combinations before anything is compiled.
 
-Sections: ``model``, ``tokenizer``, ``task``, ``rollout``, ``estimator`` + ``advantage`` (the
-estimator's keyword arguments), ``paretopo`` (ParetoPO's Stage 1 / Stage 2 schedule),
-``tool_reward``, ``dapo``, ``ppo``, ``rollout_correction``, ``optimizer``, ``sft``, ``eval``,
-``judge``, ``wandb``, ``mesh``, ``lora`` (LoRA / QLoRA adapters), ``packing`` (sequence packing) and
-the run-level keys. What each key means is the help text of the spec field that reads it
-(``python -m mojax.main --config=... --config.mode=show`` prints every key with its help).
+Each key's default, type and help are declared once, by the spec field that reads it
+(``mojax.config.option``; the sections of ``mojax.rl.spec.schema``): :func:`schema_config` builds the
+config from them at call time, and :data:`RECIPE` holds only the embedded run's values that are no
+field's default. ``python -m mojax.main --config=... --config.mode=show`` prints every key with its
+help.
 """
 
 from __future__ import annotations

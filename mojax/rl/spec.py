@@ -3,8 +3,11 @@
 ``validate(config)`` (what ``mojax.rl.trainer.run`` calls, once) reads the ``ml_collections`` config of
 ``configs/<method>.py`` into a :class:`RunSpec`: one frozen section per concern
 (``mojax.rl.sections``), the learner's ``PPOConfig`` / ``OptimizerConfig``, and the config sections
-the advantage methods declare (``Method.sections``). Each field carries its config key and help
-text (``mojax.config.option``; ``--config.mode=show`` prints them); each section checks its own
+the advantage methods declare (``Method.sections``). It is the one config schema (:func:`schema`):
+each field declares its default, type and help once (``mojax.config.option``; ``mojax.defaults``
+builds the base config from them, ``--config.mode=show`` prints the help), and a field's path in the
+spec is its config key (``spec.dapo.overlong_buffer`` reads ``config.dapo.overlong_buffer``; a
+method's section ``config.<name>`` is ``spec.sections[<name>]``). Each section checks its own
 fields, and :func:`run_errors` the rules that span sections (the task's declared objectives, the
 method's inputs, the mesh against the devices and the model). Every error names its ``config.`` key
 and the allowed values; all of a config's errors are reported together, before anything is built

@@ -276,16 +276,16 @@ def _goal_errors(spec: RunSpec, task) -> list[str]:
     ``advantage.weights``, and a canonical ``w*`` (``task.scalar_weights``) for evaluation."""
     if not spec.task.goal_conditioned:
         return []
-    key, adv = "config.task.goal_conditioned", spec.advantage
+    key = "config.task.goal_conditioned"
     errs = []
-    on = adv.enabled_sections()
-    if not adv.method.per_prompt_weights or on:
+    on = spec.enabled_sections()
+    if not spec.method.per_prompt_weights or on:
         takers = sorted(n for n, m in METHODS.items() if m.per_prompt_weights)
         errs.append(
             f"{key}=True: needs an estimator that takes per-prompt weights {takers} without "
-            f"method sections on (got estimator={adv.estimator!r}, enabled sections={on})"
+            f"method sections on (got estimator={spec.estimator!r}, enabled sections={on})"
         )
-    if adv.kwargs.get("weights") is not None:
+    if spec.advantage.get("weights") is not None:
         errs.append(f"{key}=True: the weights are drawn per prompt; unset advantage.weights")
     m = task.num_objectives
     if len(tuple(task.scalar_weights)) != m:
