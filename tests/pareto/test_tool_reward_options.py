@@ -129,8 +129,8 @@ def test_a_fixed_n_opt_needs_a_task_rule():
     para = SimpleNamespace(enabled=True, validation_n_opt="fixed")
     para.reward_options = lambda: ParetoPOSpec.reward_options(para)  # the section's own method
     spec = SimpleNamespace(
-        reward=SimpleNamespace(n_opt="fixed"),
-        advantage=SimpleNamespace(sections={"paretopo": para}),
+        tool_reward=SimpleNamespace(n_opt="fixed"),
+        sections={"paretopo": para},
     )
     no_rule = SimpleNamespace(name="qa", objective_names=("r_task", "r_tool"))
     errors = _n_opt_errors(spec, no_rule)
