@@ -92,9 +92,8 @@ class RunSpec:
     tokenizer: S.TokenizerSpec = None
     task: S.TaskSpec = None
     rollout: S.RolloutConfig = None
-    estimator: str = option(
-        help="a name of mojax.advantages.METHODS (no default: every config names one)"
-    )
+    # no default: every config names its method (the embedded run's is mojax.defaults.RECIPE's)
+    estimator: str = option(help="a name of mojax.advantages.METHODS")
     advantage: dict = option({}, help="the estimator's keyword arguments")
     sections: dict = dataclasses.field(default_factory=dict)  # the methods' sections, by name
     tool_reward: S.ToolRewardSpec = None
