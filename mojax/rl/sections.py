@@ -1,9 +1,11 @@
-"""The sections of a run spec: one frozen dataclass per concern, each field with its config key and
-help text (``mojax.config.option``), each checking its own fields in ``__post_init__``.
+"""The sections of a run spec: one frozen dataclass per concern, each field with its default, type
+and help text declared once (``mojax.config.option``; ``config.<SECTION>.<field>`` is its key), each
+checking its own fields in ``__post_init__``.
 
 ``mojax.rl.spec.RunSpec`` gathers them (with the learner's ``PPOConfig`` / ``OptimizerConfig``, the
-reward sources' sections, ``mojax.rewards.sections``, and the sections the advantage methods
-declare). Every error names its ``config.`` key and the allowed values.
+reward sources' sections, ``mojax.rewards.sections``, the rollout's ``RolloutConfig``,
+``mojax.rollout.spec``, and the sections the advantage methods declare). Every error names its
+``config.`` key and the allowed values.
 """
 
 from __future__ import annotations
