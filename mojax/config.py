@@ -14,6 +14,7 @@ together.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import inspect
@@ -145,36 +146,52 @@ def dataclass_from_config(cls: type, cfg: Any, section: str) -> Any:
     return cls(**d)
 
 
-def option(default: Any = dataclasses.MISSING, *, help: str, key: str = "") -> Any:
-    """A spec dataclass field read from config key ``key`` (default ``<SECTION>.<field name>``)
-    whose ``help`` is the one-line description ``--config.mode=show`` prints."""
-    return dataclasses.field(default=default, metadata={"help": help, "key": key})
+def option(default: Any = dataclasses.MISSING, *, help: str) -> Any:
+    """A spec dataclass field read from config key ``<SECTION>.<field name>`` (the field's path in
+    the run spec is its config key) whose ``help`` is the one-line description ``--config.mode=show``
+    prints. ``default`` is the key's one declared default (``mojax.defaults`` builds the base config
+    from it); a mapping default is copied for each instance. A field without one is keyword-only
+    (it may follow fields with defaults) and its value comes from the recipe (``mojax.defaults``)."""
+    if isinstance(default, Mapping):
+        frozen = copy.deepcopy(dict(default))
+        return dataclasses.field(
+            default_factory=lambda: copy.deepcopy(frozen), metadata={"help": help}
+        )
+    kw_only = default is dataclasses.MISSING
+    return dataclasses.field(default=default, metadata={"help": help}, kw_only=kw_only)
 
 
 def field_key(cls: type, field: dataclasses.Field) -> str:
-    """The dotted config key a spec field reads (``option(key=...)``, else ``SECTION.name``)."""
-    key = field.metadata.get("key", "")
-    if key:
-        return key
+    """The dotted config key a spec field reads: ``SECTION.name`` (``name`` at the top level)."""
     section = getattr(cls, "SECTION", "")
     return f"{section}.{field.name}" if section else field.name
 
 
+def option_fields(cls: type) -> list[dataclasses.Field]:
+    """The :func:`option` fields of the spec class ``cls`` (those read from a config key)."""
+    return [f for f in dataclasses.fields(cls) if "help" in f.metadata]
+
+
+def field_default(field: dataclasses.Field) -> Any:
+    """The declared default of an :func:`option` field (a fresh copy of a mapping), else
+    ``dataclasses.MISSING``."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
 def field_help(cls: type) -> dict[str, str]:
     """``{config key: help}`` of every :func:`option` field of the spec class ``cls``."""
-    return {
-        field_key(cls, f): f.metadata["help"]
-        for f in dataclasses.fields(cls)
-        if "help" in f.metadata
-    }
+    return {field_key(cls, f): f.metadata["help"] for f in option_fields(cls)}
 
 
 def field_defaults(cls: type) -> dict[str, Any]:
     """``{config key: default}`` of every :func:`option` field of ``cls`` that declares one."""
     out = {}
-    for f in dataclasses.fields(cls):
-        if "help" in f.metadata and f.default is not dataclasses.MISSING:
-            out[field_key(cls, f)] = f.default
+    for f in option_fields(cls):
+        default = field_default(f)
+        if default is not dataclasses.MISSING:
+            out[field_key(cls, f)] = default
     return out
 
 
@@ -193,9 +210,7 @@ def section_from_config(cls: type, config: Any, **extra: Any) -> Any:
     """``cls`` with every :func:`option` field read from its config key; ``extra`` gives the others
     (derived values). A missing key is a ``KeyError`` naming it."""
     values = {
-        f.name: lookup(config, field_key(cls, f))
-        for f in dataclasses.fields(cls)
-        if "help" in f.metadata and f.name not in extra
+        f.name: lookup(config, field_key(cls, f)) for f in option_fields(cls) if f.name not in extra
     }
     return cls(**values, **extra)
 

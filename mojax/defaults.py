@@ -1,18 +1,20 @@
-"""The full run-config schema with its defaults, and big_vision-style ``parse_arg``.
+"""The base run config, generated from the run spec's schema, the embedded run's recipe, and
+big_vision-style ``parse_arg``.
 
 Every method config (``configs/<method>.py``) starts from :func:`base_config`, sets what the method
 needs and returns the config locked, so ``--config.ppo.clip_hihg=0.3`` fails naming the key, and
 :func:`mojax.spec.validate` checks values and combinations before anything is compiled.
 
-Sections: ``model``, ``tokenizer``, ``task``, ``rollout``, ``estimator`` + ``advantage`` (the
-estimator's keyword arguments), ``paretopo`` (ParetoPO's Stage 1 / Stage 2 schedule),
-``tool_reward``, ``dapo``, ``ppo``, ``rollout_correction``, ``optimizer``, ``sft``, ``eval``,
-``judge``, ``wandb``, ``mesh``, ``lora`` (LoRA / QLoRA adapters), ``packing`` (sequence packing) and
-the run-level keys. What each key means is the help text of the spec field that reads it
-(``python -m mojax.main --config=... --config.mode=show`` prints every key with its help).
+Each key's default, type and help are declared once, by the spec field that reads it
+(``mojax.config.option``; the sections of ``mojax.spec.schema``): :func:`schema_config` builds the
+config from them at call time, and :data:`RECIPE` holds only the embedded run's values that are no
+field's default. ``python -m mojax.main --config=... --config.mode=show`` prints every key with its
+help.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import ml_collections
 
@@ -57,177 +59,68 @@ def _cast(name, value: str, default):
 def base_config() -> ml_collections.ConfigDict:
     """Defaults shared by every method: the embedded tiny calculator run (before method tweaks).
 
-    Every key's meaning is the help of the spec field that reads it (``mojax.spec.sections``,
-    ``--config.mode=show``)."""
+    Built at call time from the schema (:func:`schema_config`: every spec field's key with its one
+    declared default, ``mojax.config.option``) and :data:`RECIPE`, the embedded run's values where a
+    spec field declares none or the run differs from it. Every key's meaning is the help of the spec
+    field that reads it (``--config.mode=show``)."""
+    return schema_config(RECIPE)
+
+
+# The embedded run's values that are not a spec field's default: the keys whose spec field declares
+# none (the method and the calculator's data mixes) and those the tiny run sets otherwise than the
+# learner's library defaults (``mojax.learner.PPOConfig`` / ``OptimizerConfig``). Every other key's
+# default is its spec field's (tests/rl/test_config_schema.py checks each is declared once).
+RECIPE: dict = {
+    "estimator": "pareto_rank",
+    # the default leans on easy and hard problems, where answering directly vs calling is clear-cut
+    "task.mix": {"easy": 0.5, "medium": 0.1, "hard": 0.4},
+    # redundant: call twice (an over-calling warm start; weight 0 leaves the demos unchanged)
+    "sft.behaviours": {"always": 0.5, "never": 0.2, "when_hard": 0.3, "redundant": 0.0},
+    "ppo.clip_high": 0.28,  # DAPO's clip-higher
+    "optimizer.learning_rate": 1e-4,  # the tiny model learns at a tiny-model rate
+    "optimizer.weight_decay": 0.0,
+}
+
+
+def schema_config(recipe: dict | None = None) -> ml_collections.ConfigDict:
+    """Every config key of the run spec's schema (``mojax.spec.schema``, in its order) set to its
+    spec field's default, or to ``recipe[key]`` where given (a key whose field declares no default
+    must be in ``recipe``). Keys typed ``X | None`` are ``FieldReference``s typed ``X``, so that
+    ``--config.KEY=...`` overrides a None."""
+    from mojax.config import field_default, field_key, option_fields
+    from mojax.spec import schema
+
+    recipe = dict(recipe or {})
     c = ml_collections.ConfigDict()
-    c.seed, c.steps, c.mode, c.dry_run = 0, 40, "train", False
-    c.checkpoint_every, c.keep_checkpoints, c.eval_every = 10, 2, 10
-    c.transcripts_per_step, c.resume, c.preemption_grace_s = 4, "", 30.0
-    c.model = _section(
-        variant="tiny-qwen3",
-        overrides=ml_collections.ConfigDict(),
-        checkpoint="",
-        dtype="float32",
-        param_dtype="float32",
-        cache_dtype="",
-        remat="none",
-    )
-    c.tokenizer = _section(path="build", vocab_size=96)
-    c.task = _task()
-    c.rollout = _rollout()
-    c.estimator, c.advantage = "pareto_rank", ml_collections.ConfigDict()
-    c.paretopo = _paretopo()
-    c.tool_reward = _section(alpha=0.7, no_success="zero", gate="all", n_opt="tracked")
-    c.dapo = _section(
-        dynamic_sampling=False, max_refill_rounds=2, overlong_buffer=0, overlong_penalty=1.0
-    )
-    c.ppo = _ppo()
-    c.rollout_correction = _rollout_correction()
-    c.optimizer = _optimizer()
-    c.sft = _sft()
-    c.eval = _section(num_samples=1, temperature=0.0, ks=(1,), checkpoint="", split="test")
-    c.judge = _section(kind="overlap", url="", model="", timeout_s=30.0)
-    c.judge.workers, c.judge.max_failures_in_a_row, c.judge.batch_deadline_s = 8, 8, 0.0
-    c.wandb = _section(enabled=False, project="mojax", entity="", mode="online", name="", group="")
-    c.mesh = _section(data=-1, fsdp=1, tensor=1, sampler=0)
-    c.lora = _section(
-        enabled=False,
-        rank=8,
-        alpha=16.0,
-        dropout=0.0,
-        targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-        quant="none",
-    )
-    c.packing = _section(enabled=False, width=0)
+    for cls in schema():
+        for f in option_fields(cls):
+            key = field_key(cls, f)
+            value = recipe.pop(key, field_default(f))
+            if value is dataclasses.MISSING:
+                raise ValueError(f"config.{key}: its spec field declares no default; set it")
+            section, _, name = key.rpartition(".")
+            node = c
+            if section:
+                if section not in c:
+                    c[section] = ml_collections.ConfigDict()
+                node = c[section]
+            node[name] = _leaf(value, f.type)
+    if recipe:
+        raise ValueError(f"recipe keys not in the config schema: {sorted(recipe)}")
     return c
 
 
-def _section(**values) -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict(values)
-
-
-def _optional(value, field_type) -> ml_collections.FieldReference:
-    """A key whose value may be None, typed so that ``--config.KEY=...`` overrides it."""
-    return ml_collections.FieldReference(value, field_type=field_type)
-
-
-def _task() -> ml_collections.ConfigDict:
-    return _section(
-        name="calculator",
-        train_path="",
-        eval_path="",
-        val_path="",
-        num_train=4000,
-        num_eval=128,
-        num_answers=0,
-        kwargs=ml_collections.ConfigDict(),
-        extra_rewards=ml_collections.ConfigDict(),
-        goal_conditioned=False,
-        # the default leans on easy and hard problems, where answering directly vs calling is
-        # clear-cut
-        mix=ml_collections.ConfigDict({"easy": 0.5, "medium": 0.1, "hard": 0.4}),
-    )
-
-
-def _rollout() -> ml_collections.ConfigDict:
-    return _section(
-        prompts_per_step=16,
-        num_samples=8,
-        max_prompt_len=0,
-        max_new_tokens=24,
-        max_response_len=48,
-        max_turns=3,
-        max_tool_calls=2,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        draw="gumbel",
-        tool_timeout_s=10.0,
-        tool_workers=4,
-        sandbox="bwrap",
-        retrieval_url="",
-        decode_segment=0,
-        staleness=0,
-        engine="static",
-        slots=16,
-        kv_cache="dense",
-        page_size=16,
-        num_pages=0,
-        prefill_prompts=0,
-        refill_slots=1,
-    )
-
-
-def _paretopo() -> ml_collections.ConfigDict:
-    return _section(
-        enabled=False,
-        stage1_steps=10,
-        stage1_estimator="grpo",
-        weights=(0.6, 0.4),
-        mode="global",
-        gamma=0.5,
-        reference="initial",
-        validate_every=1,
-        dynamic_weighting=True,
-        pareto_ranking=True,
-        reference_margin=0.1,
-        validation_samples=1,
-        validation_temperature=0.0,
-        validation_n_opt="tracked",
-    )
-
-
-def _ppo() -> ml_collections.ConfigDict:
-    return _section(
-        clip_low=0.2,
-        clip_high=0.28,
-        dual_clip=_optional(None, float),
-        agg="token-mean",
-        max_len=_optional(None, int),
-        kl_coef=0.0,
-        kl_type="k3",
-        entropy_coef=0.0,
-        ppo_epochs=1,
-        num_minibatches=1,
-        num_microbatches=1,
-        microbatch_tokens=_optional(8192, int),
-        shuffle=True,
-        logprob_chunk=_optional(None, int),
-        logprob_compact="off",
-        logprob_remat=True,
-        log_entropy=True,
-        ratio_level="token",
-        num_seqs=_optional(None, int),
-        old_logprobs="sampler",
-    )
-
-
-def _rollout_correction() -> ml_collections.ConfigDict:
-    return _section(is_level="none", is_cap=2.0, reject="none", low=0.5, high=2.0)
-
-
-def _optimizer() -> ml_collections.ConfigDict:
-    c = _section(learning_rate=1e-4, schedule="constant", warmup_steps=0, total_steps=0)
-    c.end_lr_ratio, c.b1, c.b2, c.eps, c.weight_decay = 0.0, 0.9, 0.999, 1e-8, 0.0
-    c.max_grad_norm = _optional(1.0, float)
-    return c
-
-
-def _sft() -> ml_collections.ConfigDict:
-    return _section(
-        steps=0,
-        batch_size=64,
-        num_examples=4000,
-        data_path="",
-        learning_rate=3e-3,
-        warmup_steps=20,
-        # redundant: call twice (an over-calling warm start; weight 0 leaves the demos unchanged)
-        behaviours=ml_collections.ConfigDict(
-            {"always": 0.5, "never": 0.2, "when_hard": 0.3, "redundant": 0.0}
-        ),
-        think_rate=0.0,
-        checkpoint_every=100,
-    )
+def _leaf(value, annotation):
+    """A config leaf: a mapping as a ConfigDict, an optional (``X | None``) key as a typed
+    ``FieldReference``."""
+    if isinstance(value, dict):
+        return ml_collections.ConfigDict(value)
+    text = annotation if isinstance(annotation, str) else str(annotation)
+    parts = [p.strip() for p in text.split("|")]
+    if "None" in parts:
+        base = {"int": int, "float": float, "str": str, "bool": bool}[parts[0]]
+        return ml_collections.FieldReference(value, field_type=base)
+    return value
 
 
 # The embedded default's model: a tiny Qwen3-architecture decoder (GQA, q/k norm, untied head) sized
@@ -290,7 +183,7 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = a.data, a.fsdp, a.tensor
     if a.steps:
         c.steps = a.steps
-    task.configure(c)  # the task's own recipe defaults (task kwargs, evaluation)
+    apply_overrides(c, _task_overrides(task), f"task {a.task!r}'s configure()")
     _apply_think(c, a, task)
     _apply_lora_and_packing(c, a)
     model = a.model or ("" if a.checkpoint else "tiny")
@@ -319,6 +212,31 @@ def apply_common_args(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict
     c.model.remat = "full"
     c.ppo.logprob_chunk = 512
     c.sft.steps = 0
+
+
+def _task_overrides(task) -> dict:
+    """The task's own recipe defaults (``Task.configure``: task kwargs, evaluation)."""
+    import inspect
+
+    if inspect.signature(task.configure).parameters:
+        raise ValueError(
+            f"task {task.__name__}: configure() takes no argument and returns the recipe defaults "
+            "as {dotted config key: value} (mojax.tasks.framework.base.Task.configure; docs/custom_task.md)"
+        )
+    return task.configure()
+
+
+def apply_overrides(c: ml_collections.ConfigDict, overrides: dict, source: str) -> None:
+    """Sets each ``{dotted key: value}`` of ``overrides`` on config ``c`` (a mapping value becomes a
+    ConfigDict); a key the config does not have is a ValueError naming it and ``source``."""
+    for key, value in overrides.items():
+        section, _, name = key.rpartition(".")
+        node = c
+        for part in section.split(".") if section else ():
+            node = node.get(part) if isinstance(node, ml_collections.ConfigDict) else None
+        if not isinstance(node, ml_collections.ConfigDict) or name not in node:
+            raise ValueError(f"{source}: config.{key} is not a config key")
+        node[name] = ml_collections.ConfigDict(value) if isinstance(value, dict) else value
 
 
 def _apply_lora_and_packing(c: ml_collections.ConfigDict, a: ml_collections.ConfigDict) -> None:

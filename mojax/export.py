@@ -38,7 +38,10 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mojax.spec import RunSpec
 
 CHECKPOINTS = "checkpoints"
 
@@ -71,7 +74,7 @@ def run_config(workdir: str, config_spec: str | None = None):
     )
 
 
-def run_tokenizer(spec, workdir: str):
+def run_tokenizer(spec: RunSpec, workdir: str):
     """The run's tokenizer (``spec``: its ``RunSpec``): its saved self-built ``tokenizer.model``,
     else rebuilt by ``builders.build_tokenizer`` (a self-built one deterministically, into a
     temporary dir)."""
@@ -224,7 +227,7 @@ def write_peft(model_config, adapters, out_dir: str, base: str, dtype: str | Non
         json.dump(config, f, indent=2)
 
 
-def lora_base(spec, workdir: str, dense_config):
+def lora_base(spec: RunSpec, workdir: str, dense_config):
     """The dense weights a LoRA run's adapters sit on (``mojax.rl.warm_start``): the SFT warm start's
     checkpoint, else ``model.checkpoint``, else the seeded random init of the dense model."""
     import jax
@@ -239,7 +242,7 @@ def lora_base(spec, workdir: str, dense_config):
     return models.init_params(dense_config, init_key)
 
 
-def _export_lora(spec, workdir, model_config, adapters, out_dir, peft_out, dtype, hf_dir):
+def _export_lora(spec: RunSpec, workdir, model_config, adapters, out_dir, peft_out, dtype, hf_dir):
     from mojax.models import lora as lora_lib
 
     base = lora_base(spec, workdir, model_config.replace(lora=None))
@@ -249,11 +252,11 @@ def _export_lora(spec, workdir, model_config, adapters, out_dir, peft_out, dtype
     write_peft(model_config, adapters, peft_out, base=_base_label(spec), dtype=dtype)
 
 
-def _base_label(spec) -> str:
+def _base_label(spec: RunSpec) -> str:
     return spec.model.checkpoint or f"mojax:{spec.model.variant}:seed={spec.seed}"
 
 
-def generation_config(tokenizer, model_config, spec) -> dict[str, Any]:
+def generation_config(tokenizer, model_config, spec: RunSpec) -> dict[str, Any]:
     """Greedy by default; the stop / pad / bos ids the sampler uses."""
     eos = tokenizer.eos_token_id if tokenizer is not None else model_config.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer is not None else model_config.pad_token_id
@@ -267,7 +270,7 @@ def generation_config(tokenizer, model_config, spec) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
-def _hf_tokenizer_dir(spec) -> str:
+def _hf_tokenizer_dir(spec: RunSpec) -> str:
     path = spec.tokenizer.path or spec.model.checkpoint
     return os.path.expanduser(path)
 

@@ -36,18 +36,21 @@ class ParetoPOSpec:
     """``config.paretopo``: ParetoPO's Stage 1 (HV-guided scalarization) then Stage 2."""
 
     SECTION: ClassVar[str] = "paretopo"
-    enabled: bool = option(help="ParetoPO's two stages (estimator pareto_rank in Stage 2)")
-    stage1_steps: int = option(help="Stage 1 (HV-guided scalarization) steps; -1 = one epoch")
-    stage1_estimator: str = option(help="estimator of the scalarized reward in Stage 1")
-    weights: tuple = option(help="w of r_w = w . r (ParetoPO Eq. 5)")
-    mode: str = option(help='"global" (Algorithm 1) | "per_trajectory" (Eq. 6)')
-    gamma: float = option(help="EMA factor of ΔHV")
+    enabled: bool = option(False, help="ParetoPO's two stages (estimator pareto_rank in Stage 2)")
+    stage1_steps: int = option(10, help="Stage 1 (HV-guided scalarization) steps; -1 = one epoch")
+    stage1_estimator: str = option("grpo", help="estimator of the scalarized reward in Stage 1")
+    weights: tuple = option((0.6, 0.4), help="w of r_w = w . r (ParetoPO Eq. 5)")
+    mode: str = option("global", help='"global" (Algorithm 1) | "per_trajectory" (Eq. 6)')
+    gamma: float = option(0.5, help="EMA factor of ΔHV")
     reference: str = option(
-        help='HV reference: "initial" (v_0) | "zeros" | "below_initial" (v_0 - reference_margin)'
+        "initial",
+        help='HV reference: "initial" (v_0) | "zeros" | "below_initial" (v_0 - reference_margin)',
     )
-    validate_every: int = option(help="Stage-1 validation (archive update) every N steps")
-    dynamic_weighting: bool = option(help='False: ablation "w/o dynamic weighting" (r_pareto = 1)')
-    pareto_ranking: bool = option(help='False: ablation "w/o Pareto ranking" (Stage 1 only)')
+    validate_every: int = option(1, help="Stage-1 validation (archive update) every N steps")
+    dynamic_weighting: bool = option(
+        True, help='False: ablation "w/o dynamic weighting" (r_pareto = 1)'
+    )
+    pareto_ranking: bool = option(True, help='False: ablation "w/o Pareto ranking" (Stage 1 only)')
     reference_margin: float = option(
         0.1, help='reference="below_initial": the HV reference is v_0 minus this, per objective'
     )

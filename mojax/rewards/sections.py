@@ -1,5 +1,5 @@
-"""The config sections of the reward sources (``mojax.rewards``): ``config.tool_reward`` with DAPO's
-overlong shaping (``dapo.overlong_*``) and ``config.judge``. Frozen dataclasses of
+"""The config sections of the reward sources (``mojax.rewards``): ``config.tool_reward``,
+``config.dapo`` (DAPO's overlong shaping and dynamic sampling) and ``config.judge``. Frozen dataclasses of
 ``mojax.config.option`` fields, each checking its own fields in ``__post_init__`` (every error names
 its ``config.`` key and the allowed values); the run spec (``mojax.spec.RunSpec``) holds them.
 """
@@ -16,21 +16,12 @@ JUDGE_KINDS = ("overlap", "http", "model")
 
 
 @dataclasses.dataclass(frozen=True)
-class RewardSpec:
-    """``config.tool_reward`` + DAPO overlong shaping: how responses become reward vectors."""
+class ToolRewardSpec:
+    """``config.tool_reward``: the tool-efficiency objective ``r_tool`` (``mojax.rewards.ToolEfficiency``)."""
 
     SECTION: ClassVar[str] = "tool_reward"
-    tool_alpha: float = option(
-        help="r_tool = exp(-alpha |N_call - N_opt|) (ParetoPO Eq. 4)", key="tool_reward.alpha"
-    )
-    no_success: str = option(help='r_tool without a success: "zero" | "group_min" | ...')
-    overlong_buffer: int = option(
-        help="DAPO: tokens before the max length where the soft penalty ramps up (0 = off)",
-        key="dapo.overlong_buffer",
-    )
-    overlong_penalty: float = option(
-        help="DAPO: penalty at the max length", key="dapo.overlong_penalty"
-    )
+    alpha: float = option(0.7, help="r_tool = exp(-alpha |N_call - N_opt|) (ParetoPO Eq. 4)")
+    no_success: str = option("zero", help='r_tool without a success: "zero" | "group_min" | ...')
     gate: str = option(
         "all",
         help='who is paid r_tool: "all" samples | "success"-ful ones only (a failure gets 0)',
@@ -40,7 +31,6 @@ class RewardSpec:
         help='r_tool\'s N_opt: "tracked" (fewest calls of a success so far) | "fixed" (the '
         "task's rule, e.g. the calculator's optimal_calls)",
     )
-    max_response_len: int = 0  # rollout.max_response_len (the overlong ramp ends there)
 
     def __post_init__(self):
         c = spec_checker("tool_reward", self)
@@ -51,8 +41,29 @@ class RewardSpec:
             )
         c.choice("tool_reward.gate", pareto.TOOL_GATES)
         c.choice("tool_reward.n_opt", pareto.N_OPT_SOURCES)
-        if self.tool_alpha < 0:
-            c.fail("tool_reward.alpha", f"{self.tool_alpha!r} is out of range [0, inf)")
+        c.in_range("tool_reward.alpha", 0)
+        c.raise_if_any()
+
+
+@dataclasses.dataclass(frozen=True)
+class DapoSpec:
+    """``config.dapo``: DAPO's reward shaping (the soft overlong penalty, Eq. 13) and its dynamic
+    sampling (groups without signal dropped and refilled, ``mojax.rewards.groups_with_signal``)."""
+
+    SECTION: ClassVar[str] = "dapo"
+    dynamic_sampling: bool = option(
+        False, help="DAPO: drop groups with no variance in any objective, refill"
+    )
+    max_refill_rounds: int = option(2, help="DAPO: refill rounds per step at most")
+    overlong_buffer: int = option(
+        0, help="DAPO: tokens before the max length where the soft penalty ramps up (0 = off)"
+    )
+    overlong_penalty: float = option(1.0, help="DAPO: penalty at the max length")
+    max_response_len: int = 0  # rollout.max_response_len (the overlong ramp ends there)
+
+    def __post_init__(self):
+        c = spec_checker("dapo", self)
+        c.in_range("dapo.max_refill_rounds", 0)
         if not 0 <= self.overlong_buffer <= self.max_response_len:
             c.fail(
                 "dapo.overlong_buffer",
@@ -66,10 +77,12 @@ class JudgeSpec:
     """``config.judge``: AWPO's reasoning-reward judge."""
 
     SECTION: ClassVar[str] = "judge"
-    kind: str = option(help='"overlap" (offline) | "http" (OpenAI-compatible) | "model" (local)')
-    url: str = option(help="the http judge's endpoint")
-    model: str = option(help="the http judge's model name, or the local judge's HF directory")
-    timeout_s: float = option(help="deadline of one judge call")
+    kind: str = option(
+        "overlap", help='"overlap" (offline) | "http" (OpenAI-compatible) | "model" (local)'
+    )
+    url: str = option("", help="the http judge's endpoint")
+    model: str = option("", help="the http judge's model name, or the local judge's HF directory")
+    timeout_s: float = option(30.0, help="deadline of one judge call")
     workers: int = option(8, help="judge calls in flight at once, per process")
     max_failures_in_a_row: int = option(
         8, help="after this many failed calls in a row, skip the batch's other rows (0 = never)"

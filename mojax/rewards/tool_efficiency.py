@@ -40,7 +40,7 @@ class ToolEfficiency(RewardSource):
     def from_spec(cls, reward_spec: Any) -> ToolEfficiency:
         """From the run spec's reward section (``tool_reward.*``)."""
         r = reward_spec
-        return cls(alpha=r.tool_alpha, no_success=r.no_success, gate=r.gate, n_opt=r.n_opt)
+        return cls(alpha=r.alpha, no_success=r.no_success, gate=r.gate, n_opt=r.n_opt)
 
     def column(self, ctx: ScoreContext, state: Any) -> Column:
         p, g = len(ctx.examples), ctx.num_samples

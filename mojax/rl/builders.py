@@ -9,7 +9,7 @@ demonstrations, vocabulary corpus; ``mojax.tasks.framework.base.Task``), built-i
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,15 +26,18 @@ from mojax.spec.model_config import qwen_config
 from mojax.tasks.framework.base import Task
 from mojax.tasks.framework.splits import Splits
 
+if TYPE_CHECKING:
+    from mojax.spec import RunSpec
 
-def load_splits(task: Task, spec: Any) -> Splits:
+
+def load_splits(task: Task, spec: RunSpec) -> Splits:
     """The run's train / validation / test examples (``task.load_splits``)."""
     splits = task.load_splits(spec.task, seed=spec.seed)
     splits.task = task
     return splits
 
 
-def build_tokenizer(spec: Any, task: Task | None, splits: Splits | None, workdir: str):
+def build_tokenizer(spec: RunSpec, task: Task | None, splits: Splits | None, workdir: str):
     """``tokenizer.path``: ``"build"`` trains the task's own sentencepiece vocabulary into
     ``<workdir>/tokenizer.model`` (deterministic; written by process 0, read by every process);
     ``""`` uses the model checkpoint's tokenizer; anything else is loaded with
@@ -77,7 +80,7 @@ def _load_tokenizer(path: str, key: str):
         raise ConfigError(f"{key}: {path}: {type(e).__name__}: {e}") from e
 
 
-def corpus_texts(spec: Any, task: Task, splits: Splits) -> list[str]:
+def corpus_texts(spec: RunSpec, task: Task, splits: Splits) -> list[str]:
     """Texts the self-built vocabulary is trained on (``task.vocab_corpus``, prompts rendered in
     the ChatML layout)."""
     return task.vocab_corpus(
@@ -93,18 +96,18 @@ class _ChatML:
         return models.tokenizer.chatml(messages, add_generation_prompt)
 
 
-def build_model_config(spec: Any, tokenizer) -> models.QwenConfig:
+def build_model_config(spec: RunSpec, tokenizer) -> models.QwenConfig:
     """The policy's ``QwenConfig`` (``mojax.spec.model_config.qwen_config``)."""
     return qwen_config(spec, tokenizer)
 
 
-def build_tool(task: Task, spec: Any, splits: Splits | None) -> Any:
+def build_tool(task: Task, spec: RunSpec, splits: Splits | None) -> Any:
     """The tool a task's rollouts call (``task.make_tool(config.rollout, splits)``; None for tasks
     without tool execution)."""
     return task.make_tool(spec.rollout, splits)
 
 
-def build_judge(spec: Any, task: Task):
+def build_judge(spec: RunSpec, task: Task):
     """AWPO's judge when the task has an external ``r_reason`` objective, else None."""
     if "r_reason" not in task.external_objectives:
         return None
@@ -116,16 +119,16 @@ def build_judge(spec: Any, task: Task):
     )
 
 
-def build_sources(spec: Any, task: Task) -> tuple:
+def build_sources(spec: RunSpec, task: Task) -> tuple:
     """The reward sources of the task's external objectives (``mojax.rewards.build_sources``),
     checked against the sources the advantage method declares."""
     from mojax.rewards import build_sources as build
 
     judge = build_judge(spec, task)
-    method = spec.advantage.method
+    method = spec.method
     return build(
         task,
-        reward_spec=spec.reward,
+        reward_spec=spec.tool_reward,
         judge=judge,
         judge_budget=spec.judge.budget() if judge is not None else None,
         method=method.name,
@@ -133,7 +136,7 @@ def build_sources(spec: Any, task: Task) -> tuple:
     )
 
 
-def sft_arrays(spec: Any, task: Task, tokenizer, train_examples):
+def sft_arrays(spec: RunSpec, task: Task, tokenizer, train_examples):
     """The task's SFT demonstrations as ``tokens int32 [N, T]`` and ``loss_mask float32 [N, T]``
     (T = longest demonstration, right-padded)."""
     rows = task.sft_rows(
@@ -154,21 +157,21 @@ def sft_arrays(spec: Any, task: Task, tokenizer, train_examples):
     return tokens, mask
 
 
-def method_kwargs(advantage: Any, task: Task) -> dict[str, Any]:
+def method_kwargs(spec: RunSpec, task: Task) -> dict[str, Any]:
     """``config.advantage`` completed with the task's facts the method takes (``Method.task_facts``,
     e.g. per-objective theoretical minima); keys the config sets win."""
-    kwargs = dict(advantage.kwargs)
-    facts = advantage.method.task_facts
+    kwargs = dict(spec.advantage)
+    facts = spec.method.task_facts
     return kwargs if facts is None else {**facts(task), **kwargs}
 
 
-def build_sampler(spec: Any, model_config, mesh, rules):
+def build_sampler(spec: RunSpec, model_config, mesh, rules):
     """The rollout's sampler: the engine ``rollout.engine`` names in ``protocol.SAMPLERS``, built
     by its own module from ``config.rollout`` (its settings and mesh checks are its own)."""
     return protocol.build(spec.rollout.engine, model_config, spec.rollout, mesh, rules)
 
 
-def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
+def build_run(spec: RunSpec, workdir: str, pool, *, interrupt=None) -> Run:
     """The fixed pieces of a run (``mojax.rl.step.Run``): task, data, tokenizer, model config, the
     rollout runner, the jitted PPO step and the advantage method's hooks. ``interrupt``: polled by
     every rollout and the SFT warm start (``mojax.infra.preemption.Preemption.check``)."""
@@ -189,11 +192,11 @@ def build_run(spec: Any, workdir: str, pool, *, interrupt=None) -> Run:
         interrupt=interrupt,
     )
     total_len = protocol.bucket_length(max(len(runner.prompt_ids(ex)) for ex in splits.all))
-    method = spec.advantage.method
+    method = spec.method
     ctx = MethodContext(
         method,
-        method_kwargs(spec.advantage, task),
-        spec.advantage.sections,
+        method_kwargs(spec, task),
+        spec.sections,
         len(splits.train),
         spec.rollout.prompts_per_step,
     )

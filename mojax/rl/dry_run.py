@@ -32,6 +32,8 @@ none, so for a GPU target the attention share of the update's temporaries is an 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import numpy as np
 
@@ -40,10 +42,13 @@ from mojax import sharding as sharding_lib
 from mojax.sampling import protocol
 from mojax.spec.model_config import qwen_config
 
+if TYPE_CHECKING:
+    from mojax.spec import RunSpec
+
 GIB = 1024**3
 
 
-def prompt_length(spec) -> tuple[int, str]:
+def prompt_length(spec: RunSpec) -> tuple[int, str]:
     """``(tokens, how)``: the longest prompt the run will see: ``rollout.max_prompt_len``, else
     measured from the task's data with the run's tokenizer (as ``mojax.rl.builders.build_run``
     sizes T), else 1024 when the data cannot be read here."""
@@ -65,7 +70,7 @@ def prompt_length(spec) -> tuple[int, str]:
         return 1024, f"assumed (the data could not be read: {type(e).__name__})"
 
 
-def batch_shape(spec, prompt_len: int | None = None) -> tuple[int, int]:
+def batch_shape(spec: RunSpec, prompt_len: int | None = None) -> tuple[int, int]:
     """``(B, T)`` of the run's rollout batch: T = the prompt bucket + ``max_response_len``."""
     rc = spec.rollout
     b = int(rc.prompts_per_step) * int(rc.num_samples)
@@ -73,7 +78,7 @@ def batch_shape(spec, prompt_len: int | None = None) -> tuple[int, int]:
     return b, protocol.bucket_length(p) + int(rc.max_response_len)
 
 
-def abstract_batch(spec, mesh, rules, prompt_len: int | None = None) -> dict:
+def abstract_batch(spec: RunSpec, mesh, rules, prompt_len: int | None = None) -> dict:
     """The rollout batch as ``jax.ShapeDtypeStruct`` rows over the mesh's batch axes."""
     b, t = batch_shape(spec, prompt_len)
     shapes = {
@@ -91,7 +96,7 @@ def abstract_batch(spec, mesh, rules, prompt_len: int | None = None) -> dict:
     }
 
 
-def compile_train_step(spec, mesh, rules, mc=None, prompt_len: int | None = None):
+def compile_train_step(spec: RunSpec, mesh, rules, mc=None, prompt_len: int | None = None):
     """``(compiled, state)``: the PPO update of ``spec`` compiled for the abstract train state."""
     mc = qwen_config(spec, tokenizer=None) if mc is None else mc
     tx = learner.make_optimizer(spec.optimizer)
@@ -102,7 +107,7 @@ def compile_train_step(spec, mesh, rules, mc=None, prompt_len: int | None = None
     return step.jitted(batch).lower(state, batch).compile(), state
 
 
-def dry_run(spec, sampler: bool = True) -> dict[str, float]:
+def dry_run(spec: RunSpec, sampler: bool = True) -> dict[str, float]:
     """Prints and returns the per-device memory of ``spec``'s run on its mesh (GiB)."""
     mesh = sharding_lib.mesh_from_config(spec.mesh.as_dict())
     rules = spec.rules
@@ -136,7 +141,7 @@ def dry_run(spec, sampler: bool = True) -> dict[str, float]:
     return out
 
 
-def _report(spec, mesh, mc, out, prompt_len, how) -> None:
+def _report(spec: RunSpec, mesh, mc, out, prompt_len, how) -> None:
     n_dev, n_proc = int(out["devices"]), jax.process_count()
     procs = f", {n_proc} processes" if n_proc > 1 else ""
     lora = f", LoRA r={mc.lora.rank} base {mc.lora.quant}" if mc.lora is not None else ""

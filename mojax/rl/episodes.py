@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -21,6 +21,9 @@ import numpy as np
 from mojax import rewards as rewards_lib
 from mojax.rewards import RewardSource, score_owned
 from mojax.tasks.framework.base import Example, RewardStats, Task
+
+if TYPE_CHECKING:
+    from mojax.spec import RunSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +69,7 @@ class Episodes:
 class EpisodeRunner:
     """Rolls out and scores with fixed settings (everything but the policy and the key)."""
 
-    spec: Any  # mojax.spec.RunSpec
+    spec: RunSpec
     task: Task
     tokenizer: Any
     sampler: Any  # mojax.sampling.Sampler: the generation engine (weights set per call)

@@ -135,14 +135,14 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
     ``max_refill_rounds`` rounds; groups still without signal fill the batch, out of the gradient.
     ``rollout/rollouts`` counts the rollouts generated (refills included), so arms can be compared
     at equal rollout budgets."""
-    rs = run.spec.rollout
+    rs, dapo = run.spec.rollout, run.spec.dapo
     host, episodes = _episodes_round(run, host, params, key)
-    if not rs.dynamic_sampling:
+    if not dapo.dynamic_sampling:
         rollouts = float(rs.prompts_per_step * rs.num_samples)
         return host, _with_metrics(episodes, {"rollout/rollouts": rollouts})
     keep = rewards_lib.groups_with_signal(episodes.rewards, episodes.valid)
     rounds = 0
-    while keep.sum() < rs.prompts_per_step and rounds < rs.max_refill_rounds:
+    while keep.sum() < rs.prompts_per_step and rounds < dapo.max_refill_rounds:
         rounds += 1
         host, more = _episodes_round(
             run, host, params, jax.random.fold_in(key, rounds), round_=rounds
@@ -198,7 +198,7 @@ def shape_overlong(run: Run, episodes: Episodes) -> Episodes:
     """``episodes`` with DAPO's soft overlong penalty (DAPO Eq. 13) added to the success
     objective(s) of their rewards (counted in response tokens, tool observations included;
     ``mojax.rewards.shape_overlong``)."""
-    r = run.spec.reward
+    r = run.spec.dapo
     if r.overlong_buffer <= 0:
         return episodes
     rewards = np.array(episodes.rewards, copy=True)
@@ -232,7 +232,7 @@ def advantages(run: Run, host: HostState, episodes: Episodes, key) -> tuple[Host
     metrics.update({f"advantage/{k}": float(np.asarray(v)) for k, v in out.metrics.items()})
     metrics["advantage/abs_mean"] = float(np.abs(adv).mean())
     if out.clip_eps is not None:
-        metrics[f"{run.spec.advantage.estimator}/clip_eps"] = float(out.clip_eps)
+        metrics[f"{run.spec.estimator}/clip_eps"] = float(out.clip_eps)
     return host, out, metrics
 
 

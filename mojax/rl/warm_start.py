@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -35,6 +35,9 @@ from mojax.infra.preemption import Interrupted, Preempted
 from mojax.learner import packing
 from mojax.models import lora as lora_lib
 from mojax.rl.builders import sft_arrays
+
+if TYPE_CHECKING:
+    from mojax.spec import RunSpec
 
 
 def initial_params(run, workdir: str):
@@ -190,7 +193,7 @@ def enabled(run) -> bool:
     return run.learner.model_config.lora is not None
 
 
-def base_name(spec: Any) -> dict[str, Any]:
+def base_name(spec: RunSpec) -> dict[str, Any]:
     """What a LoRA checkpoint's frozen base is: the run's initial policy and its storage."""
     return {
         "checkpoint": spec.model.checkpoint,

@@ -1,4 +1,5 @@
-"""``RolloutSpec``: the fixed settings of a multi-turn rollout, built and checked once.
+"""``RolloutConfig`` (the run config's ``rollout`` section) and ``RolloutSpec``: the fixed settings of
+a multi-turn rollout, built and checked once.
 
 Everything a rollout needs that does not change from one batch to the next -- token budgets,
 turn and call limits, observation limits, the sampling parameters, and the tokenizer-derived stop
@@ -21,12 +22,13 @@ import dataclasses
 import math
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
+from mojax.config import field_key, option, option_fields, spec_checker
 from mojax.rollout import stops as stops_lib
 from mojax.sampling import protocol
+from mojax.sampling.protocol import DRAWS, KV_CACHES, LENGTH, STOP, engines
 from mojax.sampling.protocol import FINISH_REASONS as SAMPLER_FINISH_REASONS
-from mojax.sampling.protocol import LENGTH, STOP
 
 #: Per-row ``finish_reason`` of a rollout. The first two are the sampler's own (its
 #: ``FINISH_REASONS`` minus ``running``): ``stop`` (an eos / end-of-turn id), ``length`` (a turn
@@ -49,23 +51,154 @@ FINISH_REASONS = (
 #: call that needs longer than an hour is a hung call for RL, not a tool call.
 MAX_TOOL_TIMEOUT_S = 3600.0
 
-# the config key of each field that has one (named in errors)
-_CONFIG_KEYS = {
-    "max_new_tokens": "config.rollout.max_new_tokens",
-    "max_response_len": "config.rollout.max_response_len",
-    "max_turns": "config.rollout.max_turns",
-    "max_tool_calls": "config.rollout.max_tool_calls",
-    "temperature": "config.rollout.temperature",
-    "top_p": "config.rollout.top_p",
-    "top_k": "config.rollout.top_k",
-    "draw": "config.rollout.draw",
-    "tool_timeout_s": "config.rollout.tool_timeout_s",
-    "cache_dtype": "config.model.cache_dtype",
-}
+SANDBOX_MODES = (
+    "bwrap",
+    "auto",
+    "unsafe_fallback",
+    "fallback",
+)  # mojax.rollout.tools.PythonSandbox
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    """``config.rollout``: how one step's episodes are collected (the run spec's section; the
+    driver's fixed settings, :class:`RolloutSpec`, are built from it once per run).
+
+    ``P = prompts_per_step`` groups of ``G = num_samples`` rollouts; each turn decodes at most
+    ``max_new_tokens``; all turns and tool observations together fit ``max_response_len``.
+    """
+
+    SECTION: ClassVar[str] = "rollout"
+    prompts_per_step: int = option(16, help="P: prompt groups per RL step")
+    num_samples: int = option(8, help="G: samples per prompt")
+    max_prompt_len: int = option(0, help="0 = measured from the data (dry runs assume 1024)")
+    max_new_tokens: int = option(24, help="new tokens per turn")
+    max_response_len: int = option(48, help="R: all turns and observations together")
+    max_turns: int = option(3, help="decode turns (tool calls + 1)")
+    max_tool_calls: int = option(2, help="tool calls per response")
+    temperature: float = option(1.0, help="sampling temperature (0 = greedy)")
+    top_p: float = option(1.0, help="nucleus sampling mass (1 = off)")
+    top_k: int = option(0, help="top-k sampling (0 = off)")
+    draw: str = option(
+        "gumbel", help='"gumbel" | "inverse_cdf": how a token is drawn (same distribution)'
+    )
+    tool_timeout_s: float = option(
+        10.0,
+        help="deadline of one tool call, seconds in (0, 3600] (mojax.rollout.spec.MAX_TOOL_TIMEOUT_S)",
+    )
+    tool_workers: int = option(4, help="threads running tool calls")
+    sandbox: str = option(
+        "bwrap", help='math\'s Python tool: "bwrap" (fails closed) | "unsafe_fallback"'
+    )
+    retrieval_url: str = option("", help='Search-R1 retrieval server (qa); "" = BM25 over the data')
+    decode_segment: int = option(
+        0, help="decode in calls of at most N tokens (0 = a turn per call); bounds signal latency"
+    )
+    staleness: int = option(
+        0,
+        help="k: generation for step t + k runs during step t's update, with weights k updates "
+        "old at most (0 = synchronous; mojax.rl.async_loop)",
+    )
+    engine: str = option(
+        "static",
+        help='"static" (every row of a decode call runs until its longest row ends) | '
+        '"continuous" (rollout.slots decode slots refilled as rows end; one engine per process)',
+    )
+    slots: int = option(16, help="decode slots of the continuous engine (its KV cache rows)")
+    kv_cache: str = option(
+        "dense",
+        help='the continuous engine\'s KV cache: "dense" (slots x max length) | "paged" (a pool '
+        "of rollout.num_pages pages that rows take as they grow; mojax.models.paged_cache)",
+    )
+    page_size: int = option(16, help="tokens per page of the paged KV cache")
+    num_pages: int = option(
+        0, help="pages in the paged KV cache's pool (0 = as many as the dense cache holds)"
+    )
+    prefill_prompts: int = option(
+        0,
+        help="prompts per prompt prefill of the continuous engine (0 = enough to fill the slots, "
+        "ceil(rollout.slots / rollout.num_samples))",
+    )
+    refill_slots: int = option(
+        1,
+        help="while rows wait, a continuous-engine segment ends once this many slots have freed "
+        "(more: fewer segment boundaries, slots idle until one; the tokens do not change)",
+    )
+
+    def __post_init__(self):
+        c = spec_checker("rollout", self)
+        for key in ("prompts_per_step", "num_samples", "max_new_tokens", "max_response_len"):
+            c.in_range(f"rollout.{key}", 1)
+        for key in ("max_turns", "tool_workers"):
+            c.in_range(f"rollout.{key}", 1)
+        c.in_range("rollout.max_tool_calls", 0)
+        c.in_range("rollout.max_prompt_len", 0)
+        c.in_range("rollout.staleness", 0)
+        c.in_range("rollout.temperature", 0.0)
+        c.in_range("rollout.top_p", 0.0, 1.0, low_inclusive=False)
+        c.in_range("rollout.top_k", 0)
+        c.choice("rollout.draw", DRAWS)
+        t = c.typed("rollout.tool_timeout_s", (int, float))
+        if (
+            isinstance(t, int | float)
+            and not isinstance(t, bool)
+            and not 0 < t <= MAX_TOOL_TIMEOUT_S
+        ):
+            c.fail(
+                "rollout.tool_timeout_s",
+                f"{t!r} is not allowed; allowed values: a finite number of seconds in "
+                f"(0, {MAX_TOOL_TIMEOUT_S:g}] (one call's deadline holds its whole step; the sandbox's "
+                "CPU rlimit is ceil(timeout) + 1 s; mojax.rollout.spec.MAX_TOOL_TIMEOUT_S)",
+            )
+        c.choice("rollout.sandbox", SANDBOX_MODES)
+        c.require(
+            self.max_response_len >= self.max_new_tokens,
+            "rollout.max_response_len",
+            "must be >= rollout.max_new_tokens (it holds every turn and observation)",
+        )
+        c.in_range("rollout.decode_segment", 0)
+        c.choice("rollout.engine", engines())  # the registry, ``protocol.SAMPLERS``
+        c.in_range("rollout.slots", 1)
+        c.choice("rollout.kv_cache", KV_CACHES)
+        c.in_range("rollout.page_size", 1)
+        c.in_range("rollout.num_pages", 0)
+        c.in_range("rollout.prefill_prompts", 0)
+        c.in_range("rollout.refill_slots", 1)
+        c.require(
+            self.refill_slots <= self.slots,
+            "rollout.refill_slots",
+            f"{self.refill_slots} must be <= rollout.slots={self.slots}",
+        )
+        c.require(
+            self.kv_cache != "paged" or self.engine == "continuous",
+            "rollout.kv_cache",
+            "'paged' needs rollout.engine='continuous' (the static engine keeps a dense cache)",
+        )
+        row = self.max_prompt_len + self.max_response_len  # a row's most tokens (0: measured)
+        c.require(
+            self.kv_cache != "paged" or not self.num_pages or not self.max_prompt_len
+            or self.num_pages * self.page_size >= row,
+            "rollout.num_pages",
+            f"{self.num_pages} pages of rollout.page_size={self.page_size} tokens cannot hold one "
+            f"row of rollout.max_prompt_len + rollout.max_response_len = {row} tokens",
+        )  # fmt: skip
+        c.raise_if_any()
+
+
+# the driver's fields read from another section than ``config.rollout`` (named in errors)
+_OTHER_KEYS = {"cache_dtype": "config.model.cache_dtype"}
+
+
+def _config_key(field: str) -> str | None:
+    """The config key of a :class:`RolloutSpec` field: ``config.rollout.<field>`` when
+    :class:`RolloutConfig` reads it, else ``_OTHER_KEYS``'s (None: set by the run, not the config)."""
+    if field in {f.name for f in option_fields(RolloutConfig)}:
+        return f"config.{field_key(RolloutConfig, RolloutConfig.__dataclass_fields__[field])}"
+    return _OTHER_KEYS.get(field)
 
 
 def _name(field: str) -> str:
-    key = _CONFIG_KEYS.get(field)
+    key = _config_key(field)
     return f"RolloutSpec.{field}" + (f" ({key})" if key else "")
 
 

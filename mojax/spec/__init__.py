@@ -3,8 +3,11 @@
 ``validate(config)`` (what ``mojax.rl.trainer.run`` calls, once) reads the ``ml_collections`` config of
 ``configs/<method>.py`` into a :class:`RunSpec`: one frozen section per concern
 (``mojax.spec.sections``), the learner's ``PPOConfig`` / ``OptimizerConfig``, and the config sections
-the advantage methods declare (``Method.sections``). Each field carries its config key and help
-text (``mojax.config.option``; ``--config.mode=show`` prints them); each section checks its own
+the advantage methods declare (``Method.sections``). It is the one config schema (:func:`schema`):
+each field declares its default, type and help once (``mojax.config.option``; ``mojax.defaults``
+builds the base config from them, ``--config.mode=show`` prints the help), and a field's path in the
+spec is its config key (``spec.dapo.overlong_buffer`` reads ``config.dapo.overlong_buffer``; a
+method's section ``config.<name>`` is ``spec.sections[<name>]``). Each section checks its own
 fields, and :func:`run_errors` the rules that span sections (the task's declared objectives, the
 method's inputs, the mesh against the devices and the model). Every error names its ``config.`` key
 and the allowed values; all of a config's errors are reported together, before anything is built
@@ -14,7 +17,6 @@ or compiled. Everything after validation reads the spec, never the config.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 from mojax import advantages as adv_lib
@@ -25,6 +27,7 @@ from mojax.config import (
     dataclass_from_config,
     field_defaults,
     field_help,
+    lookup,
     option,
     section_from_config,
     to_dict,
@@ -39,38 +42,19 @@ RESUME_MODES = ("", "force", "new")
 MAX_SEED = 2**32 - 1
 
 
-@dataclasses.dataclass(frozen=True)
-class AdvantageSpec:
-    """``config.estimator`` + ``config.advantage``: the method and its keywords, and the config
-    sections the methods declare (``sections[name]``)."""
-
-    SECTION: ClassVar[str] = ""
-    estimator: str = option(help="a name of mojax.advantages.METHODS", key="estimator")
-    kwargs: dict = option(help="the estimator's keyword arguments", key="advantage")
-    sections: dict = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self):
-        c = Checker({"estimator": self.estimator, "advantage": self.kwargs})
-        est = c.choice("estimator", sorted(adv_lib.METHODS))
-        if est in adv_lib.METHODS:
-            method = adv_lib.METHODS[est]
-            c.kwargs_for("advantage", method.fn, skip=method.data_args)
-        for name, section in self.sections.items():
-            owner = _section_owner(name)
-            if getattr(section, "enabled", False) and est != owner:
-                c.fail("estimator", f"{name}.enabled needs estimator {owner!r} (got {est!r})")
-        c.raise_if_any()
-
-    @property
-    def method(self) -> adv_lib.Method:
-        return adv_lib.METHODS[self.estimator]
-
-    @property
-    def fn(self) -> Callable[..., Any]:
-        return self.method.fn
-
-    def enabled_sections(self) -> list[str]:
-        return [n for n, s in self.sections.items() if getattr(s, "enabled", False)]
+def advantage_errors(estimator: Any, kwargs: Any, sections: dict) -> list[str]:
+    """``config.estimator`` must name a method of ``mojax.advantages.METHODS``, ``config.advantage``
+    hold only its keyword arguments, and an enabled method section belong to that estimator."""
+    c = Checker({"estimator": estimator, "advantage": kwargs})
+    est = c.choice("estimator", sorted(adv_lib.METHODS))
+    if est in adv_lib.METHODS:
+        method = adv_lib.METHODS[est]
+        c.kwargs_for("advantage", method.fn, skip=method.data_args)
+    for name, section in sections.items():
+        owner = _section_owner(name)
+        if getattr(section, "enabled", False) and est != owner:
+            c.fail("estimator", f"{name}.enabled needs estimator {owner!r} (got {est!r})")
+    return c.errors
 
 
 def _section_owner(name: str) -> str:
@@ -92,24 +76,28 @@ class RunSpec:
     """Everything a run reads from its config, validated (see the module docstring)."""
 
     SECTION: ClassVar[str] = ""
-    seed: int = option(help="seed of every random stream of the run (data, init, sampling)")
-    steps: int = option(help="RL steps (rollout batch -> advantages -> PPO update(s))")
-    mode: str = option(help='"train" | "eval" (a checkpoint on a held-out split) | "show"')
-    dry_run: bool = option(help="compile the steps abstractly and print memory per device")
-    checkpoint_every: int = option(help="checkpoint every N RL steps (and at the end)")
-    keep_checkpoints: int = option(help="RL checkpoints kept")
-    eval_every: int = option(help="held-out evaluation every N RL steps (and at the end)")
-    transcripts_per_step: int = option(help="sampled transcripts written per step")
-    resume: str = option(help='rerunning a workdir: "" (same config only) | "force" | "new"')
+    seed: int = option(0, help="seed of every random stream of the run (data, init, sampling)")
+    steps: int = option(40, help="RL steps (rollout batch -> advantages -> PPO update(s))")
+    mode: str = option("train", help='"train" | "eval" (a checkpoint on a held-out split) | "show"')
+    dry_run: bool = option(False, help="compile the steps abstractly and print memory per device")
+    checkpoint_every: int = option(10, help="checkpoint every N RL steps (and at the end)")
+    keep_checkpoints: int = option(2, help="RL checkpoints kept")
+    eval_every: int = option(10, help="held-out evaluation every N RL steps (and at the end)")
+    transcripts_per_step: int = option(4, help="sampled transcripts written per step")
+    resume: str = option("", help='rerunning a workdir: "" (same config only) | "force" | "new"')
     preemption_grace_s: float = option(
         30.0, help="seconds between the scheduler's SIGTERM and SIGKILL (mojax.infra.preemption)"
     )
     model: S.ModelSpec = None
     tokenizer: S.TokenizerSpec = None
     task: S.TaskSpec = None
-    rollout: S.RolloutSpec = None
-    reward: S.RewardSpec = None
-    advantage: AdvantageSpec = None
+    rollout: S.RolloutConfig = None
+    # no default: every config names its method (the embedded run's is mojax.defaults.RECIPE's)
+    estimator: str = option(help="a name of mojax.advantages.METHODS")
+    advantage: dict = option({}, help="the estimator's keyword arguments")
+    sections: dict = dataclasses.field(default_factory=dict)  # the methods' sections, by name
+    tool_reward: S.ToolRewardSpec = None
+    dapo: S.DapoSpec = None
     ppo: PPOConfig = None
     rollout_correction: CorrectionConfig = None
     optimizer: OptimizerConfig = None
@@ -141,7 +129,17 @@ class RunSpec:
         for key in ("checkpoint_every", "eval_every", "keep_checkpoints"):
             if getattr(self, key) < 1:
                 c.fail(key, f"{getattr(self, key)} is out of range [1, inf)")
+        c.errors += advantage_errors(self.estimator, self.advantage, self.sections)
         c.raise_if_any()
+
+    @property
+    def method(self) -> adv_lib.Method:
+        """The advantage method ``config.estimator`` names."""
+        return adv_lib.METHODS[self.estimator]
+
+    def enabled_sections(self) -> list[str]:
+        """The names of the method sections that are on (``<section>.enabled``)."""
+        return [n for n, s in self.sections.items() if getattr(s, "enabled", False)]
 
     @property
     def rules(self) -> tuple:
@@ -153,47 +151,85 @@ class RunSpec:
         return registry.build_task(self.task)
 
 
-# config section builders: name -> (config -> section)
-_SECTIONS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
-    ("model", lambda c: section_from_config(S.ModelSpec, c)),
-    ("tokenizer", lambda c: section_from_config(S.TokenizerSpec, c)),
-    ("task", lambda c: section_from_config(S.TaskSpec, c)),
-    ("rollout", lambda c: section_from_config(S.RolloutSpec, c)),
-    (
-        "reward",
-        lambda c: section_from_config(
-            S.RewardSpec, c, max_response_len=int(c.rollout.max_response_len)
-        ),
-    ),
-    (
-        "advantage",
-        lambda c: section_from_config(
-            AdvantageSpec,
-            c,
-            sections={n: section_from_config(cls, c) for n, cls in method_sections().items()},
-        ),
-    ),
-    ("ppo", lambda c: dataclass_from_config(PPOConfig, c.ppo, "ppo")),
-    (
-        "rollout_correction",
-        lambda c: dataclass_from_config(
-            CorrectionConfig, c.rollout_correction, "rollout_correction"
-        ),
-    ),
-    ("optimizer", lambda c: dataclass_from_config(OptimizerConfig, c.optimizer, "optimizer")),
-    ("sft", lambda c: section_from_config(S.SFTSpec, c)),
-    ("lora", lambda c: section_from_config(S.LoraSpec, c)),
-    ("packing", lambda c: section_from_config(S.PackingSpec, c)),
-    ("eval", lambda c: section_from_config(S.EvalSpec, c)),
-    ("judge", lambda c: section_from_config(S.JudgeSpec, c)),
-    ("wandb", lambda c: section_from_config(S.WandbSpec, c)),
-    (
-        "mesh",
-        lambda c: section_from_config(
-            S.MeshSpec, c, logical_axis_rules=_optional(c, "logical_axis_rules")
-        ),
-    ),
-)
+def section_classes() -> dict[str, type]:
+    """The run spec's sections by name: ``RunSpec.<name>`` is the section of ``config.<name>``
+    (each class's ``SECTION``), so a field's path in the spec is its config key."""
+    return {
+        "model": S.ModelSpec,
+        "tokenizer": S.TokenizerSpec,
+        "task": S.TaskSpec,
+        "rollout": S.RolloutConfig,
+        "tool_reward": S.ToolRewardSpec,
+        "dapo": S.DapoSpec,
+        "ppo": PPOConfig,
+        "rollout_correction": CorrectionConfig,
+        "optimizer": OptimizerConfig,
+        "sft": S.SFTSpec,
+        "eval": S.EvalSpec,
+        "judge": S.JudgeSpec,
+        "wandb": S.WandbSpec,
+        "mesh": S.MeshSpec,
+        "lora": S.LoraSpec,
+        "packing": S.PackingSpec,
+    }
+
+
+def schema() -> tuple[type, ...]:
+    """Every spec class that reads config keys, in the config's order: ``RunSpec`` (the run-level
+    keys), then each section in ``RunSpec``'s field order, the methods' sections (``RunSpec.sections
+    [name]``, config ``<name>.*``) after ``advantage``. ``mojax.defaults`` builds the base config
+    from it; ``--config.mode=show`` reads its help."""
+    sections, out = section_classes(), [RunSpec]
+    for f in dataclasses.fields(RunSpec):
+        if f.name in sections:
+            out.append(sections[f.name])
+        elif f.name == "sections":
+            out += method_sections().values()
+    return tuple(out)
+
+
+def _method_sections(config: Any) -> dict[str, Any]:
+    return {n: section_from_config(cls, config) for n, cls in method_sections().items()}
+
+
+def _advantage(config: Any, sections: dict) -> None:
+    errors = advantage_errors(lookup(config, "estimator"), lookup(config, "advantage"), sections)
+    if errors:
+        raise ConfigError.of(errors)
+
+
+def _build_section(name: str, cls: type, config: Any) -> Any:
+    """``config.<name>`` read into ``cls`` (the learner's sections refuse unknown keys by name)."""
+    if name in ("ppo", "rollout_correction", "optimizer"):
+        return dataclass_from_config(cls, config[name], name)
+    extra = {}
+    if name == "dapo":
+        extra["max_response_len"] = int(config.rollout.max_response_len)
+    elif name == "mesh":
+        extra["logical_axis_rules"] = _optional(config, "logical_axis_rules")
+    return section_from_config(cls, config, **extra)
+
+
+def _sections(config: Any) -> tuple[dict[str, Any], list[str]]:
+    """Every section of ``config`` (name -> spec section) and the errors of those that failed."""
+    errors: list[str] = []
+    parts: dict[str, Any] = {}
+    builders = [(n, lambda c, n=n, cls=cls: _build_section(n, cls, c)) for n, cls in
+                section_classes().items()]  # fmt: skip
+    at = [n for n, _ in builders].index("ppo")
+    builders[at:at] = [
+        ("sections", _method_sections),
+        ("advantage", lambda c: _advantage(c, parts.get("sections", {}))),
+    ]
+    for name, build in builders:
+        try:
+            parts[name] = build(config)
+        except ConfigError as e:
+            errors += e.errors
+        except (ValueError, TypeError, KeyError) as e:
+            errors.append(str(e).strip("'\"") if isinstance(e, KeyError) else f"config.{name}: {e}")
+    parts.pop("advantage", None)
+    return parts, errors
 
 
 def _optional(config: Any, key: str) -> Any:
@@ -201,43 +237,20 @@ def _optional(config: Any, key: str) -> Any:
     return tuple(tuple(r) for r in value) if value else ()
 
 
-def _spec_classes() -> tuple[type, ...]:
-    return (
-        RunSpec,
-        AdvantageSpec,
-        S.ModelSpec,
-        S.TokenizerSpec,
-        S.TaskSpec,
-        S.RolloutSpec,
-        S.RewardSpec,
-        PPOConfig,
-        CorrectionConfig,
-        OptimizerConfig,
-        S.SFTSpec,
-        S.EvalSpec,
-        S.JudgeSpec,
-        S.WandbSpec,
-        S.MeshSpec,
-        S.LoraSpec,
-        S.PackingSpec,
-        *method_sections().values(),
-    )
-
-
 def help_texts() -> dict[str, str]:
     """``{config key: help}`` of every spec field (what ``--config.mode=show`` prints)."""
     out: dict[str, str] = {}
-    for cls in _spec_classes():
+    for cls in schema():
         out |= field_help(cls)
     return out
 
 
 def key_defaults() -> dict[str, Any]:
-    """``{config key: default}`` of the spec fields that declare one: what a key means when a
-    workdir's ``config.json``, written before the key existed, lacks it (``mojax.infra.workdir``). A key
-    added to the config declares its default in its spec field (``option(default, help=...)``)."""
+    """``{config key: default}`` of every spec field: what a key means when a workdir's
+    ``config.json``, written before the key existed, lacks it (``mojax.infra.workdir``). A key added to
+    the config declares its default in its spec field (``option(default, help=...)``)."""
     out: dict[str, Any] = {}
-    for cls in _spec_classes():
+    for cls in schema():
         out |= field_defaults(cls)
     return out
 
@@ -251,15 +264,7 @@ def validate(config: Any, num_devices: int | str | None = "auto") -> RunSpec:
     Raises:
       ConfigError: listing every problem, each naming its ``config.`` key and the allowed values.
     """
-    errors: list[str] = []
-    parts = {}
-    for name, build in _SECTIONS:
-        try:
-            parts[name] = build(config)
-        except ConfigError as e:
-            errors += e.errors
-        except (ValueError, TypeError, KeyError) as e:
-            errors.append(str(e).strip("'\"") if isinstance(e, KeyError) else f"config.{name}: {e}")
+    parts, errors = _sections(config)
     spec = None
     if not errors:
         try:

@@ -25,13 +25,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mojax import distributed
 from mojax.config import ConfigError
 from mojax.spec.model_config import checkpoint_errors, checkpoint_problem
 from mojax.tasks.framework.base import Task
 from mojax.tasks.framework.splits import generates
+
+if TYPE_CHECKING:
+    from mojax.spec import RunSpec
 
 #: Config keys naming data files (read whole by the task).
 DATA_KEYS = ("task.train_path", "task.eval_path", "task.val_path", "sft.data_path")
@@ -41,12 +44,12 @@ WHOLE_BYTES = 64 << 20
 _EDGE = 1 << 20
 
 
-def _value(spec: Any, key: str) -> str:
+def _value(spec: RunSpec, key: str) -> str:
     section, name = key.split(".")
     return str(getattr(getattr(spec, section), name) or "")
 
 
-def _paths(spec: Any) -> dict[str, str]:
+def _paths(spec: RunSpec) -> dict[str, str]:
     """``{key: path}`` of every input path the spec names (``tokenizer.path="build"`` is none)."""
     out = {k: _value(spec, k) for k in DATA_KEYS + MODEL_KEYS}
     if out["tokenizer.path"] == "build":
@@ -54,7 +57,7 @@ def _paths(spec: Any) -> dict[str, str]:
     return {k: os.path.expanduser(v) for k, v in out.items() if v}
 
 
-def _section_checkpoints(spec: Any) -> dict[str, str]:
+def _section_checkpoints(spec: RunSpec) -> dict[str, str]:
     """``{config key: directory}`` of the model checkpoints the spec's sections name
     (``section.checkpoint_paths()``, e.g. a reward source's model)."""
     out = {}
@@ -65,7 +68,7 @@ def _section_checkpoints(spec: Any) -> dict[str, str]:
     return out
 
 
-def check_files(spec: Any) -> None:
+def check_files(spec: RunSpec) -> None:
     """Raises ``ConfigError`` naming each data key whose file does not exist, ``task.train_path``
     when a file-backed task has none, ``model.checkpoint`` when it is not a readable HF checkpoint
     (``mojax.spec.model_config.checkpoint_errors``: only config.json and the safetensors headers are
@@ -130,7 +133,7 @@ def _update_file(h, path: str, *, whole: bool) -> None:
         h.update(f.read(_EDGE))
 
 
-def fingerprints(spec: Any) -> dict[str, str]:
+def fingerprints(spec: RunSpec) -> dict[str, str]:
     """``{config key: fingerprint}`` of every existing input path of ``spec``: hashed on process 0,
     the same dict on every process."""
     out = None
@@ -139,7 +142,7 @@ def fingerprints(spec: Any) -> dict[str, str]:
     return distributed.allgather_objects(out)[0]
 
 
-def prepare_workdir(spec: Any, workdir: str):
+def prepare_workdir(spec: RunSpec, workdir: str):
     """``mojax.infra.workdir.prepare`` with the spec's input fingerprints and its absent-key defaults."""
     from mojax.infra import workdir as workdir_lib
     from mojax.spec import key_defaults

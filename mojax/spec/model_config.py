@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mojax import models
 from mojax.config import ConfigError
+
+if TYPE_CHECKING:
+    from mojax.spec import RunSpec
 
 #: The files ``mojax.models.load_tokenizer`` reads a directory's tokenizer from (any one of them).
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json", "tokenizer.model")
@@ -31,7 +34,7 @@ def padded_vocab_size(pieces: int) -> int:
     return -(-int(pieces) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
 
-def qwen_config(spec: Any, tokenizer: Any = None) -> models.QwenConfig:
+def qwen_config(spec: RunSpec, tokenizer: Any = None) -> models.QwenConfig:
     """The policy's ``QwenConfig`` (``spec``: a ``RunSpec``): ``eval.checkpoint``'s config.json in
     ``mode=eval``, else ``model.checkpoint``'s, else the variant with ``model.overrides`` (the
     vocabulary sized to a self-built tokenizer), with the spec's execution dtypes, remat and LoRA
@@ -133,7 +136,7 @@ def check_checkpoint_files(ckpt: str, key: str = "model.checkpoint") -> models.Q
     return cfg
 
 
-def checkpoint_errors(spec: Any) -> list[str]:
+def checkpoint_errors(spec: RunSpec) -> list[str]:
     """The problems of ``config.model.checkpoint`` (``check_checkpoint_files``) and, when the run
     reads the checkpoint's tokenizer (``tokenizer.path=''``), a directory without tokenizer
     files; ``[]`` when it is a readable checkpoint. Every process checks on its own (the same
@@ -155,7 +158,7 @@ def checkpoint_errors(spec: Any) -> list[str]:
     return []
 
 
-def _check_tokenizer_fits(spec: Any, tokenizer: Any, cfg: models.QwenConfig) -> None:
+def _check_tokenizer_fits(spec: RunSpec, tokenizer: Any, cfg: models.QwenConfig) -> None:
     """Refuses a tokenizer that can emit ids the checkpoint's embedding has no row for (its largest
     id, eos or pad id ``>= vocab_size``): they would reach the model at the first rollout."""
     bad = _ids_out_of_range(tokenizer, cfg.vocab_size)
@@ -186,7 +189,7 @@ def _ids_out_of_range(tokenizer: Any, vocab_size: int) -> dict[str, int]:
     return {k: int(v) for k, v in ids.items() if v is not None and int(v) >= vocab_size}
 
 
-def _eval_checkpoint_config(spec: Any, tokenizer: Any) -> models.QwenConfig:
+def _eval_checkpoint_config(spec: RunSpec, tokenizer: Any) -> models.QwenConfig:
     """The architecture of the HF checkpoint ``eval.checkpoint`` (its ``config.json``), checked
     against the run's tokenizer."""
     ckpt = spec.eval.checkpoint

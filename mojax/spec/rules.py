@@ -8,7 +8,7 @@ validated on its own.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mojax import sharding
 from mojax.advantages import METHODS
@@ -17,8 +17,11 @@ from mojax.sampling import protocol
 from mojax.spec.model_config import qwen_config
 from mojax.tasks.framework import extra_rewards, registry
 
+if TYPE_CHECKING:
+    from mojax.spec import RunSpec
 
-def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
+
+def run_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
     """Every cross-section problem of ``spec`` (see the module docstring)."""
     errors = _name_errors(spec)
     if errors:
@@ -46,7 +49,7 @@ def run_errors(spec: Any, num_devices: int | str | None) -> list[str]:
 MAX_STEP_TOKENS = 2**31 - 1
 
 
-def _training_errors(spec: Any) -> list[str]:
+def _training_errors(spec: RunSpec) -> list[str]:
     """A training run that trains something: ``steps >= 1`` (``steps=0`` only for an SFT-only run,
     ``sft.steps > 0``, as ``configs/sft.py``), and no greedy rollouts (``rollout.temperature=0``):
     the G samples of a prompt would be one response, every group has zero variance and every
@@ -72,7 +75,7 @@ def _training_errors(spec: Any) -> list[str]:
     return c.errors
 
 
-def _batch_errors(spec: Any, num_devices: int | str | None) -> list[str]:
+def _batch_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
     """``rollout.prompts_per_step``: ``B x R`` within :data:`MAX_STEP_TOKENS`, and ``B = P x G``
     rows a multiple of the devices the learner's mesh spreads rows over (its "batch" axes), which
     the static sampler's rows and the unpacked update batch are split over (the continuous engine
@@ -99,7 +102,7 @@ def _batch_errors(spec: Any, num_devices: int | str | None) -> list[str]:
     return c.errors
 
 
-def _batch_shards(spec: Any, num_devices: int | str | None) -> int:
+def _batch_shards(spec: RunSpec, num_devices: int | str | None) -> int:
     """Devices the learner's mesh splits the rows over (1: unknown or an invalid mesh, which
     ``_mesh_errors`` reports)."""
     import math
@@ -120,7 +123,7 @@ def _batch_shards(spec: Any, num_devices: int | str | None) -> int:
     return math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
 
 
-def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:
+def _engine_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
     """The engine's own rules on the run's mesh (``protocol.config_errors``: e.g. the continuous
     engine's slots over the devices its rows spread over). With several processes each runs its own
     engine on its own devices (all on "data"), so its rules see one process's devices.
@@ -144,7 +147,7 @@ def _engine_errors(spec: Any, num_devices: int | str | None) -> list[str]:
     return _engine_shard_errors(spec, dict(zip(sharding.MESH_AXES, shape)))
 
 
-def _engine_shard_errors(spec: Any, sizes: dict[str, int]) -> list[str]:
+def _engine_shard_errors(spec: RunSpec, sizes: dict[str, int]) -> list[str]:
     """The engine's rules on its mesh ``sizes`` (axis -> devices), as config errors."""
     c = Checker({})
     for key, message in protocol.config_errors(
@@ -154,7 +157,7 @@ def _engine_shard_errors(spec: Any, sizes: dict[str, int]) -> list[str]:
     return c.errors
 
 
-def _packing_errors(spec: Any) -> list[str]:
+def _packing_errors(spec: RunSpec) -> list[str]:
     """Packed rows hold several sequences: the sequence-level ratio (one per row) cannot apply."""
     c = Checker({})
     if spec.packing.enabled and spec.ppo.ratio_level != "token":
@@ -162,7 +165,7 @@ def _packing_errors(spec: Any) -> list[str]:
     return c.errors
 
 
-def _name_errors(spec: Any) -> list[str]:
+def _name_errors(spec: RunSpec) -> list[str]:
     c = Checker({"task": {"name": spec.task.name}})
     if ":" not in spec.task.name:  # built-in tasks; "package.module:Class" imports a custom one
         c.choice("task.name", registry.TASKS)
@@ -188,7 +191,7 @@ def _name_errors(spec: Any) -> list[str]:
     return c.errors
 
 
-def _shape_errors(spec: Any) -> list[str]:
+def _shape_errors(spec: RunSpec) -> list[str]:
     """Groups of at least 2 samples, ``eval.ks`` within the pool, the update's batch split."""
     c = Checker({})
     g = spec.rollout.num_samples
@@ -217,11 +220,11 @@ def _shape_errors(spec: Any) -> list[str]:
     return c.errors
 
 
-def _method_errors(spec: Any, task) -> list[str]:
+def _method_errors(spec: RunSpec, task) -> list[str]:
     """The method's input kind against ``task.num_answers``, its objectives, and every weight
     vector's length against the task's objectives."""
     c = Checker({})
-    method = spec.advantage.method
+    method = spec.method
     sets = spec.task.num_answers > 0
     if sets != (method.inputs == "sets"):
         need = "needs task.num_answers > 0 (multi-answer sets)"
@@ -229,9 +232,9 @@ def _method_errors(spec: Any, task) -> list[str]:
             need = "needs task.num_answers = 0 (single answers)"
         c.fail("task.num_answers", f"{method.name!r} {need}")
     c.errors += method.objective_errors(task.objective_names)
-    weights = {"advantage.weights": spec.advantage.kwargs.get("weights")}
-    for name in spec.advantage.enabled_sections():
-        w = getattr(spec.advantage.sections[name], "weights", None)
+    weights = {"advantage.weights": spec.advantage.get("weights")}
+    for name in spec.enabled_sections():
+        w = getattr(spec.sections[name], "weights", None)
         if w is not None:
             weights[f"{name}.weights"] = w
     m = task.num_objectives
@@ -242,34 +245,34 @@ def _method_errors(spec: Any, task) -> list[str]:
     return c.errors
 
 
-def _n_opt_errors(spec: Any, task) -> list[str]:
+def _n_opt_errors(spec: RunSpec, task) -> list[str]:
     """The reward-source options of the config (``tool_reward.*`` and those an enabled method
     section sets, ``reward_options()``) against the task (``mojax.rewards.option_errors``)."""
     from mojax.rewards import option_errors
 
-    options = {"tool_reward.n_opt": {"n_opt": spec.reward.n_opt}}
-    for section in spec.advantage.sections.values():
+    options = {"tool_reward.n_opt": {"n_opt": spec.tool_reward.n_opt}}
+    for section in spec.sections.values():
         if getattr(section, "enabled", False) and hasattr(section, "reward_options"):
             options.update(section.reward_options())
     return option_errors(task, options)
 
 
-def _goal_errors(spec: Any, task) -> list[str]:
+def _goal_errors(spec: RunSpec, task) -> list[str]:
     """Goal-conditioned training (arXiv:2605.22817, App. E.5) trains on the per-prompt scalar
     ``w . r``: a method that takes per-prompt weights, no method section on, no fixed
     ``advantage.weights``, and a canonical ``w*`` (``task.scalar_weights``) for evaluation."""
     if not spec.task.goal_conditioned:
         return []
-    key, adv = "config.task.goal_conditioned", spec.advantage
+    key = "config.task.goal_conditioned"
     errs = []
-    on = adv.enabled_sections()
-    if not adv.method.per_prompt_weights or on:
+    on = spec.enabled_sections()
+    if not spec.method.per_prompt_weights or on:
         takers = sorted(n for n, m in METHODS.items() if m.per_prompt_weights)
         errs.append(
             f"{key}=True: needs an estimator that takes per-prompt weights {takers} without "
-            f"method sections on (got estimator={adv.estimator!r}, enabled sections={on})"
+            f"method sections on (got estimator={spec.estimator!r}, enabled sections={on})"
         )
-    if adv.kwargs.get("weights") is not None:
+    if spec.advantage.get("weights") is not None:
         errs.append(f"{key}=True: the weights are drawn per prompt; unset advantage.weights")
     m = task.num_objectives
     if len(tuple(task.scalar_weights)) != m:
@@ -280,7 +283,7 @@ def _goal_errors(spec: Any, task) -> list[str]:
     return errs
 
 
-def _sft_errors(spec: Any, task) -> list[str]:
+def _sft_errors(spec: RunSpec, task) -> list[str]:
     c = Checker({})
     c.require(
         spec.sft.steps == 0 or task.has_demonstrations(spec.sft),
@@ -291,7 +294,7 @@ def _sft_errors(spec: Any, task) -> list[str]:
     return c.errors
 
 
-def _offpolicy_errors(spec: Any) -> list[str]:
+def _offpolicy_errors(spec: RunSpec) -> list[str]:
     """A correction needs π_old from the learner (with the sampler's log-probs as π_old the ratio
     ``π_old / μ`` it corrects is 1)."""
     c = Checker({})
@@ -305,7 +308,7 @@ def _offpolicy_errors(spec: Any) -> list[str]:
     return c.errors
 
 
-def _mesh_errors(spec: Any, num_devices: int | str | None) -> list[str]:
+def _mesh_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
     """``mojax.sharding.mesh_errors``: the mesh against ``num_devices`` and the model (variant +
     overrides or the checkpoint's config.json; a self-built vocabulary is checked once built)."""
     try:

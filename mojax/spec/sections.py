@@ -1,9 +1,11 @@
-"""The sections of a run spec: one frozen dataclass per concern, each field with its config key and
-help text (``mojax.config.option``), each checking its own fields in ``__post_init__``.
+"""The sections of a run spec: one frozen dataclass per concern, each field with its default, type
+and help text declared once (``mojax.config.option``; ``config.<SECTION>.<field>`` is its key), each
+checking its own fields in ``__post_init__``.
 
 ``mojax.spec.RunSpec`` gathers them (with the learner's ``PPOConfig`` / ``OptimizerConfig``, the
-reward sources' sections, ``mojax.rewards.sections``, and the sections the advantage methods
-declare). Every error names its ``config.`` key and the allowed values.
+reward sources' sections, ``mojax.rewards.sections``, the rollout's ``RolloutConfig``,
+``mojax.rollout.spec``, and the sections the advantage methods declare). Every error names its
+``config.`` key and the allowed values.
 """
 
 from __future__ import annotations
@@ -13,17 +15,10 @@ from typing import Any, ClassVar
 
 from mojax import models
 from mojax.config import option, spec_checker
-from mojax.rewards.sections import JudgeSpec, RewardSpec  # noqa: F401 (the run spec's sections)
-from mojax.rollout.spec import MAX_TOOL_TIMEOUT_S as MAX_TIMEOUT
-from mojax.sampling.protocol import DRAWS, KV_CACHES, engines
+from mojax.rewards.sections import DapoSpec, JudgeSpec, ToolRewardSpec  # noqa: F401 (sections)
+from mojax.rollout.spec import RolloutConfig  # noqa: F401 (the run spec's rollout section)
 
 DTYPES = ("float32", "bfloat16", "float16")
-SANDBOX_MODES = (
-    "bwrap",
-    "auto",
-    "unsafe_fallback",
-    "fallback",
-)  # mojax.rollout.tools.PythonSandbox
 WANDB_MODES = ("online", "offline", "disabled")
 
 
@@ -32,13 +27,17 @@ class ModelSpec:
     """``config.model``: the policy's variant or checkpoint and its execution dtypes."""
 
     SECTION: ClassVar[str] = "model"
-    variant: str = option(help="a mojax.models.VARIANTS name (random init) ...")
-    overrides: dict = option(help="... with these QwenConfig fields replaced")
-    checkpoint: str = option(help="HF directory (safetensors + config.json); overrides variant")
-    dtype: str = option(help="compute dtype")
-    param_dtype: str = option(help="parameter storage dtype")
-    cache_dtype: str = option(help='KV cache dtype ("" = compute dtype; "bfloat16" halves memory)')
-    remat: str = option(help='"none" | "full" | "dots" (rematerialise each layer in the backward)')
+    variant: str = option("tiny-qwen3", help="a mojax.models.VARIANTS name (random init) ...")
+    overrides: dict = option({}, help="... with these QwenConfig fields replaced")
+    checkpoint: str = option("", help="HF directory (safetensors + config.json); overrides variant")
+    dtype: str = option("float32", help="compute dtype")
+    param_dtype: str = option("float32", help="parameter storage dtype")
+    cache_dtype: str = option(
+        "", help='KV cache dtype ("" = compute dtype; "bfloat16" halves memory)'
+    )
+    remat: str = option(
+        "none", help='"none" | "full" | "dots" (rematerialise each layer in the backward)'
+    )
 
     def __post_init__(self):
         c = spec_checker("model", self)
@@ -63,9 +62,10 @@ class TokenizerSpec:
 
     SECTION: ClassVar[str] = "tokenizer"
     path: str = option(
-        help='"build": train the task\'s own sentencepiece; "": the checkpoint\'s; else a path'
+        "build",
+        help='"build": train the task\'s own sentencepiece; "": the checkpoint\'s; else a path',
     )
-    vocab_size: int = option(help='pieces of the self-built vocabulary (path="build")')
+    vocab_size: int = option(96, help='pieces of the self-built vocabulary (path="build")')
 
     def __post_init__(self):
         c = spec_checker("tokenizer", self)
@@ -78,24 +78,31 @@ class TaskSpec:
     """``config.task``: which task, its data and answers per completion."""
 
     SECTION: ClassVar[str] = "task"
-    name: str = option(help="calculator | toolrl | math | qa | musique | maze | pkg.module:Class")
-    train_path: str = option(help="data file for file-backed tasks")
-    eval_path: str = option(help="test data file for file-backed tasks (else carved from train)")
-    val_path: str = option(help="validation data file (else carved from train, disjoint from test)")
-    num_train: int = option(help="generated tasks (calculator, maze): training problems")
+    name: str = option(
+        "calculator", help="calculator | toolrl | math | qa | musique | maze | pkg.module:Class"
+    )
+    train_path: str = option("", help="data file for file-backed tasks")
+    eval_path: str = option(
+        "", help="test data file for file-backed tasks (else carved from train)"
+    )
+    val_path: str = option(
+        "", help="validation data file (else carved from train, disjoint from test)"
+    )
+    num_train: int = option(4000, help="generated tasks (calculator, maze): training problems")
     num_eval: int = option(
-        help="validation problems (a method's validation vector) / evaluation problems"
+        128, help="validation problems (a method's validation vector) / evaluation problems"
     )
     num_answers: int = option(
-        help="S answers per completion (answer-set methods); 0 = single answer"
+        0, help="S answers per completion (answer-set methods); 0 = single answer"
     )
-    kwargs: dict = option(help="task constructor arguments (e.g. toolrl mode)")
+    kwargs: dict = option({}, help="task constructor arguments (e.g. toolrl mode)")
     extra_rewards: dict = option(
-        help="objectives added by import path: {name: {fn, min, max, weight, kwargs}}"
+        {}, help="objectives added by import path: {name: {fn, min, max, weight, kwargs}}"
     )
     goal_conditioned: bool = option(
+        False,
         help="goal-conditioned training (arXiv:2605.22817 App. E.5): w ~ Dir(1) per training prompt, "
-        "in the prompt"
+        "in the prompt",
     )
     mix: dict = option(help="generated problems' difficulty mix (calculator: easy, medium, hard)")
 
@@ -108,146 +115,23 @@ class TaskSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class RolloutSpec:
-    """``config.rollout`` + DAPO dynamic sampling: how one step's episodes are collected.
-
-    ``P = prompts_per_step`` groups of ``G = num_samples`` rollouts; each turn decodes at most
-    ``max_new_tokens``; all turns and tool observations together fit ``max_response_len``.
-    """
-
-    SECTION: ClassVar[str] = "rollout"
-    prompts_per_step: int = option(help="P: prompt groups per RL step")
-    num_samples: int = option(help="G: samples per prompt")
-    max_prompt_len: int = option(help="0 = measured from the data (dry runs assume 1024)")
-    max_new_tokens: int = option(help="new tokens per turn")
-    max_response_len: int = option(help="R: all turns and observations together")
-    max_turns: int = option(help="decode turns (tool calls + 1)")
-    max_tool_calls: int = option(help="tool calls per response")
-    temperature: float = option(help="sampling temperature (0 = greedy)")
-    top_p: float = option(help="nucleus sampling mass (1 = off)")
-    top_k: int = option(help="top-k sampling (0 = off)")
-    draw: str = option(help='"gumbel" | "inverse_cdf": how a token is drawn (same distribution)')
-    tool_timeout_s: float = option(
-        help="deadline of one tool call, seconds in (0, 3600] (mojax.rollout.spec.MAX_TOOL_TIMEOUT_S)"
-    )
-    tool_workers: int = option(help="threads running tool calls")
-    sandbox: str = option(help='math\'s Python tool: "bwrap" (fails closed) | "unsafe_fallback"')
-    retrieval_url: str = option(help='Search-R1 retrieval server (qa); "" = BM25 over the data')
-    dynamic_sampling: bool = option(
-        help="DAPO: drop groups with no variance in any objective, refill",
-        key="dapo.dynamic_sampling",
-    )
-    max_refill_rounds: int = option(
-        help="DAPO: refill rounds per step at most", key="dapo.max_refill_rounds"
-    )
-    decode_segment: int = option(
-        0, help="decode in calls of at most N tokens (0 = a turn per call); bounds signal latency"
-    )
-    staleness: int = option(
-        0,
-        help="k: generation for step t + k runs during step t's update, with weights k updates "
-        "old at most (0 = synchronous; mojax.rl.async_loop)",
-    )
-    engine: str = option(
-        "static",
-        help='"static" (every row of a decode call runs until its longest row ends) | '
-        '"continuous" (rollout.slots decode slots refilled as rows end; one engine per process)',
-    )
-    slots: int = option(16, help="decode slots of the continuous engine (its KV cache rows)")
-    kv_cache: str = option(
-        "dense",
-        help='the continuous engine\'s KV cache: "dense" (slots x max length) | "paged" (a pool '
-        "of rollout.num_pages pages that rows take as they grow; mojax.models.paged_cache)",
-    )
-    page_size: int = option(16, help="tokens per page of the paged KV cache")
-    num_pages: int = option(
-        0, help="pages in the paged KV cache's pool (0 = as many as the dense cache holds)"
-    )
-    prefill_prompts: int = option(
-        0,
-        help="prompts per prompt prefill of the continuous engine (0 = enough to fill the slots, "
-        "ceil(rollout.slots / rollout.num_samples))",
-    )
-    refill_slots: int = option(
-        1,
-        help="while rows wait, a continuous-engine segment ends once this many slots have freed "
-        "(more: fewer segment boundaries, slots idle until one; the tokens do not change)",
-    )
-
-    def __post_init__(self):
-        c = spec_checker("rollout", self)
-        for key in ("prompts_per_step", "num_samples", "max_new_tokens", "max_response_len"):
-            c.in_range(f"rollout.{key}", 1)
-        for key in ("max_turns", "tool_workers"):
-            c.in_range(f"rollout.{key}", 1)
-        c.in_range("rollout.max_tool_calls", 0)
-        c.in_range("rollout.max_prompt_len", 0)
-        c.in_range("rollout.staleness", 0)
-        c.in_range("rollout.temperature", 0.0)
-        c.in_range("rollout.top_p", 0.0, 1.0, low_inclusive=False)
-        c.in_range("rollout.top_k", 0)
-        c.choice("rollout.draw", DRAWS)
-        t = c.typed("rollout.tool_timeout_s", (int, float))
-        if isinstance(t, int | float) and not isinstance(t, bool) and not 0 < t <= MAX_TIMEOUT:
-            c.fail(
-                "rollout.tool_timeout_s",
-                f"{t!r} is not allowed; allowed values: a finite number of seconds in "
-                f"(0, {MAX_TIMEOUT:g}] (one call's deadline holds its whole step; the sandbox's "
-                "CPU rlimit is ceil(timeout) + 1 s; mojax.rollout.spec.MAX_TOOL_TIMEOUT_S)",
-            )
-        c.choice("rollout.sandbox", SANDBOX_MODES)
-        c.require(
-            self.max_response_len >= self.max_new_tokens,
-            "rollout.max_response_len",
-            "must be >= rollout.max_new_tokens (it holds every turn and observation)",
-        )
-        c.in_range("rollout.decode_segment", 0)
-        c.choice("rollout.engine", engines())  # the registry, ``protocol.SAMPLERS``
-        c.in_range("rollout.slots", 1)
-        c.choice("rollout.kv_cache", KV_CACHES)
-        c.in_range("rollout.page_size", 1)
-        c.in_range("rollout.num_pages", 0)
-        c.in_range("rollout.prefill_prompts", 0)
-        c.in_range("rollout.refill_slots", 1)
-        c.require(
-            self.refill_slots <= self.slots,
-            "rollout.refill_slots",
-            f"{self.refill_slots} must be <= rollout.slots={self.slots}",
-        )
-        c.require(
-            self.kv_cache != "paged" or self.engine == "continuous",
-            "rollout.kv_cache",
-            "'paged' needs rollout.engine='continuous' (the static engine keeps a dense cache)",
-        )
-        row = self.max_prompt_len + self.max_response_len  # a row's most tokens (0: measured)
-        c.require(
-            self.kv_cache != "paged" or not self.num_pages or not self.max_prompt_len
-            or self.num_pages * self.page_size >= row,
-            "rollout.num_pages",
-            f"{self.num_pages} pages of rollout.page_size={self.page_size} tokens cannot hold one "
-            f"row of rollout.max_prompt_len + rollout.max_response_len = {row} tokens",
-        )  # fmt: skip
-        if self.max_refill_rounds < 0:
-            c.fail("dapo.max_refill_rounds", f"{self.max_refill_rounds} is out of range [0, inf)")
-        c.raise_if_any()
-
-
-@dataclasses.dataclass(frozen=True)
 class SFTSpec:
     """``config.sft``: the supervised warm start before RL (0 steps = none)."""
 
     SECTION: ClassVar[str] = "sft"
-    steps: int = option(help="SFT warm-start steps before RL (0 = none)")
-    batch_size: int = option(help="demonstrations per SFT step")
-    num_examples: int = option(help="demonstrations built from the training split at most")
-    data_path: str = option(help="demonstrations file for file-backed tasks (e.g. rlla_sft.json)")
-    learning_rate: float = option(help="peak learning rate (cosine decay, no weight decay)")
-    warmup_steps: int = option(help="linear warmup steps")
+    steps: int = option(0, help="SFT warm-start steps before RL (0 = none)")
+    batch_size: int = option(64, help="demonstrations per SFT step")
+    num_examples: int = option(4000, help="demonstrations built from the training split at most")
+    data_path: str = option(
+        "", help="demonstrations file for file-backed tasks (e.g. rlla_sft.json)"
+    )
+    learning_rate: float = option(0.003, help="peak learning rate (cosine decay, no weight decay)")
+    warmup_steps: int = option(20, help="linear warmup steps")
     behaviours: dict = option(
         help="calculator demonstrations: behaviour mix (always / never / when_hard call)"
     )
     think_rate: float = option(
-        help="calculator demonstrations: the fraction that open with a <think> plan"
+        0.0, help="calculator demonstrations: the fraction that open with a <think> plan"
     )
     checkpoint_every: int = option(
         100, help="checkpoint the warm start every N steps (and at the end)"
@@ -282,11 +166,13 @@ class EvalSpec:
     """``config.eval``: held-out evaluation (``N = num_samples`` per problem)."""
 
     SECTION: ClassVar[str] = "eval"
-    num_samples: int = option(help="samples per problem (best@k / pass@k need k <= this)")
-    temperature: float = option(help="0 = greedy")
-    ks: tuple = option(help="best@k / pass@k budgets (each k <= num_samples x answers)")
-    checkpoint: str = option(help='mode=eval: an HF dir, or "" = the workdir\'s latest checkpoint')
-    split: str = option(help='"test" | "validation"')
+    num_samples: int = option(1, help="samples per problem (best@k / pass@k need k <= this)")
+    temperature: float = option(0.0, help="0 = greedy")
+    ks: tuple = option((1,), help="best@k / pass@k budgets (each k <= num_samples x answers)")
+    checkpoint: str = option(
+        "", help='mode=eval: an HF dir, or "" = the workdir\'s latest checkpoint'
+    )
+    split: str = option("test", help='"test" | "validation"')
 
     def __post_init__(self):
         object.__setattr__(self, "ks", tuple(self.ks))
@@ -302,12 +188,12 @@ class WandbSpec:
     """``config.wandb``: Weights & Biases logging (process 0)."""
 
     SECTION: ClassVar[str] = "wandb"
-    enabled: bool = option(help="log to W&B besides metrics.jsonl and TensorBoard")
-    project: str = option(help="W&B project")
-    entity: str = option(help="W&B entity")
-    mode: str = option(help='"online" | "offline" | "disabled"')
-    name: str = option(help='run name ("" = the workdir\'s name)')
-    group: str = option(help="run group")
+    enabled: bool = option(False, help="log to W&B besides metrics.jsonl and TensorBoard")
+    project: str = option("mojax", help="W&B project")
+    entity: str = option("", help="W&B entity")
+    mode: str = option("online", help='"online" | "offline" | "disabled"')
+    name: str = option("", help='run name ("" = the workdir\'s name)')
+    group: str = option("", help="run group")
 
     def __post_init__(self):
         c = spec_checker("wandb", self)
@@ -324,12 +210,13 @@ class MeshSpec:
     devices of the sampler's mesh (``mojax.sharding.split_devices``)."""
 
     SECTION: ClassVar[str] = "mesh"
-    data: int = option(help="data-parallel axis (-1 = the remaining devices)")
-    fsdp: int = option(help="fully sharded data-parallel axis (parameters sharded)")
-    tensor: int = option(help="tensor-parallel axis (heads and MLP sharded)")
+    data: int = option(-1, help="data-parallel axis (-1 = the remaining devices)")
+    fsdp: int = option(1, help="fully sharded data-parallel axis (parameters sharded)")
+    tensor: int = option(1, help="tensor-parallel axis (heads and MLP sharded)")
     sampler: int = option(
+        0,
         help="devices of the sampler's own mesh, taken from every process's devices (0 = the "
-        "sampler shares the learner's mesh)"
+        "sampler shares the learner's mesh)",
     )
     logical_axis_rules: tuple = ()  # config.logical_axis_rules when set (else the model's)
 
@@ -356,12 +243,17 @@ class LoraSpec:
     """``config.lora``: LoRA / QLoRA adapters (``mojax.models.lora``) in place of full fine-tuning."""
 
     SECTION: ClassVar[str] = "lora"
-    enabled: bool = option(help="train LoRA adapters on a frozen base instead of every weight")
-    rank: int = option(help="r, the adapters' rank")
-    alpha: float = option(help="scale numerator: the update is (alpha / r) A B")
-    dropout: float = option(help="dropout on the adapters' input (training only)")
-    targets: tuple = option(help="projections with adapters (q_proj k_proj v_proj o_proj ...)")
-    quant: str = option(help='frozen base storage: "none" | "nf4" (QLoRA) | "int8"')
+    enabled: bool = option(
+        False, help="train LoRA adapters on a frozen base instead of every weight"
+    )
+    rank: int = option(8, help="r, the adapters' rank")
+    alpha: float = option(16.0, help="scale numerator: the update is (alpha / r) A B")
+    dropout: float = option(0.0, help="dropout on the adapters' input (training only)")
+    targets: tuple = option(
+        ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        help="projections with adapters (q_proj k_proj v_proj o_proj ...)",
+    )
+    quant: str = option("none", help='frozen base storage: "none" | "nf4" (QLoRA) | "int8"')
 
     def __post_init__(self):
         object.__setattr__(self, "targets", tuple(self.targets))
@@ -395,8 +287,8 @@ class PackingSpec:
     (``mojax.learner.packing``; per-sequence losses unchanged)."""
 
     SECTION: ClassVar[str] = "packing"
-    enabled: bool = option(help="pack the PPO and SFT rows to a token budget (segment ids)")
-    width: int = option(help="tokens per packed row (0 = the batch's T)")
+    enabled: bool = option(False, help="pack the PPO and SFT rows to a token budget (segment ids)")
+    width: int = option(0, help="tokens per packed row (0 = the batch's T)")
 
     def __post_init__(self):
         c = spec_checker("packing", self)

@@ -234,18 +234,20 @@ class CalculatorTask(Task):
     think_reward = "mojax.tasks.calculator:think_format"
 
     @classmethod
-    def configure(cls, c) -> None:
+    def configure(cls) -> dict:
         """Recipe defaults: easy problems are single-digit sums, which a tiny model can learn to
         answer mentally, so calling the calculator there is pure cost (the trade-off ParetoPO
         learns); every held-out problem, easy ones included, is disjoint from the training
         problems; held-out accuracy and tool calls are avg@4 of the sampling policy (the RL
         objective's policy; greedy decoding of a tiny model hides its uncertainty behind the
         argmax)."""
-        import ml_collections
-
         kwargs = {"shared_easy_facts": False, "easy_ops": "+", "problems": "facts", "recall": 0.0}
-        c.task.kwargs = ml_collections.ConfigDict(kwargs)
-        c.eval.temperature, c.eval.num_samples, c.eval.ks = 1.0, 4, (1, 2, 4)
+        return {
+            "task.kwargs": kwargs,
+            "eval.temperature": 1.0,
+            "eval.num_samples": 4,
+            "eval.ks": (1, 2, 4),
+        }
 
     def load_splits(self, spec, *, seed: int) -> Splits:
         """Each split generated from its own stream with the difficulty ``spec.mix``."""

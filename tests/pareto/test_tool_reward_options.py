@@ -105,12 +105,12 @@ def test_helpers_check_their_input():
 
 
 def test_config_keys_are_validated_naming_the_allowed_values():
-    from mojax.spec.sections import RewardSpec
+    from mojax.spec.sections import ToolRewardSpec
 
-    base = dict(tool_alpha=0.7, no_success="zero", overlong_buffer=0, overlong_penalty=1.0)
-    assert RewardSpec(**base).gate == "all" and RewardSpec(**base).n_opt == "tracked"
+    base = dict(alpha=0.7, no_success="zero")
+    assert ToolRewardSpec(**base).gate == "all" and ToolRewardSpec(**base).n_opt == "tracked"
     with pytest.raises(ConfigError) as err:
-        RewardSpec(**base, gate="winners", n_opt="rule")
+        ToolRewardSpec(**base, gate="winners", n_opt="rule")
     text = str(err.value)
     assert (
         "config.tool_reward.gate: 'winners' is not allowed; allowed values: ['all', 'success']"
@@ -129,8 +129,8 @@ def test_a_fixed_n_opt_needs_a_task_rule():
     para = SimpleNamespace(enabled=True, validation_n_opt="fixed")
     para.reward_options = lambda: ParetoPOSpec.reward_options(para)  # the section's own method
     spec = SimpleNamespace(
-        reward=SimpleNamespace(n_opt="fixed"),
-        advantage=SimpleNamespace(sections={"paretopo": para}),
+        tool_reward=SimpleNamespace(n_opt="fixed"),
+        sections={"paretopo": para},
     )
     no_rule = SimpleNamespace(name="qa", objective_names=("r_task", "r_tool"))
     errors = _n_opt_errors(spec, no_rule)

@@ -56,9 +56,7 @@ class _Judge:
 
 
 def test_build_sources_follows_the_external_objectives_and_the_method():
-    reward = type(
-        "R", (), dict(tool_alpha=0.3, no_success="group_min", gate="success", n_opt="tracked")
-    )
+    reward = type("R", (), dict(alpha=0.3, no_success="group_min", gate="success", n_opt="tracked"))
     calc = CalculatorTask()
     (tool,) = build_sources(calc, reward_spec=reward)
     assert tool == ToolEfficiency(alpha=0.3, no_success="group_min", gate="success")

@@ -65,7 +65,7 @@ def test_show_lists_every_key_with_value_and_help(name):
         assert want, f"{key} has no spec field with help"
         assert rows[key][1] == want, key
     assert rows["rollout.num_samples"][1] == "G: samples per prompt"
-    assert rows["dapo.dynamic_sampling"][1].startswith("DAPO:")  # read by RolloutSpec
+    assert rows["dapo.dynamic_sampling"][1].startswith("DAPO:")  # read by DapoSpec
 
 
 def test_every_base_config_key_is_a_spec_field_and_back():

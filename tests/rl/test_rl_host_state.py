@@ -72,7 +72,7 @@ def _awpo_step(host, rewards, valid):
     from mojax.rl.step import advantages
 
     kwargs = dict(r_max=2.0, r_max_mode="running_peak")
-    spec = types.SimpleNamespace(advantage=types.SimpleNamespace(estimator="awpo"))
+    spec = types.SimpleNamespace(estimator="awpo")
     run = types.SimpleNamespace(spec=spec, hooks=AWPO.make_hooks(MethodContext(AWPO, kwargs)))
     eps = types.SimpleNamespace(
         rewards=rewards,

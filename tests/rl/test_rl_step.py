@@ -64,7 +64,7 @@ def test_saw_offsets_by_the_tasks_theoretical_minima():
     task = ToolRLTask()
 
     def spec(name, kwargs):
-        return types.SimpleNamespace(method=METHODS[name], kwargs=kwargs)
+        return types.SimpleNamespace(method=METHODS[name], advantage=kwargs)
 
     kw = method_kwargs(spec("saw_grpo", {"fallback": True}), task)
     assert kw["reward_min"] == tuple(float(o.min) for o in task.objectives) == (0.0, -3.0)

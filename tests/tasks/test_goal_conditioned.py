@@ -113,7 +113,7 @@ def test_advantages_are_group_zscores_of_the_per_prompt_scalar():
     from mojax.advantages import MethodContext
 
     spec = validate(load_config("goal_grpo"), num_devices=None)
-    method = spec.advantage.method
+    method = spec.method
     run = types.SimpleNamespace(spec=spec, hooks=method.make_hooks(MethodContext(method, {})))
     rng = np.random.default_rng(0)
     p, g, m = 3, 5, 4
@@ -144,7 +144,7 @@ def test_advantages_are_group_zscores_of_the_per_prompt_scalar():
 
 def test_config_validates_and_bad_combinations_name_the_key():
     spec = validate(load_config("goal_grpo"), num_devices=None)
-    assert spec.task.goal_conditioned and spec.advantage.estimator == "grpo"
+    assert spec.task.goal_conditioned and spec.estimator == "grpo"
     validate(load_config("goal_grpo", "estimator=dr_grpo"), num_devices=None)
     validate(load_config("goal_grpo", "paper=true"), num_devices=None)
     c = load_config("goal_grpo").unlock()

@@ -122,10 +122,11 @@ class Task(abc.ABC):
     think_reward: str = ""  # import path of the format reward of the think= recipe argument
 
     @classmethod
-    def configure(cls, c: Any) -> None:
-        """Recipe defaults the method configs set when this task is chosen (``configs/*.py`` via
-        ``mojax.defaults.apply_common_args``); ``c`` is the unlocked ConfigDict (default: none)."""
-        del c
+    def configure(cls) -> dict[str, Any]:
+        """Recipe defaults the method configs set when this task is chosen: ``{dotted config key:
+        value}`` (e.g. ``{"eval.num_samples": 4}``), applied by ``configs/*.py`` via
+        ``mojax.defaults.apply_common_args`` before the method's own settings (default: none)."""
+        return {}
 
     def load_splits(self, spec: Any, *, seed: int) -> Splits:
         """Train / validation / test examples for ``spec`` (``config.task``): files when
