@@ -17,9 +17,32 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SWEEP = REPO / "launch" / "sweep.py"
 
-_spec = importlib.util.spec_from_file_location("launch_sweep", SWEEP)
-sweep = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sweep)
+_SWEEP_FLAGS = ("config", "workdir", "sweep", "launcher", "launcher_args", "dry")
+
+
+def _load_sweep():
+    """``launch/sweep.py`` as a module, for its helpers (its ``main`` runs as a subprocess below).
+    Its absl flags are taken out of the process-wide registry again, and any flag of the same name
+    defined before (``mojax.main``'s ``--config`` and ``--workdir``, which ``mojax_cli`` runs in
+    this process) is put back: each would otherwise be a ``DuplicateFlagError`` for the other."""
+    from absl import flags
+
+    held = {n: flags.FLAGS[n] for n in _SWEEP_FLAGS if n in flags.FLAGS}
+    for name in held:
+        delattr(flags.FLAGS, name)
+    spec = importlib.util.spec_from_file_location("launch_sweep", SWEEP)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        for name in [n for n in _SWEEP_FLAGS if n in flags.FLAGS]:
+            delattr(flags.FLAGS, name)
+        for name, flag in held.items():
+            flags.FLAGS[name] = flag
+    return module
+
+
+sweep = _load_sweep()
 
 RECORDER = """#!{python}
 import json, os, sys
