@@ -11,10 +11,7 @@ import pytest
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-_MAPS = {"most": 0, "clears": 0}
-#: Compiled programs are freed once a process holds this many memory mappings: a third of the
-#: kernel's default ``vm.max_map_count`` (65530), far above a test module's own (a few thousand).
-CLEAR_AT_MAPS = 20_000
+_MAPS = {"most": 0}
 
 
 def _memory_maps() -> int:
@@ -28,20 +25,15 @@ def _memory_maps() -> int:
 
 @pytest.fixture(scope="module", autouse=True)
 def _release_compiled_programs():
-    """Frees the compiled programs when a test module ends with this process holding more than
-    ``CLEAR_AT_MAPS`` memory mappings. XLA CPU maps memory for every program it compiles; one
-    process running the whole suite otherwise piles up mappings until a compile crashes (SIGSEGV)
-    at the kernel's ``vm.max_map_count`` (65530 by default). Clearing after every module instead
-    made each module trace and compile again the programs the modules before it had built."""
+    """Frees a test module's compiled programs when it ends. XLA CPU maps memory for every program
+    it compiles; one process running the whole suite otherwise piles up mappings until a compile
+    crashes (SIGSEGV) at the kernel's ``vm.max_map_count`` (65530 by default)."""
     yield
-    maps = _memory_maps()
-    _MAPS["most"] = max(_MAPS["most"], maps)
-    if maps > CLEAR_AT_MAPS:
-        import jax
+    _MAPS["most"] = max(_MAPS["most"], _memory_maps())
+    import jax
 
-        _MAPS["clears"] += 1
-        jax.clear_caches()
-        gc.collect()
+    jax.clear_caches()
+    gc.collect()
 
 
 _CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
@@ -86,7 +78,6 @@ def pytest_terminal_summary(terminalreporter):
     if _MAPS["most"]:
         terminalreporter.write_line(
             f"most memory mappings at the end of a test module: {_MAPS['most']}"
-            f" (compiled programs freed {_MAPS['clears']} times)"
         )
 
 
