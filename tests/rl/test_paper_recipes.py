@@ -1,8 +1,8 @@
 """Each paper recipe's one command, as its config docstring writes it (AWPO, SAW, VPO; ParetoPO's is
 ``tests/rl/test_e2e.py::test_paper_scale_dry_run_on_8_devices``), runs as a dry run from a Hugging
 Face directory on 8 host devices: the run validates, reads the model from the directory's
-``config.json`` and compiles its update and sampler with explicit shardings. VPO's model is AWPO's
-(Qwen3-4B): its command is validated and its model read in-process, without a second compile.
+``config.json`` and compiles its update and sampler with explicit shardings. VPO's model has AWPO's
+shapes (Qwen3-4B): its command is validated and its model read in-process, without a second compile.
 
 The directory holds the paper model's public ``config.json`` (the values of the Hub repo named in
 ``HF_CONFIGS``) and the real Qwen2 tokenizer files of the shared assets (Qwen2.5 and Qwen3 share its
@@ -178,7 +178,7 @@ def test_paper_command_dry_runs_from_an_hf_directory_on_8_devices(
 def test_vpo_paper_command_validates_from_an_hf_directory_for_8_devices(
     tmp_path, shared, qwen2_tokenizer_dir
 ):
-    """VPO's command (Qwen3-4B, the model AWPO's dry run above compiles on 8 devices) without the
+    """VPO's command (Qwen3-4B: the shapes AWPO's dry run above compiles on 8 devices) without the
     compile: its config validates for the 8-device mesh, the model read from the directory's
     ``config.json`` has transformers' parameter count, and the longest maze prompt is measured
     with the directory's tokenizer, as the dry run does before it compiles."""
