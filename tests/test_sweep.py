@@ -45,7 +45,7 @@ def _registered(own: dict):
 
 
 def _load_sweep():
-    """``launch/sweep.py`` as a module and its absl flags (kept out of the registry between runs)."""
+    """``launch/sweep.py`` as a module, and its absl flags (out of the registry between runs)."""
     from absl import flags
 
     spec = importlib.util.spec_from_file_location("launch_sweep", SWEEP)
