@@ -1,6 +1,6 @@
 """A save that finds the disk full (issue 49): one ``CheckpointSaveError`` naming the workdir and
 the free space, the previous step intact and restorable, ``close()`` quiet, and exit code 4 with
-one message from the command line.
+one message from the command line (``mojax.main`` run in-process).
 
 The write fails inside a real async orbax save of a real small train state: the host-state
 item's write raises ``OSError(ENOSPC)`` (what Python raises), or the sharding metadata's
@@ -12,8 +12,6 @@ mount one (root), on a real full tmpfs.
 import errno
 import os
 import subprocess
-import sys
-import textwrap
 
 import jax
 import numpy as np
@@ -24,7 +22,6 @@ from test_checkpoint import host_state, small_state
 
 from mojax.infra.checkpoint import Checkpointer, CheckpointSaveError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TS_ENOSPC = (
     'RESOURCE_EXHAUSTED: Error writing local file "{d}/_sharding": Failed writing: '
     '"{d}/_sharding.__lock": Failed to write 83 bytes to file 5: No space left on device '
@@ -104,40 +101,26 @@ def test_a_really_full_tmpfs_gives_the_same_message(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
-_CLI = textwrap.dedent(
-    """
-    import sys
-    from absl import app
-    sys.path.insert(0, sys.argv.pop())
-    import test_checkpoint_save as t, test_checkpoint as tc
-    from mojax import main
+def test_cli_full_disk_exits_4_with_one_message(tmp_path, monkeypatch):
+    """``python -m mojax.main`` in-process (``mojax_cli``) with the trainer replaced by a real save
+    of a run's checkpoint onto a full disk."""
+    from mojax_cli import run_cli
+
     from mojax.rl import trainer
 
-    def run(config, workdir):  # a real save of the run's checkpoints onto a full disk
-        import pytest
+    def run(config, workdir):
         with pytest.MonkeyPatch.context() as m:
-            t._json_enospc(m)
-            from mojax.infra.checkpoint import Checkpointer
+            _json_enospc(m)
             ckpt = Checkpointer(workdir + "/checkpoints")
             try:
-                ckpt.save(1, tc.small_state(1), tc.host_state(1), force=True)
+                ckpt.save(1, small_state(1), host_state(1), force=True)
                 ckpt.wait()
             finally:
                 ckpt.close()
 
-    trainer.run = run
-    app.run(main.main, flags_parser=main.parse_flags)
-    """
-)
-
-
-def test_cli_full_disk_exits_4_with_one_message(tmp_path):
-    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    monkeypatch.setattr(trainer, "run", run)
     work = tmp_path / "run"
-    cmd = [sys.executable, "-c", _CLI, "--config=configs/grpo.py", f"--workdir={work}"]
-    p = subprocess.run(
-        [*cmd, os.path.join(REPO, "tests")], cwd=REPO, env=env, capture_output=True, text=True
-    )
+    p = run_cli("--config=configs/grpo.py", f"--workdir={work}")
     assert p.returncode == 4, p.stdout + p.stderr
     assert "mojax: checkpoint not saved\n" in p.stderr
     assert f"workdir {work}: checkpoint step 1 could not be saved: the disk is full" in p.stderr

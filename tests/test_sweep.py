@@ -3,7 +3,9 @@ tuple values survive the comma split, a failed point does not stop the others, a
 (``sbatch launch/slurm.sh``) gets its own arguments. Launchers here are fakes that record their
 argv; no job is ever submitted."""
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import pathlib
@@ -17,9 +19,45 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SWEEP = REPO / "launch" / "sweep.py"
 
-_spec = importlib.util.spec_from_file_location("launch_sweep", SWEEP)
-sweep = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sweep)
+_SWEEP_FLAGS = ("config", "workdir", "sweep", "launcher", "launcher_args", "dry")
+
+
+@contextlib.contextmanager
+def _registered(own: dict):
+    """absl's process-wide registry with the flags ``own`` in place of any of the same name
+    (``mojax.main``'s ``--config`` and ``--workdir``, which ``mojax_cli`` runs in this process):
+    each would otherwise be a ``DuplicateFlagError`` for the other. Put back as it was after."""
+    from absl import flags
+
+    held = {n: flags.FLAGS[n] for n in _SWEEP_FLAGS if n in flags.FLAGS}
+    for name in held:
+        delattr(flags.FLAGS, name)
+    for name, flag in own.items():
+        flags.FLAGS[name] = flag
+    try:
+        yield flags.FLAGS
+    finally:
+        flags.FLAGS.unparse_flags()
+        for name in [n for n in _SWEEP_FLAGS if n in flags.FLAGS]:
+            delattr(flags.FLAGS, name)
+        for name, flag in held.items():
+            flags.FLAGS[name] = flag
+
+
+def _load_sweep():
+    """``launch/sweep.py`` as a module, and its absl flags (out of the registry between runs)."""
+    from absl import flags
+
+    spec = importlib.util.spec_from_file_location("launch_sweep", SWEEP)
+    module = importlib.util.module_from_spec(spec)
+    own = {}
+    with _registered({}):
+        spec.loader.exec_module(module)
+        own.update({n: flags.FLAGS[n] for n in _SWEEP_FLAGS})
+    return module, own
+
+
+sweep, _SWEEP_OWN_FLAGS = _load_sweep()
 
 RECORDER = """#!{python}
 import json, os, sys
@@ -30,14 +68,21 @@ sys.exit(3 if any("config.seed=1" in a for a in sys.argv) else 0)
 
 
 def run_sweep(*args, env=None):
-    return subprocess.run(
-        [sys.executable, str(SWEEP), *args],
-        cwd=REPO,
-        env={**os.environ, "JAX_PLATFORMS": "cpu", **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    """``python launch/sweep.py *args`` in this process (from the repository, with ``env`` set):
+    ``main`` on the parsed flags, as ``app.run`` calls it. The points it launches (the fake
+    launchers of ``recorder``) are real processes."""
+    argv = [str(SWEEP), *map(str, args)]
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as m, _registered(_SWEEP_OWN_FLAGS) as registry:
+        for key, value in (env or {}).items():
+            m.setenv(key, value)
+        m.chdir(REPO)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = sweep.main(registry(argv))
+            except SystemExit as e:
+                code = e.code
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 def commands(stdout: str) -> list[list[str]]:

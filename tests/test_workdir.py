@@ -1,16 +1,17 @@
 """The workdir contract (``mojax.infra.workdir``, issue 14): the default name carries the config argument,
 ``config.json`` is saved, a changed config is refused (listing old -> new) unless
 ``--config.resume=force|new``, and a finished run says how to extend it. The CLI tests check that
-the refusal happens before anything is built (exit 2, no traceback) and that a finished run exits 0.
+the refusal happens before anything is built (exit 2, no traceback) and that a finished run exits 0
+(``python -m mojax.main``'s entry run in-process, ``mojax_cli.run_cli``).
 """
 
 import json
 import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
+from mojax_cli import run_cli
 
 from mojax.config import ConfigError
 from mojax.infra import logbook as log_lib
@@ -188,23 +189,8 @@ def test_bad_resume_value_is_a_config_error(tmp_path):
 
 
 def _cli(workdir, *flags, cwd=REPO):
-    env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
-    )
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mojax.main",
-            *([f"--workdir={workdir}"] if workdir else []),
-            *flags,
-        ],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    """``python -m mojax.main`` in-process (``mojax_cli.run_cli``)."""
+    return run_cli(*([f"--workdir={workdir}"] if workdir else []), *flags, cwd=cwd)
 
 
 def test_cli_refuses_a_changed_config_before_building(tmp_path):

@@ -232,7 +232,10 @@ def test_two_processes_are_refused_together(tmp_path):
 
 def test_cli_second_training_on_a_live_workdir_is_refused_within_seconds(tmp_path):
     """A real training runs (it holds the lock while it builds and compiles); the same command
-    started again is refused, exit 2, naming the running job; the first is unaffected."""
+    started again (``mojax.main``'s entry in this process) is refused, exit 2, naming the running
+    job; the first is unaffected."""
+    from mojax_cli import run_cli
+
     work = tmp_path / "w"
     cmd = [sys.executable, "-m", "mojax.main", "--config=configs/grpo.py", f"--workdir={work}"]
     first = subprocess.Popen(
@@ -246,7 +249,7 @@ def test_cli_second_training_on_a_live_workdir_is_refused_within_seconds(tmp_pat
             time.sleep(0.1)
         held = (work / LOCK_FILE).read_text()
         t0 = time.time()
-        second = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=120)
+        second = run_cli(*cmd[3:])  # the same command in this process (mojax_cli)
         took = time.time() - t0
         assert second.returncode == 2, second.stdout + second.stderr
         assert "mojax: workdir refused" in second.stderr

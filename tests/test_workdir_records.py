@@ -10,8 +10,6 @@ import json
 import logging
 import os
 import pathlib
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import pytest
@@ -70,18 +68,21 @@ def _checkpoint_with_config(workdir, step, config):
         ckpt.save(step, {"w": jnp.arange(4.0)}, host, force=True)
 
 
-def test_restore_config_rewrites_it_from_the_checkpoint_copy(tmp_path):
+def test_restore_config_rewrites_it_from_the_checkpoint_copy(tmp_path, capsys):
     c = with_keys(load("grpo"), **{"optimizer.learning_rate": 3e-4})
     fake_run(tmp_path, c)
     (tmp_path / "checkpoints" / "2").rmdir()
     _checkpoint_with_config(tmp_path, 2, c)
     _checkpoint_with_config(tmp_path, 4, c)
     (tmp_path / "config.json").write_bytes(b"")
-    env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    cmd = [sys.executable, "-m", "mojax.infra.workdir_restore", str(tmp_path)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    assert f"wrote {tmp_path / 'config.json'} from the copy in checkpoint step 4" in p.stdout
+    from mojax.infra.workdir_restore import (
+        _main,  # python -m mojax.infra.workdir_restore, in-process
+    )
+
+    capsys.readouterr()
+    assert _main(["x", str(tmp_path)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"wrote {tmp_path / 'config.json'} from the copy in checkpoint step 4" in out
     assert (tmp_path / "config.json.damaged").read_bytes() == b""
     assert log_lib.read_config(tmp_path).optimizer.learning_rate == 3e-4
     assert wd.prepare(c, str(tmp_path)) is None  # the rerun resumes

@@ -1,8 +1,9 @@
 """Bad input is one clear error naming the key or the file, before anything is compiled: optimizer
 values that cannot train, a negative seed, a missing or non-UTF-8 data file (or none for a task
 that reads files), a model checkpoint without its config.json (training and dry run), and a model
-checkpoint fed a vocabulary built for another run. Through ``python -m mojax.main`` where the
-behaviour is the command line's (exit code 2, no traceback)."""
+checkpoint fed a vocabulary built for another run. Through ``python -m mojax.main``'s entry where the
+behaviour is the command line's (exit code 2, no traceback): in-process (``mojax_cli.run_cli``), plus
+one real subprocess of the CLI."""
 
 import json
 import os
@@ -12,6 +13,7 @@ import sys
 import time
 
 import pytest
+from mojax_cli import run_cli
 from mojax_test_utils import load_config
 
 from mojax.config import ConfigError
@@ -20,15 +22,8 @@ from mojax.rl import trainer
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _cli(workdir, *flags, timeout=300, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "mojax.main", f"--workdir={workdir}", *flags],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+def _cli(workdir, *flags):
+    return run_cli(f"--workdir={workdir}", *flags)
 
 
 def _set(c, key, value):
@@ -76,6 +71,20 @@ def test_cli_infinite_learning_rate_and_negative_seed_exit_2(tmp_path, flag, say
     p = _cli(tmp_path / "w", "--config=configs/grpo.py", flag)
     assert p.returncode == 2, p.stdout + p.stderr
     assert says in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_cli_subprocess_smoke_infinite_learning_rate_exits_2(tmp_path):
+    """The one real ``python -m mojax.main`` process of a refusal (the others run the same entry
+    in-process, ``mojax_cli.run_cli``): absl's ``app.run``, exit 2, one block, no traceback."""
+    p = subprocess.run(
+        [sys.executable, "-m", "mojax.main", f"--workdir={tmp_path / 'w'}",
+         "--config=configs/grpo.py", "--config.optimizer.learning_rate=inf"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "mojax: invalid config\n" in p.stderr and "Traceback" not in p.stderr
+    assert "config.optimizer.learning_rate: inf is not a" in p.stderr
     assert not (tmp_path / "w").exists()
 
 

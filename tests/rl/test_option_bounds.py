@@ -4,23 +4,17 @@ error naming its ``config.`` key and the allowed values: ``rollout.tool_timeout_
 "no working bubblewrap"), ``steps=0`` on a run that trains nothing, greedy rollouts
 (``rollout.temperature=0``) for training, and ``rollout.prompts_per_step`` past what one step's
 arrays hold or not divisible over the mesh's row devices. In-process against
-``mojax.spec.validate``, plus one ``python -m mojax.main`` run (exit 2, every error, no
-traceback)."""
-
-import os
-import pathlib
-import subprocess
-import sys
+``mojax.spec.validate``, plus one ``python -m mojax.main`` run in-process (``mojax_cli``: exit 2,
+every error, no traceback)."""
 
 import pytest
+from mojax_cli import run_cli
 from mojax_test_utils import load_config, run_spec
 
 from mojax.config import ConfigError
 from mojax.rollout.spec import MAX_TOOL_TIMEOUT_S, RolloutSpec
 from mojax.spec import validate
 from mojax.spec.rules import MAX_STEP_TOKENS
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _config(name="grpo", **values):
@@ -105,20 +99,10 @@ def test_cross_section_option_errors_are_reported_together():
 def test_cli_tool_timeout_inf_exits_2_naming_the_key_without_a_traceback(tmp_path):
     """Before: accepted and the run started (with the math task's Python sandbox, an
     ``OverflowError`` from ``math.ceil(inf)`` when the run built its tool)."""
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mojax.main",
-            f"--workdir={tmp_path / 'w'}",
-            "--config=configs/grpo.py",
-            "--config.rollout.tool_timeout_s=inf",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
+    p = run_cli(
+        f"--workdir={tmp_path / 'w'}",
+        "--config=configs/grpo.py",
+        "--config.rollout.tool_timeout_s=inf",
     )
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr and "OverflowError" not in p.stderr, p.stderr

@@ -1,7 +1,8 @@
 """Each paper recipe's one command, as its config docstring writes it (AWPO, SAW, VPO; ParetoPO's is
 ``tests/rl/test_e2e.py::test_paper_scale_dry_run_on_8_devices``), runs as a dry run from a Hugging
 Face directory on 8 host devices: the run validates, reads the model from the directory's
-``config.json`` and compiles its update and sampler with explicit shardings.
+``config.json`` and compiles its update and sampler with explicit shardings. VPO's model has AWPO's
+shapes (Qwen3-4B): its command is validated and its model read in-process, without a second compile.
 
 The directory holds the paper model's public ``config.json`` (the values of the Hub repo named in
 ``HF_CONFIGS``) and the real Qwen2 tokenizer files of the shared assets (Qwen2.5 and Qwen3 share its
@@ -150,7 +151,7 @@ def transformers_param_count(hf_config: dict) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["awpo", "saw", "vpo"])
+@pytest.mark.parametrize("name", ["awpo", "saw"])  # Qwen3-4B and Qwen2.5-1.5B; VPO's: below
 def test_paper_command_dry_runs_from_an_hf_directory_on_8_devices(
     name, tmp_path, shared, qwen2_tokenizer_dir
 ):
@@ -171,3 +172,36 @@ def test_paper_command_dry_runs_from_an_hf_directory_on_8_devices(
     assert head in out, out[-3000:]
     assert "lowered with explicit shardings: OK" in out
     assert not (tmp_path / "workdir").exists()  # a dry run writes nothing
+
+
+@pytest.mark.slow
+def test_vpo_paper_command_validates_from_an_hf_directory_for_8_devices(
+    tmp_path, shared, qwen2_tokenizer_dir
+):
+    """VPO's command (Qwen3-4B: the shapes AWPO's dry run above compiles on 8 devices) without the
+    compile: its config validates for the 8-device mesh, the model read from the directory's
+    ``config.json`` has transformers' parameter count, and the longest maze prompt is measured
+    with the directory's tokenizer, as the dry run does before it compiles."""
+    from mojax_test_utils import load_config
+
+    from mojax import models
+    from mojax.rl import dry_run
+    from mojax.spec import validate
+    from mojax.spec.model_config import qwen_config
+
+    flags, hf_dir = dry_run_flags(documented_command("vpo"), tmp_path, shared, qwen2_tokenizer_dir)
+    (config_flag,) = [f for f in flags if f.startswith("--config=")]
+    assert [f for f in flags if f.startswith("--config.")] == ["--config.dry_run=true"], flags
+    path, _, arg = config_flag.removeprefix("--config=").partition(":")
+    assert path == "configs/vpo.py"
+    config = load_config("vpo", arg)
+    with config.unlocked():
+        config.dry_run = True
+    spec = validate(config, num_devices=8)
+    assert (spec.mesh.data, spec.mesh.fsdp) == (2, 4) and spec.model.checkpoint == str(hf_dir)
+    mc = qwen_config(spec, tokenizer=None)
+    assert models.param_count(mc.replace(lora=None)) == transformers_param_count(
+        HF_CONFIGS[hf_dir.name]
+    )
+    prompt_len, how = dry_run.prompt_length(spec)
+    assert prompt_len > 0 and not how.startswith("assumed"), how
