@@ -101,14 +101,13 @@ def test_restore_config_without_a_copy_says_so(tmp_path):
 def test_saved_host_keeps_a_copy_of_the_config():
     import types
 
-    from mojax.rl import warm_start as adapters
+    from mojax.rl import warm_start
     from mojax.rl.state import HostState
 
     c = load("grpo")
-    run = types.SimpleNamespace(
-        spec=types.SimpleNamespace(resolved=c), model_config=types.SimpleNamespace(lora=None)
-    )
-    out = adapters.saved_host(run, HostState())
+    learner = types.SimpleNamespace(model_config=types.SimpleNamespace(lora=None))
+    run = types.SimpleNamespace(spec=types.SimpleNamespace(resolved=c), learner=learner)
+    out = warm_start.saved_host(run, HostState())
     assert out["config"] == json.loads(c.to_json_best_effort())
     assert HostState.from_dict(out) == HostState()
 
