@@ -7,6 +7,6 @@ import pytest
 def golden():
     """``golden(staleness, processes) -> (workdir, record)``: the short ParetoPO run of
     ``golden_run.py``, computed once per source tree and shared on disk between pytest workers."""
-    import golden_run
+    from . import golden_run
 
     return golden_run.golden

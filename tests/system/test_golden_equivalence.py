@@ -9,9 +9,10 @@
   transcripts; with ``staleness = 0`` and ``1``.
 """
 
-import golden_run as g
 import numpy as np
 import pytest
+
+from . import golden_run as g
 
 
 def assert_same_metrics(a: list[dict], b: list[dict], atol=1e-5):

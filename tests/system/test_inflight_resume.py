@@ -9,11 +9,12 @@ import base64
 import json
 import shutil
 
-import golden_run as g
 import numpy as np
 import pytest
 
 from mojax.rl import inflight
+
+from . import golden_run as g
 
 
 def _resumable_copy(golden, work):

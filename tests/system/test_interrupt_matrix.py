@@ -25,8 +25,9 @@ import re
 import signal
 import time
 
-import golden_run as g
 import pytest
+
+from . import golden_run as g
 
 FULL = pytest.mark.full
 
@@ -78,8 +79,8 @@ def _logged(workdir, step):
 def _kill9(work, staleness, processes):
     p = g.start(work, staleness, processes)
     _wait_for(p, lambda: (work / "checkpoints" / "2").is_dir(), "its checkpoint 2")
-    os.killpg(p.pid, signal.SIGKILL)  # the launcher and both processes: one session
-    for pid in _descendants(p.pid):
+    everyone = [p.pid, *_descendants(p.pid)]  # the launcher and both processes
+    for pid in everyone:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -110,7 +111,7 @@ def _sigterm(work, staleness, processes):
     assert "Traceback" not in out and "within the 30 s grace" in out, cluster_tail(out)
     tag = r"\[1\] " if processes == 2 else ""
     m = re.search(
-        rf"{tag}mojax: stopped by SIGTERM after (?:the update of )?RL step (\d+)([^;]*); "
+        rf"{tag}mojax: stopped by SIGTERM after (?:the update of )?RL step (\d+)([^\n]*?); "
         r"checkpoint saved in (\S+) \(",
         out,
     )
@@ -152,7 +153,7 @@ def test_sigint_after_the_warm_start_resumes_to_the_golden_run(golden, tmp_path)
     out = []
     for line in p.stdout:
         out.append(line)
-        if line.startswith("SFT 20/20"):
+        if line.startswith("SFT 80/80"):
             p.send_signal(signal.SIGINT)
             break
     out = "".join(out + p.stdout.readlines())
@@ -161,7 +162,7 @@ def test_sigint_after_the_warm_start_resumes_to_the_golden_run(golden, tmp_path)
     assert "got SIGINT; abandoning the work under way" in out and "Traceback" not in out
     assert "mojax: stopped by SIGINT before RL step 1 (the initial evaluation was " in out
     assert not (work / "checkpoints").exists() or not os.listdir(work / "checkpoints")
-    assert sorted(os.listdir(work / "checkpoints_sft")) == ["20"]
+    assert sorted(os.listdir(work / "checkpoints_sft")) == ["80"]
     g.run(work, 0, 1)
     assert g.record(work) == want
 
@@ -181,5 +182,5 @@ def test_the_golden_runs_train(golden):
         assert any(r.get("tokens", 0) > 0 and r.get("update_norm", 0) > 0 for r in m[1:])
         assert {"pareto/hv", "pareto/archive_size"} <= set().union(*m)
         assert all("eval/accuracy" in m[s] for s in (0, 2, 4))
-        assert [r["async/policy_lag"] for r in m[1:]] == [0.0] + [float(staleness)] * 3
+        assert [r.get("async/policy_lag", 0.0) for r in m[1:]] == [0.0] + [float(staleness)] * 3
         assert rec["host"][4]["host_state"].get("inflight", []) == []  # none past the run
