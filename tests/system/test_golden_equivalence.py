@@ -4,26 +4,17 @@
   synchronous loop (``mojax.rl.step.rl_step``) bitwise: every non-``time/`` metric, the params and
   host state of every kept checkpoint;
 * 2 ``jax.distributed`` processes of one device each equal 1 process with 2 forced devices on the
-  same ``data = 2`` mesh (the same global program on the same shards): every logged number within
-  1e-5 (the collectives' summation order differs), one writer (no line twice), the same number of
-  transcripts; with ``staleness = 0`` and ``1``.
+  same ``data = 2`` mesh bitwise (the same global program on the same shards, and a sum over 2
+  shards has one order, a + b == b + a): every non-``time/`` metric, params and host state; one
+  writer (no line twice), the same number of transcripts; with ``staleness = 0`` and ``1``.
+  (With more shards the collectives' summation order may differ: ``tests/test_multiprocess.py``
+  compares its 2-process runs of 2 devices each within 1e-5.)
 """
 
 import numpy as np
 import pytest
 
 from . import golden_run as g
-
-
-def assert_same_metrics(a: list[dict], b: list[dict], atol=1e-5):
-    assert [r["step"] for r in a] == [r["step"] for r in b]
-    for ra, rb in zip(a, b, strict=True):
-        assert set(ra) == set(rb), set(ra) ^ set(rb)
-        for k, va in ra.items():
-            if isinstance(va, int | float) and not isinstance(va, bool):
-                np.testing.assert_allclose(rb[k], va, rtol=1e-5, atol=atol, err_msg=k)
-            else:
-                assert rb[k] == va, k
 
 
 @pytest.mark.slow
@@ -41,11 +32,11 @@ def test_two_processes_equal_one_process_with_two_devices(golden, staleness):
     """ParetoPO (Stage 1's HV-guided weights, validation vector and archive for 2 steps, then
     Stage 2, the GRPO loop with another advantage): the 3 held-out rows do not divide into the 2
     shards (worked on whole)."""
-    one, a = golden(staleness, 1)
+    _, a = golden(staleness, 1)
     two, b = golden(staleness, 2)
-    assert_same_metrics(a["metrics"], b["metrics"])
+    assert b == a
     assert [r["step"] for r in b["metrics"]] == list(range(g.STEPS + 1))  # one writer
     assert {"pareto/hv", "pareto/archive_size"} <= set().union(*b["metrics"])
     assert np.isfinite(b["metrics"][-1]["loss"])
-    assert a["transcripts"] == b["transcripts"] > 0
+    assert b["transcripts"] > 0
     assert (two / "done").exists() and sorted(b["params"]) == [2, 4]
