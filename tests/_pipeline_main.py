@@ -1,6 +1,6 @@
 """``python -m mojax.main`` with the asynchronous pipeline (``mojax.rl.async_loop.Pipeline``) used
 for every run, ``rollout.staleness = 0`` on the learner's mesh included, where the loop would take
-``mojax.rl.step.rl_step``: ``tests/rl/test_async_loop.py`` compares the two bitwise."""
+``mojax.rl.step.rl_step``: ``tests/system/test_golden_equivalence.py`` compares the two bitwise."""
 
 import sys
 

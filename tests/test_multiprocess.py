@@ -11,7 +11,6 @@ import json
 import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -37,14 +36,6 @@ _SHORT = [
 CASES = {
     # 3 held-out problems: the evaluation's rows do not divide into the 2 shards (worked on whole)
     "grpo": ["--config=configs/grpo.py", "--config.steps=3", *_SFT, "--config.task.num_eval=3"],
-    # Stage 1 (HV-guided weights, validation vector, archive) for 2 steps, then Stage 2
-    "paretopo": [
-        "--config=configs/paretopo.py",
-        "--config.steps=3",
-        "--config.paretopo.stage1_steps=2",
-        "--config.paretopo.validate_every=1",
-        *_SFT,
-    ],
     "vpo": ["--config=configs/vpo.py", "--config.steps=2"],  # set rewards [P, G, S, M], no SFT
     # ToolRL with the offline overlap judge: (R_out, R_reason), a scalar clip_eps in the PPO
     # batch, the judge split by groups; DAPO refills (the judge's rewards decide them). A small
@@ -67,9 +58,6 @@ CASES = {
         "--config.advantage.eps_mix=1.01",
     ],
 }
-
-# ParetoPO's short run, with 3 held-out problems: rows that do not divide into the 2 shards
-PARETOPO = CASES["paretopo"] + _SHORT + ["--config.task.num_eval=3"]
 
 
 def toolrl_subset(tmp_path, n=12) -> str:
@@ -239,20 +227,15 @@ def test_partial_distributed_flags_are_refused(tmp_path):
     "name",
     # VPO's set rewards on 2 processes are also the staleness-1 test's run: not in CI. AWPO's judge
     # (~290 s) runs in the full set only since stop 43, to keep .ci/run under 60 minutes; on one
-    # process it runs end to end in CI (tests/rl/test_e2e.py)
-    [
-        pytest.param("awpo", marks=pytest.mark.full),
-        "paretopo",
-        pytest.param("vpo", marks=pytest.mark.full),
-    ],
+    # process it runs end to end in CI (tests/rl/test_e2e.py). ParetoPO's case compares the two
+    # golden runs (tests/system/test_golden_equivalence.py)
+    [pytest.param("awpo", marks=pytest.mark.full), pytest.param("vpo", marks=pytest.mark.full)],
 )
 def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, request):
-    """ParetoPO (its Stage 2 is the GRPO loop with another advantage, so GRPO adds no case of its
-    own), VPO's set rewards and AWPO's judge on 2 processes equal 1 process with 2 devices."""
+    """VPO's set rewards and AWPO's judge on 2 processes equal 1 process with 2 devices (ParetoPO,
+    whose Stage 2 is the GRPO loop with another advantage, is the golden runs' comparison)."""
     flags = CASES[name] + _SHORT
     two = tmp_path / "two"
-    if name == "paretopo":  # the uninterrupted run the resume tests also compare with
-        flags, two = PARETOPO, request.getfixturevalue("straight_paretopo")
     if name == "awpo":
         request.getfixturevalue("shared")  # skips with a reason when ../shared is absent
         data = toolrl_subset(tmp_path)
@@ -263,16 +246,13 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, reques
             f"--config.task.val_path={data}",
             "--config.task.num_eval=2",
         ]
-    if name != "paretopo":
-        two_processes(tmp_path, two, flags)
+    two_processes(tmp_path, two, flags)
     one_process(tmp_path, tmp_path / "one", flags)
     a, b = metrics(tmp_path / "one"), metrics(two)
     assert_same_metrics(a, b)
     steps = int(CASES[name][1].split("=")[1])
     assert [r["step"] for r in b] == list(range(steps + 1))  # one writer: no line twice
     assert any("reward/scalar/mean" in r for r in b) and np.isfinite(b[-1]["loss"])
-    if name == "paretopo":
-        assert {"pareto/hv", "pareto/archive_size"} <= set().union(*b)  # Stage 1 steps
     if name == "awpo":  # the judge scored every row, and the clip radius reached the update
         assert all(r["judge/failures"] == 0 and "awpo/clip_eps" in r for r in b[1:])
         lo, hi = np.float32(0.1), np.float32(0.2)  # clip_min, clip_max (float32 in the batch)
@@ -285,78 +265,6 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, reques
     assert len(lines) == len((tmp_path / "one" / "transcripts.jsonl").read_text().splitlines())
     assert (two / "done").exists()
     assert (two / "checkpoints" / str(steps)).is_dir()
-
-
-@pytest.fixture(scope="module")
-def straight_paretopo(tmp_path_factory):
-    """The uninterrupted 2-process ParetoPO run the interrupted ones are compared with."""
-    root = tmp_path_factory.mktemp("straight")
-    two_processes(root, root / "run", PARETOPO)
-    return root / "run"
-
-
-@pytest.mark.slow
-@pytest.mark.full  # not in CI: the SIGTERM test below resumes 2 processes to the same run
-def test_two_processes_kill_9_then_resume_ends_as_uninterrupted(tmp_path, straight_paretopo):
-    flags = PARETOPO
-    killed = tmp_path / "killed"
-    p = two_processes(tmp_path, killed, flags, wait=False)
-    deadline = time.time() + 1200
-    while not (killed / "checkpoints" / "2").is_dir():
-        assert p.poll() is None and time.time() < deadline, "run ended before its checkpoint 2"
-        time.sleep(0.2)
-    # kill -9 every process of the cluster (the launcher and both mojax processes)
-    for pid in _descendants(p.pid) + [p.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    p.wait()
-    assert not (killed / "done").exists()
-    two_processes(tmp_path, killed, flags)
-    assert_same_metrics(metrics(straight_paretopo), metrics(killed), atol=0.0)
-
-
-@pytest.mark.slow
-def test_sigterm_to_one_process_stops_both_at_the_same_point_and_resumes(
-    tmp_path, straight_paretopo
-):
-    """The scheduler's SIGTERM reaches process 1 only (or first): both processes agree on it at
-    their next poll (a rollout's decode call), abandon the same work, save the same step together
-    and exit 143; the rerun ends as the uninterrupted run."""
-    import re
-
-    flags = PARETOPO
-    stopped = tmp_path / "stopped"
-    p = two_processes(tmp_path, stopped, flags, wait=False)
-    deadline = time.time() + 1200
-    while not (stopped / "checkpoints" / "1").is_dir():
-        assert p.poll() is None and time.time() < deadline, "run ended before its checkpoint 1"
-        time.sleep(0.2)
-    one = [pid for pid in _descendants(p.pid) if "--process_id=1" in _cmdline(pid)]
-    assert len(one) == 1, one
-    os.kill(one[0], signal.SIGTERM)
-    out, _ = p.communicate(timeout=1200)
-    assert p.returncode == 143, cluster_tail(out)
-    said = {
-        i: re.search(rf"\[{i}\] mojax: stopped by SIGTERM (after[^;]*?step (\d+)[^;]*);", out)
-        for i in (0, 1)
-    }
-    assert said[1], cluster_tail(out)
-    # process 0 says the same, unless the launcher stopped it first: like srun
-    # --kill-on-bad-exit, it stops the others once one has exited (both had saved, at a barrier)
-    assert said[0] is None or said[0].group(1) == said[1].group(1), cluster_tail(out)
-    step = int(said[1].group(2))
-    assert str(step) in os.listdir(stopped / "checkpoints") and not (stopped / "done").exists()
-    two_processes(tmp_path, stopped, flags)
-    assert_same_metrics(metrics(straight_paretopo), metrics(stopped), atol=0.0)
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 # staleness 1 with the sampler on its own devices, π_old recomputed and token TIS: VPO's set rows
@@ -398,20 +306,6 @@ def test_two_processes_with_staleness_1_equal_one_process(tmp_path):
     assert [r["async/policy_lag"] for r in b[1:]] == [0.0, 1.0, 1.0]
     assert all(r["update_norm"] > 0 for r in b[1:])
     assert b[1]["mismatch/kl_k3"] < 1e-9 < b[2]["mismatch/kl_k3"]  # fp32 numerics, then staleness
-
-
-def _descendants(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
-    children: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        c, parent = map(int, line.split())
-        children.setdefault(parent, []).append(c)
-    found, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
-    return found
 
 
 @pytest.mark.slow

@@ -1,24 +1,22 @@
 """Asynchronous generation (``rollout.staleness``, ``mesh.sampler``; ``mojax.rl.async_loop``).
 
-* the pipeline with ``staleness = 0`` is the synchronous loop (``mojax.rl.step.rl_step``) bitwise:
-  every non-time key of ``metrics.jsonl`` of a short default run, on one mesh, and with the sampler
-  on its own 4 of 8 devices against the learner alone on 4 devices;
-* ``staleness = 1``: a kill -9 after a checkpoint (its in-flight rollout is checkpointed), then a
-  resume, ends bitwise equal to the uninterrupted run (params, host state, metrics), and every
-  rollout after the first is one update old;
+* with ``staleness = 0``, the sampler on its own 4 of 8 devices equals the learner alone on 4
+  devices (every non-time key of ``metrics.jsonl`` of a short default run);
 * in-flight rollouts survive their JSON form exactly; the device split and the config rules.
 
-The 2-process run with ``staleness = 1`` is in ``tests/test_multiprocess.py``.
+Against the golden run (``tests/system/``): the pipeline with ``staleness = 0`` is the synchronous
+loop bitwise (``test_golden_equivalence.py``); a kill -9 / SIGTERM with ``staleness = 1``, its
+in-flight rollout checkpointed, resumes bitwise (``test_interrupt_matrix.py``), every rollout
+after the first one update old. The 2-process run with ``staleness = 1`` and the sampler on its
+own devices is in ``tests/test_multiprocess.py``.
 """
 
 import dataclasses
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 import types
 
 import numpy as np
@@ -78,18 +76,6 @@ def _trains(records):
 
 
 @pytest.mark.slow
-def test_pipeline_with_staleness_0_is_the_synchronous_loop_bitwise(tmp_path):
-    """``rl_step`` (the default) against the pipeline forced on with ``staleness = 0`` on the same
-    single-device mesh (``tests/_pipeline_main.py``): every non-time metric of every step equal."""
-    sync, pipe = tmp_path / "sync", tmp_path / "pipeline"
-    _run(sync, SHORT)
-    _run(pipe, SHORT, module="_pipeline_main")
-    a, b = metrics(sync), metrics(pipe)
-    assert _trains(a) and [r["step"] for r in a] == list(range(5))
-    assert a == b
-
-
-@pytest.mark.slow
 @pytest.mark.full  # ~10 min (4 and 8 forced devices); not in CI (docs/development.md)
 def test_own_sampler_mesh_with_staleness_0_equals_the_learner_alone(tmp_path):
     """8 devices, the sampler on 4 of them (``mesh.sampler=4``; weights copied to its mesh after
@@ -108,50 +94,6 @@ def test_own_sampler_mesh_with_staleness_0_equals_the_learner_alone(tmp_path):
     _run(split, [*SHORT, "--config.mesh.sampler=4"], devices=8)
     a, b = metrics(alone), metrics(split)
     assert _trains(a) and a == b
-
-
-def _final(workdir):
-    import orbax.checkpoint as ocp
-
-    steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
-    with ocp.StandardCheckpointer() as ck:
-        state = ck.restore(workdir / "checkpoints" / str(steps[-1]) / "state")
-    host = json.loads((workdir / "checkpoints" / str(steps[-1]) / "host" / "metadata").read_text())
-    return state, host
-
-
-@pytest.mark.slow
-def test_kill_9_with_staleness_1_resumes_bitwise(tmp_path):
-    """``staleness = 1``, the sampler on its own device (2 devices): killed after the step-2
-    checkpoint (which holds the next step's rollout, generated during the second update), resumed:
-    params, host state and metrics equal the uninterrupted run's; steps 2.. train on rollouts one
-    update old, and the final checkpoint holds no rollout past the run."""
-    import jax
-
-    flags = [*SHORT, "--config.rollout.staleness=1", "--config.mesh.sampler=1"]
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    _run(straight, flags, devices=2)
-    p = _cli(killed, flags, devices=2, start_new_session=True)
-    deadline = time.time() + 1500
-    while not (killed / "checkpoints" / "2").is_dir():
-        assert p.poll() is None and time.time() < deadline, "run ended before its step-2 checkpoint"
-        time.sleep(0.2)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
-    assert not (killed / "done").exists()
-    saved = json.loads((killed / "checkpoints" / "2" / "host" / "metadata").read_text())
-    # the checkpoint after 2 steps holds the rollout of step index 2, generated during the second
-    # update by the weights after 1 update
-    assert [(x["step"], x["version"]) for x in saved["host_state"]["inflight"]] == [(2, 1)]
-    _run(killed, flags, devices=2)
-    a, ha = _final(straight)
-    b, hb = _final(killed)
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert ha == hb and ha["host_state"]["inflight"] == []
-    ma, mb = metrics(straight), metrics(killed)
-    assert ma == mb and _trains(ma)
-    assert [r["async/policy_lag"] for r in ma[1:]] == [0.0, 1.0, 1.0, 1.0]
 
 
 def _episodes():

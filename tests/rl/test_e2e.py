@@ -1,18 +1,16 @@
 """End to end: every method config's tiny default runs (a few steps), the CLI validates configs before
-compiling, a kill -9 mid-run resumes to a bitwise-identical end, and the paper-scale dry run fits an
-8-device mesh."""
+compiling, and the paper-scale dry run fits an 8-device mesh. Interrupted runs (kill -9, SIGTERM,
+SIGINT) resuming to the uninterrupted one are ``tests/system/test_interrupt_matrix.py``'s."""
 
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
-from mojax_test_utils import compile_cache_env, load_config, persistent_compilation_cache, shrink
+from mojax_test_utils import load_config, persistent_compilation_cache, shrink
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py"))
@@ -117,180 +115,6 @@ def test_cli_config_errors_exit_2_without_traceback(tmp_path, flags, says):
     p = _cli(tmp_path, *flags, "--verbosity=1", stderr=subprocess.PIPE)
     _, err = p.communicate(timeout=300)
     assert p.returncode not in (0, 2) and "Traceback" in err
-
-
-def _final_params(workdir):
-    import orbax.checkpoint as ocp
-
-    from mojax.infra.checkpoint import Checkpointer
-
-    steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
-    with ocp.StandardCheckpointer() as ck:
-        state = ck.restore(workdir / "checkpoints" / str(steps[-1]) / "state")
-    host = json.loads((workdir / "checkpoints" / str(steps[-1]) / "host" / "metadata").read_text())
-    del Checkpointer
-    return state, host
-
-
-def _metrics_without_time(workdir):
-    out = []
-    for line in (workdir / "metrics.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        out.append({k: v for k, v in r.items() if not k.startswith("time/")})
-    return out
-
-
-@pytest.mark.slow
-@pytest.mark.full  # not in CI: the staleness-1 kill -9 (test_async_loop) is bitwise too
-def test_kill_9_then_resume_ends_bitwise_identical(tmp_path):
-    flags = [
-        "--config=configs/paretopo.py",
-        "--config.steps=4",
-        "--config.checkpoint_every=1",
-        "--config.sft.steps=20",
-        "--config.task.num_eval=4",
-        "--config.rollout.prompts_per_step=2",
-        "--config.rollout.num_samples=4",
-        "--config.eval_every=2",
-        "--config.paretopo.stage1_steps=2",
-        "--config.paretopo.validate_every=1",
-        "--config.sft.batch_size=16",
-    ]
-    env = compile_cache_env(tmp_path / "cache")
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    p = _cli(straight, *flags, env=env)
-    out, _ = p.communicate(timeout=900)
-    assert p.returncode == 0, out[-3000:]
-    p = _cli(killed, *flags, env=env, start_new_session=True)
-    deadline = time.time() + 900
-    while not (killed / "checkpoints" / "2").is_dir():
-        assert p.poll() is None and time.time() < deadline, "run ended before its step-2 checkpoint"
-        time.sleep(0.2)
-    os.killpg(p.pid, signal.SIGKILL)
-    p.wait()
-    assert not (killed / "done").exists()
-    p = _cli(killed, *flags, env=env)
-    out, _ = p.communicate(timeout=900)
-    assert p.returncode == 0, out[-3000:]
-    a, ha = _final_params(straight)
-    b, hb = _final_params(killed)
-    import jax
-
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert ha == hb
-    assert _metrics_without_time(straight) == _metrics_without_time(killed)
-
-
-_STOP_FLAGS = [
-    "--config=configs/grpo.py",
-    "--config.steps=4",
-    "--config.checkpoint_every=100",  # only the final save: a mid-run checkpoint is the signal's
-    "--config.eval_every=2",
-    "--config.sft.steps=80",
-    "--config.sft.batch_size=16",
-    "--config.sft.num_examples=64",
-    "--config.task.num_train=64",
-    "--config.task.num_eval=4",
-    "--config.rollout.prompts_per_step=2",
-    "--config.rollout.num_samples=4",
-    "--config.eval.ks=(1,)",
-    "--config.eval.num_samples=1",
-    "--config.ppo.kl_coef=0.01",  # a resumed run must rebuild the initial policy as its reference
-]
-
-
-@pytest.fixture(scope="module")
-def straight_run(tmp_path_factory):
-    """The uninterrupted run the interrupted ones are compared with (and its compilation cache)."""
-    root = tmp_path_factory.mktemp("straight")
-    env = compile_cache_env(root / "cache")
-    p = _cli(root / "run", *_STOP_FLAGS, env=env)
-    out, _ = p.communicate(timeout=900)
-    assert p.returncode == 0, out[-3000:]
-    return root / "run", env
-
-
-def _signal_when(workdir, env, sig, trigger):
-    """Runs ``_STOP_FLAGS`` and sends ``sig`` when a stdout line starts with ``trigger``."""
-    p = _cli(workdir, *_STOP_FLAGS, env=env)
-    lines = []
-    for line in p.stdout:
-        lines.append(line)
-        if line.startswith(trigger):
-            p.send_signal(sig)
-            break
-    lines += p.stdout.readlines()
-    p.wait(timeout=900)
-    return p.returncode, "".join(lines)
-
-
-def _state_params(step_dir):
-    import orbax.checkpoint as ocp
-
-    with ocp.StandardCheckpointer() as ck:
-        return ck.restore(step_dir / "state")["params"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "sig, trigger, steps",
-    [
-        (signal.SIGTERM, "[1/4", (1, 2, 3)),  # mid-run: the next rollout is abandoned
-        (signal.SIGINT, "SFT 80/80", ()),  # after the warm start: the initial evaluation
-    ],
-    ids=["sigterm_mid_run", "sigint_after_sft"],
-)
-def test_signal_checkpoints_exits_128_plus_n_and_resumes_identical(
-    straight_run, tmp_path, sig, trigger, steps
-):
-    """A signal abandons the work under way and saves the last completed state (a finished RL
-    step, saved on the signal: checkpoint_every is too large to have saved it otherwise; after the
-    warm start, nothing new: the SFT checkpoint is the state) and exits 128 + n; the rerun ends
-    with the params, host state and metrics of the uninterrupted run."""
-    import re
-
-    import jax
-
-    straight, env = straight_run
-    stopped = tmp_path / "stopped"
-    rc, out = _signal_when(stopped, env, sig, trigger)
-    name = signal.Signals(sig).name
-    assert rc == 128 + sig, out[-3000:]
-    assert f"got {name}; abandoning the work under way" in out and "Traceback" not in out
-    assert "within the 30 s grace" in out or not steps, out[-3000:]
-    if steps:
-        pattern = (
-            rf"mojax: stopped by {name} after (?:the update of )?RL step (\d+)[^;]*; "
-            r"checkpoint saved in (\S+) \("
-        )
-        m = re.search(pattern, out)
-        assert m, out[-3000:]
-        step = int(m.group(1))
-        assert step in steps and m.group(2) == str(stopped / "checkpoints" / str(step))
-        assert sorted(os.listdir(stopped / "checkpoints")) == [str(step)]
-    else:
-        assert f"mojax: stopped by {name} before RL step 1 (the initial evaluation was " in out
-        rl = stopped / "checkpoints"
-        assert not rl.exists() or not os.listdir(rl)
-        assert sorted(os.listdir(stopped / "checkpoints_sft")) == ["80"]
-    assert not (stopped / "done").exists()
-    p = _cli(stopped, *_STOP_FLAGS, env=env)
-    out, _ = p.communicate(timeout=900)
-    assert p.returncode == 0, out[-3000:]
-    a, ha = _final_params(straight)
-    b, hb = _final_params(stopped)
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert ha == hb
-    assert _metrics_without_time(straight) == _metrics_without_time(stopped)
-    # not a vacuous comparison: RL moved the params away from the SFT warm start
-    sft = _state_params(straight / "checkpoints_sft" / "80")
-    final = _state_params(straight / "checkpoints" / "4")
-    assert any(
-        not np.array_equal(np.asarray(x), np.asarray(y))
-        for x, y in zip(jax.tree.leaves(sft), jax.tree.leaves(final), strict=True)
-    )
 
 
 @pytest.mark.slow

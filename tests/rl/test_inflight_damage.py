@@ -5,6 +5,7 @@ ones that used to decode silently, and ``valid_prefix`` moves the record aside t
 
 Each damage but the checksum and the schema cases is re-sealed (a correct checksum over damaged
 contents: what a writer bug would leave), so the validation behind the checksum is exercised.
+A damaged record in a real checkpoint of the golden run is ``tests/system/test_inflight_resume.py``'s.
 """
 
 import copy
@@ -117,92 +118,3 @@ def test_a_damaged_record_is_moved_aside_once_with_one_warning(tmp_path, caplog,
     assert inflight.valid_prefix([bad, first], by_id, lambda j: inflight.Expect(6 + j, 5, 2, 2),
                                  str(tmp_path)) == []  # fmt: skip
     assert (tmp_path / "inflight.corrupt-2").is_file()
-
-
-TINY = [
-    "--config=configs/grpo.py",
-    "--config.steps=2",
-    "--config.checkpoint_every=1",
-    "--config.eval_every=100",
-    "--config.sft.steps=0",
-    "--config.task.num_train=16",
-    "--config.task.num_eval=2",
-    "--config.rollout.prompts_per_step=2",
-    "--config.rollout.num_samples=2",
-    "--config.rollout.staleness=1",
-    "--config.eval.ks=(1,)",
-]
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A real 2-step run with ``staleness = 1``: its step-1 checkpoint holds the rollout of step
-    index 1 (version 0) and a copy of the config."""
-    from test_async_loop import _run
-
-    work = tmp_path_factory.mktemp("inflight") / "run"
-    _run(work, TINY)
-    return work
-
-
-@pytest.mark.slow
-def test_a_damaged_inflight_rollout_in_a_real_checkpoint_is_generated_again(tiny_run, tmp_path):
-    import shutil
-
-    from test_async_loop import _run, metrics
-
-    def resumable_copy(name):
-        work = tmp_path / name
-        shutil.copytree(tiny_run, work)
-        shutil.rmtree(work / "checkpoints" / "2")
-        (work / "done").unlink()
-        return work
-
-    intact = resumable_copy("intact")  # its record passes the checks after a real orbax round trip
-    out = _run(intact, TINY)
-    assert "is damaged" not in out and not (intact / "inflight.corrupt").exists()
-    assert metrics(intact) == metrics(tiny_run)  # consumed as the uninterrupted run did
-    work = resumable_copy("run")
-    meta = work / "checkpoints" / "1" / "host" / "metadata"
-    saved = json.loads(meta.read_text())
-    record = saved["host_state"]["inflight"][0]
-    assert (record["step"], record["version"], record["schema"]) == (1, 0, inflight.SCHEMA)
-    record["rollout"]["lengths"]["b64"] = _b64(np.full(4, 10**6, np.int32))  # silently decoded
-    meta.write_text(json.dumps(saved))
-    out = _run(work, TINY)
-    assert out.count("in-flight rollout 0 of the restored checkpoint is damaged") == 1
-    assert (
-        f"checksum mismatch: its contents changed after it was written; moved aside to {work / 'inflight.corrupt'}"
-        in out
-    )
-    assert json.loads((work / "inflight.corrupt").read_text()) == record
-    assert (work / "done").read_text() == "2\n" and (work / "checkpoints" / "2").is_dir()
-
-
-@pytest.mark.slow
-def test_restore_config_from_a_real_run_checkpoint(tiny_run, tmp_path):
-    import os
-    import shutil
-    import subprocess
-    import sys
-
-    from test_workdir import REPO, with_keys
-
-    from mojax.infra import workdir as wd
-
-    work = tmp_path / "run"
-    shutil.copytree(tiny_run, work)
-    original = json.loads((work / "config.json").read_text())
-    (work / "config.json").write_text((work / "config.json").read_text()[:100])  # cut
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "mojax.infra.workdir_restore", str(work)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0 and "from the copy in checkpoint step 2" in p.stdout, p.stderr
-    restored = json.loads((work / "config.json").read_text())
-    assert {k: v for k, v in restored.items() if k != "environment"} == {
-        k: v for k, v in original.items() if k != "environment"
-    }
-    config = wd.read_saved_config(str(work))[0]
-    assert isinstance(wd.prepare(config, str(work)), wd.Finished)  # the rerun checks as before
-    with pytest.raises(wd.WorkdirError, match="config.seed"):
-        wd.prepare(with_keys(config, seed=1, steps=3), str(work))
