@@ -69,7 +69,7 @@ def base_config() -> ml_collections.ConfigDict:
 # The embedded run's values that are not a spec field's default: the keys whose spec field declares
 # none (the method and the calculator's data mixes) and those the tiny run sets otherwise than the
 # learner's library defaults (``mojax.learner.PPOConfig`` / ``OptimizerConfig``). Every other key's
-# default is its spec field's (tests/rl/test_config_schema.py checks each is declared once).
+# default is its spec field's (tests/unit/spec/test_config_schema.py checks each is declared once).
 RECIPE: dict = {
     "estimator": "pareto_rank",
     # the default leans on easy and hard problems, where answering directly vs calling is clear-cut

@@ -1,4 +1,4 @@
-"""Child of tests/rl/test_dry_run.py: the dry run's estimate of a run's update step and what the
+"""Child of tests/system/rl/test_dry_run.py: the dry run's estimate of a run's update step and what the
 process allocates when it runs that step (peak resident set above the resident set just before
 the call; the peak is reset through ``/proc/self/clear_refs``). Prints one JSON line."""
 

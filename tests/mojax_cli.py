@@ -6,7 +6,7 @@ block): ``mojax.main.parse_flags`` then ``mojax.main.main``. absl's flags are pr
 every flag is reset before and after, the ``--config.*`` override flags that ml_collections
 defines while parsing are deleted, and ``sys.argv``, the working directory and absl's logging
 verbosity are put back. The one real subprocess of the CLI is
-``tests/rl/test_bad_input.py::test_cli_subprocess_smoke_infinite_learning_rate_exits_2``.
+``tests/system/spec/test_bad_input.py::test_cli_subprocess_smoke_infinite_learning_rate_exits_2``.
 """
 
 import contextlib

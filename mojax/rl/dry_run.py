@@ -22,7 +22,7 @@ the KV cache and decode buffers, scratch). The report per device: parameters, op
 frozen base (from the shard shapes), the update's batch and temporaries, the sampler's
 temporaries (the KV cache among them, also given on its own), and the peak = the persistent state
 + the larger of the two programs' transient bytes. On the CPU backend the update's temporaries are
-what the process allocates when it runs the step (``tests/rl/test_dry_run.py`` measures it).
+what the process allocates when it runs the step (``tests/system/rl/test_dry_run.py`` measures it).
 
 The programs are compiled with the layouts of the backend the dry run runs on
 (``mojax.models.layouts.for_backend``): on the CPU the uncached attention runs in query blocks that

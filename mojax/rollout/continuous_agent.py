@@ -23,7 +23,7 @@ the driver waits for the first of them to end.
 
 What a row samples does not depend on this schedule: each row draws from its own random stream
 (call key, row id, response position), and its turns, calls and observations are its own. So the
-continuous engine's rollout equals the static one (``tests/rollout/test_rollout_continuous.py``,
+continuous engine's rollout equals the static one (``tests/integration/rollout/test_rollout_continuous.py``,
 token for token), with two differences that only budgets expose: a row's turn is decoded in one
 piece (decode segments are the static engine's), and a row's room in the cache is its own slot's
 (``max_total_len``), where the static engine's rows share one write position and end with

@@ -1,6 +1,6 @@
 """Logit processors (temperature, top-k, top-p, min-p) and the per-step token draw.
 
-Definitions (the statistical test in tests/sampling/test_sampling_processors.py checks these against a numpy
+Definitions (the statistical test in tests/integration/sampling/test_sampling_processors.py checks these against a numpy
 implementation written from them):
 
 * temperature ``tau``: ``z = logits / tau``; ``tau = 0`` means greedy (``argmax logits``).

@@ -1,7 +1,7 @@
 """The sampler protocol: all that the rollout and the loop know of a generation engine.
 
 ``mojax.rollout`` and ``mojax.rl`` import this module of ``mojax.sampling`` and no other
-(``tests/test_structure.py``). An engine is a module (or a folder) under ``mojax/sampling/`` with a
+(``tests/unit/test_structure.py``). An engine is a module (or a folder) under ``mojax/sampling/`` with a
 ``build`` function and one line in ``SAMPLERS``; ``rollout.engine`` picks it (``build``)::
 
     sampler = protocol.build(engine, model_config, rollout, mesh, rules)   # rl/builders

@@ -7,7 +7,7 @@
   same ``data = 2`` mesh bitwise (the same global program on the same shards, and a sum over 2
   shards has one order, a + b == b + a): every non-``time/`` metric, params and host state; one
   writer (no line twice), the same number of transcripts; with ``staleness = 0`` and ``1``.
-  (With more shards the collectives' summation order may differ: ``tests/test_multiprocess.py``
+  (With more shards the collectives' summation order may differ: ``tests/system/test_multiprocess.py``
   compares its 2-process runs of 2 devices each within 1e-5.)
 """
 

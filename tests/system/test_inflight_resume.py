@@ -59,7 +59,7 @@ def test_restore_config_from_a_real_run_checkpoint(golden, tmp_path):
     import subprocess
     import sys
 
-    from test_workdir import REPO, with_keys
+    from mojax_test_utils import REPO, with_keys
 
     from mojax.infra import workdir as wd
 

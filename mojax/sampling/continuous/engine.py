@@ -23,7 +23,7 @@
 
 Each row draws with ``processors.row_keys`` (call key, row id, response position), so its draws do
 not depend on its slot or on the rows beside it, and its tokens are those of the static sampler
-(``tests/sampling/test_continuous.py``, ``tests/rollout/test_rollout_continuous.py``). The logits
+(``tests/integration/sampling/test_continuous.py``, ``tests/integration/rollout/test_rollout_continuous.py``). The logits
 may differ from the static sampler's in the last fp32 bits: XLA CPU's matmuls round differently
 for different row counts (a one-row product takes another kernel than a two-row one), and a
 resumed row's context is one prefill here where the static sampler appends it chunk by chunk; a

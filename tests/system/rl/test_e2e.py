@@ -1,0 +1,137 @@
+"""End to end: every method config's tiny default runs (a few steps), the CLI validates configs before
+compiling, and the paper-scale dry run fits an 8-device mesh. Interrupted runs (kill -9, SIGTERM,
+SIGINT) resuming to the uninterrupted one are ``tests/system/test_interrupt_matrix.py``'s."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from mojax_test_utils import load_config, persistent_compilation_cache, shrink
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py"))
+PUBLIC_KEYS = ("step", "reward/scalar/mean", "loss", "time/step_s")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def compilation_cache(tmp_path_factory):
+    """A persistent compilation cache for this module's runs only (the setting is process-wide:
+    it is put back, and the cache closed, when the module ends)."""
+    with persistent_compilation_cache(tmp_path_factory.mktemp("jax_cache")):
+        yield
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", CONFIGS)
+def test_config_runs_end_to_end(name, tmp_path, request):
+    if name == "awpo":
+        request.getfixturevalue("shared")  # skips with a reason when ../shared is absent
+    from mojax.rl import trainer
+    from mojax.tasks import build_task
+
+    c = shrink(load_config(name))
+    summary = trainer.run(c, str(tmp_path))
+    records = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(c.steps + 1))
+    for r in records[1:]:
+        for key in PUBLIC_KEYS:
+            assert key in r, (name, key)
+        for obj in build_task(c.task).objective_names:
+            assert f"reward/{obj}/mean" in r
+        assert np.isfinite(r["loss"])
+    assert "eval/accuracy" in records[-1] and "eval/tool_calls" in records[-1]
+    if c.paretopo.enabled:
+        assert {"pareto/hv", "pareto/r_pareto", "pareto/archive_size"} <= set(records[-1])
+    assert (tmp_path / "done").exists() and (tmp_path / "plots" / "rewards.png").exists()
+    assert "eval/accuracy" in summary
+    if c.steps:
+        assert (tmp_path / "checkpoints" / str(c.steps)).is_dir()
+
+
+def _cli(workdir, *flags, env=None, **kw):
+    cmd = [sys.executable, "-m", "mojax.main", f"--workdir={workdir}", *flags]
+    kw.setdefault("stderr", subprocess.STDOUT)
+    return subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_cli_rejects_bad_configs_before_compiling(tmp_path):
+    p = _cli(tmp_path, "--config=configs/paretopo.py", "--config.ppo.clip_hihg=0.3")
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode != 0 and "clip_hihg" in out
+    p = _cli(
+        tmp_path,
+        "--config=configs/paretopo.py",
+        "--config.estimator=ppo_rank",
+        "--config.ppo.agg=token-meen",
+    )
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode != 0
+    assert "config.estimator: 'ppo_rank' is not allowed" in out
+    assert (
+        "config.ppo.agg: 'token-meen' is not allowed" in out and "did you mean 'token-mean'" in out
+    )
+    p = _cli(tmp_path, "--config=configs/paretopo.py:modle=tiny")
+    out, _ = p.communicate(timeout=120)
+    assert p.returncode != 0 and "'modle' is unknown" in out
+    assert not (tmp_path / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (
+            ["--config=configs/paretopo.py:modle=tiny"],
+            "config argument 'modle' is unknown; allowed:",
+        ),
+        (
+            ["--config=configs/paretopo.py", "--config.ppo.clip_hihg=0.3"],
+            "did you mean 'clip_high'",
+        ),
+        (["--config=configs/paretopo.py", "--config.steps=abc"], "--config.steps=abc"),
+        (
+            ["--config=configs/grpo.py", "--config.ppo.agg=token-meen"],
+            "config.ppo.agg: 'token-meen' is not allowed; allowed values: ['token-mean',",
+        ),
+    ],
+)
+def test_cli_config_errors_exit_2_without_traceback(tmp_path, flags, says):
+    p = _cli(tmp_path, *flags, stderr=subprocess.PIPE)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 2, out + err
+    assert err.startswith("mojax: invalid config\n") and says in err, err
+    assert "Traceback" not in out + err and "add --verbosity=1 for the traceback" in err
+    assert not (tmp_path / "config.json").exists()
+    p = _cli(tmp_path, *flags, "--verbosity=1", stderr=subprocess.PIPE)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode not in (0, 2) and "Traceback" in err
+
+
+@pytest.mark.slow
+def test_paper_scale_dry_run_on_8_devices(tmp_path, qwen2_tokenizer_dir):
+    # the paper-scale run uses the Qwen tokenizer (its checkpoint's); with a self-built one the dry
+    # run sizes the resized vocabulary, as the run would (builders.build_model_config)
+    p = _cli(
+        tmp_path,
+        "--config=configs/paretopo.py:paper=true,model=qwen2.5-math-1.5b,task=math,data=2,fsdp=4",
+        f"--config.tokenizer.path={qwen2_tokenizer_dir}",
+        "--config.dry_run=true",
+        env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
+    )
+    out, _ = p.communicate(timeout=600)
+    assert p.returncode == 0, out[-3000:]
+    assert (
+        "(8 devices)" in out
+        and "1.544B params" in out
+        and "lowered with explicit shardings: OK" in out
+    )

@@ -1,0 +1,248 @@
+"""experiments/: a claim script runs its grid end to end in --quick mode, keeps the pre-registration
+it wrote before the grid, archives each cell's raw data, writes its page from that data alone,
+shares the SFT warm start, resumes without rerunning done cells, and a cell's printed command
+reproduces its numbers."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pathlib
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from experiments import _grid
+from mojax.infra.jsonl import read_metrics
+
+REPO = os.fspath(pathlib.Path(__file__).resolve().parents[2])
+
+
+def _run_script(name: str, root, *flags: str) -> str:
+    """Runs ``experiments/<name>.py --quick`` under ``root``; returns the page text."""
+    out = os.path.join(root, "results")
+    cmd = [sys.executable, f"experiments/{name}.py", "--quick", f"--root={root}", f"--out={out}"]
+    proc = subprocess.run([*cmd, *flags], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return open(os.path.join(out, f"{name}.md"), encoding="utf-8").read()
+
+
+def _eval_rows(workdir) -> list[dict]:
+    return [r for r in read_metrics(workdir) if "eval/accuracy" in r]
+
+
+def _section(page: str, title: str) -> str:
+    return page.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """The ParetoPO claim in quick mode: GRPO + dynamic sampling and ParetoPO, 2 seeds, 2 RL steps;
+    the pre-registration written first. Its 6 runs take ~9 minutes: the tests that read them are
+    in the slow set."""
+    root = tmp_path_factory.mktemp("paretopo_quick")
+    prereg = _run_script("paretopo_front", root, "--prereg", "--seeds=0,1")
+    page = _run_script("paretopo_front", root, "--methods=grpo_ds,paretopo", "--seeds=0,1")
+    return root, prereg, page
+
+
+@pytest.mark.slow
+def test_page_keeps_the_pre_registration_and_adds_results(quick):
+    root, prereg, page = quick
+    assert "## Verdict" not in prereg
+    assert _section(page, "Pre-registration") == _section(prereg, "Pre-registration")
+    for section in ("## Verdict", "## Results", "## Comparisons", "## Per seed", "## Commands"):
+        assert section in page, section
+    final = _eval_rows(os.path.join(root, "grpo_ds", "s1"))[-1]
+    row = re.search(r"^\| `grpo_ds` \| 1 \| (.*) \|$", page, flags=re.M)
+    assert row, page
+    cells = [c.strip() for c in row.group(1).split("|")]
+    assert cells[0] == f"{final['eval/tool_efficiency']:.3f}"  # the first measure's column
+    assert "`paretopo` − `grpo_ds`" in _section(page, "Comparisons")
+
+
+@pytest.mark.slow
+def test_cells_are_archived_with_their_held_out_samples(quick):
+    root, _, _ = quick
+    work = os.path.join(root, "grpo_ds", "s0")
+    cell = os.path.join(root, "results", "paretopo_front", "cells", "grpo_ds", "s0")
+    assert read_metrics(cell) == read_metrics(work)
+    assert json.load(open(os.path.join(cell, "config.json")))["seed"] == 0
+    with gzip.open(os.path.join(cell, "eval", "2.jsonl.gz"), "rt") as f:
+        archived = f.read()
+    assert archived == open(os.path.join(work, "eval", "2.jsonl")).read()
+    assert len(archived.splitlines()) == 16 * 4  # 16 held-out problems x 4 samples
+
+
+@pytest.mark.slow
+def test_cell_restored_the_shared_sft_warm_start(quick):
+    root, _, _ = quick
+    assert _grid.trained_sft(os.path.join(root, "sft", "s0"))
+    assert not _grid.trained_sft(os.path.join(root, "grpo_ds", "s0"))
+    sft_eval = _eval_rows(os.path.join(root, "sft", "s0"))[-1]
+    cell_eval = _eval_rows(os.path.join(root, "grpo_ds", "s0"))[0]
+    for k in ("eval/accuracy", "eval/tool_calls", "eval/r_tool"):
+        assert cell_eval[k] == sft_eval[k], k
+
+
+@pytest.mark.slow
+def test_a_grid_resumes_without_rerunning_done_cells(quick):
+    root, _, _ = quick
+    log = os.path.join(root, "grpo_ds", "s0", "run.log")
+    before = os.path.getmtime(log)
+    _run_script("paretopo_front", root, "--methods=grpo_ds", "--seeds=0", "--report_only")
+    _run_script("paretopo_front", root, "--methods=grpo_ds", "--seeds=0")
+    assert os.path.getmtime(log) == before
+
+
+@pytest.mark.slow
+def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
+    """A cell's command (``cmd.txt``), run in a fresh workdir (which then trains its own SFT warm
+    start instead of restoring the shared copy), gives bit-identical eval numbers."""
+    root, _, _ = quick
+    work = os.path.join(root, "grpo_ds", "s0")
+    argv = shlex.split(open(os.path.join(work, "cmd.txt")).read())
+    fresh = str(tmp_path / "rerun")
+    argv = [a if not a.startswith("--workdir=") else f"--workdir={fresh}" for a in argv]
+    assert argv[:3] == ["python", "-m", "mojax.main"]
+    proc = subprocess.run([sys.executable, *argv[1:]], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "SFT 20/20" in proc.stdout  # it did train its own warm start
+    keys = ("step", "eval/accuracy", "eval/tool_calls", "eval/r_task", "eval/tool_efficiency")
+    want, got = _eval_rows(work), _eval_rows(fresh)
+    assert [[r[k] for k in keys] for r in got] == [[r[k] for k in keys] for r in want]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, flags",
+    [
+        # all three arms (the static arm's weights come from the SAW cells); ~5 min, not in CI
+        pytest.param("saw_cv", (), marks=pytest.mark.full),
+        # the gate against mixing without it; full set only since stop 43 (CI time)
+        pytest.param("awpo_gate", ("--methods=awpo,mix_nogate",), marks=pytest.mark.full),
+        ("vpo_bestk", ("--methods=vpo,grpo",)),  # two of its four arms: CI time
+    ],
+)
+def test_other_claims_run_in_quick_mode(name, flags, tmp_path):
+    """Each script's grid at its ``--quick`` default, 1 seed: its page has every section and says
+    that no comparison was made (a paired comparison needs 2 seeds; the statistics of a 2-seed page
+    are the ParetoPO tests' above)."""
+    page = _run_script(name, tmp_path, *flags)
+    assert "## Verdict" in page and "## Per seed" in page and "## Pre-registration" in page
+    assert "a paired comparison needs >= 2 seeds run by both arms" in _section(page, "Comparisons")
+    assert "**Mechanism:** no comparison" in _section(page, "Verdict")
+
+
+def test_code_commit_ignores_the_archive_the_grid_writes(tmp_path):
+    """A cell's ``commit.txt``: the archive under docs/results does not make the tree dirty, a
+    changed source file does."""
+    run = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+    run("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    run("add", "code.py")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    (tmp_path / "docs" / "results" / "claim" / "cells").mkdir(parents=True)
+    (tmp_path / "docs" / "results" / "claim" / "cells" / "m.jsonl").write_text("{}\n")
+    assert _grid.code_commit(str(tmp_path)) == head
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert _grid.code_commit(str(tmp_path)) == head + "+dirty"
+
+
+def test_identical_arms_are_named_only_when_every_evaluation_matches(tmp_path):
+    from experiments import _claims
+
+    def cell(arm, seed, evals, train):
+        d = tmp_path / arm / f"s{seed}"
+        d.mkdir(parents=True)
+        rows = [{"step": i, "loss": train + i} for i in range(3)]
+        rows += [{"step": 2, "eval/accuracy": a, "eval/tool_calls": 1.0} for a in evals]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(d)
+
+    cells = {
+        "a": {0: cell("a", 0, [0.5, 0.7], 0.0), 1: cell("a", 1, [0.4, 0.6], 0.0)},
+        "b": {0: cell("b", 0, [0.5, 0.7], 1e-6), 1: cell("b", 1, [0.4, 0.6], 1e-6)},
+        "c": {0: cell("c", 0, [0.5, 0.7], 0.0), 1: cell("c", 1, [0.4, 0.6000001], 0.0)},
+    }
+    assert _claims.identical_arms(cells) == [("a", "b")]  # training round-off is not compared
+    assert "`a` and `b`: every held-out evaluation" in _claims.identical_text(cells)
+    assert _claims.identical_text({"a": cells["a"], "c": cells["c"]}) == ""
+
+
+def test_comparisons_need_two_seeds_of_both_arms(tmp_path):
+    """``--quick`` runs 1 seed: its comparisons are left out (the paired t needs 2 pairs, and
+    raised before) and the page says why; with 2 seeds the comparison is made."""
+    from types import SimpleNamespace
+
+    from experiments import _claims
+
+    def cell(arm, seed, acc):
+        d = tmp_path / arm / f"s{seed}"
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text(json.dumps({"step": 2, "eval/accuracy": acc}) + "\n")
+        return str(d)
+
+    measure = _claims.Measure("acc", "outcome", lambda rows: rows[-1]["eval/accuracy"])
+    claim = SimpleNamespace(measures=[measure], comparisons=[_claims.Comparison("a", "b", "acc")])
+    one = {"a": {0: cell("a", 0, 0.5)}, "b": {0: cell("b", 0, 0.25)}}
+    assert _claims.comparisons(claim, one) == []
+    assert "(`a` − `b`): a paired comparison needs >= 2" in _claims.too_few_seeds(claim, one)
+    assert _claims.kind_verdict([], "outcome") == "no comparison"
+    two = {k: {**v, 1: cell(k, 1, acc)} for (k, v), acc in zip(one.items(), (0.75, 0.25))}
+    (row,) = _claims.comparisons(claim, two)
+    assert row["by_seed"].n == 2 and row["by_seed"].mean == pytest.approx(0.375)
+    assert _claims.too_few_seeds(claim, two) == ""
+
+
+def test_a_page_family_tests_not_worse_with_its_margin_and_drops_identical_and_duplicates(
+    tmp_path,
+):
+    """A "not worse" comparison (``margin``) is the one-sided non-inferiority test, stated in the
+    pre-registration; an all-zero comparison is not tested and a duplicate counted once, so the
+    family is 2 of 4, and the page says so."""
+    from types import SimpleNamespace
+
+    from experiments import _claims
+    from mojax import stats
+
+    accs = {"a": [0.60, 0.62, 0.58, 0.61], "b": [0.61, 0.62, 0.60, 0.62]}
+    accs["c"], accs["d"] = list(accs["b"]), list(accs["a"])  # c = b, d = a: identical arms
+
+    def cell(arm, seed, acc):
+        d = tmp_path / arm / f"s{seed}"
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text(json.dumps({"step": 2, "eval/accuracy": acc}) + "\n")
+        return str(d)
+
+    cells = {k: {s: cell(k, s, x) for s, x in enumerate(v)} for k, v in accs.items()}
+    measure = _claims.Measure("acc", "outcome", lambda rows: rows[-1]["eval/accuracy"])
+    C = _claims.Comparison
+    comps = [C("a", "b", "acc", margin=0.05), C("a", "b", "acc"), C("a", "c", "acc"),
+             C("a", "d", "acc")]  # fmt: skip
+    claim = SimpleNamespace(measures=[measure], comparisons=comps)
+    with pytest.warns(UserWarning) as caught:
+        rows = _claims.comparisons(claim, cells)
+    assert len(caught) == 2
+    diffs = [a - b for a, b in zip(accs["a"], accs["b"])]  # mean -0.01: not better, not worse
+    ni = stats.noninferiority(diffs, 0.05)
+    two = stats.paired_t(diffs)
+    assert rows[0]["by_seed"].p == ni.p and rows[1]["by_seed"].p == two.p
+    assert rows[0]["p_holm"] == pytest.approx(min(1, 2 * ni.p)) and ni.p < 0.025
+    assert [r["verdict"] for r in rows[:2]] == ["reproduced", "inconclusive"]
+    assert rows[2]["status"] == "duplicate" and rows[3]["verdict"] == "identical (not tested)"
+    assert "family holds 2 of these 4" in _claims.comparisons_table(rows)
+    grid = SimpleNamespace(common=(), rl=(), seeds=(0, 1, 2, 3))
+    pre = _claims.prereg_text(SimpleNamespace(prereg="p", measures=[measure], arms=[],
+                                              comparisons=comps, grid=grid))  # fmt: skip
+    assert "`a` − `b`: acc (not worse by more than 0.05)" in pre and "non-inferiority" in pre
+    plain = SimpleNamespace(
+        prereg="p", measures=[measure], arms=[], comparisons=comps[1:], grid=grid
+    )
+    assert "non-inferiority" not in _claims.prereg_text(plain)  # older pages' rule text unchanged
