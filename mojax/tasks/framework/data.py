@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 from typing import Any
 
 __all__ = [
@@ -29,8 +30,8 @@ SHARED_DIR_ENV = "MOJAX_SHARED_DIR"
 
 
 def _default_shared_dir() -> str:
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(os.path.dirname(repo), "shared")
+    repo = pathlib.Path(__file__).resolve().parents[3]  # mojax/tasks/framework/data.py
+    return os.fspath(repo.parent / "shared")
 
 
 def shared_dir() -> str:

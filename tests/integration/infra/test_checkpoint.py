@@ -250,9 +250,10 @@ def test_kill_during_async_save_leaves_previous_step_usable(tmp_path):
     script = tmp_path / "kill.py"
     script.write_text(_KILL_SCRIPT)
     env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env["PYTHONPATH"] = _REPO + os.pathsep + env.get("PYTHONPATH", "")
+    tests = os.path.join(_REPO, "tests")  # mojax_test_utils, which test_checkpoint imports
+    env["PYTHONPATH"] = os.pathsep.join([_REPO, tests, env.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "ck"), os.path.join(_REPO, "tests")],
+        [sys.executable, str(script), str(tmp_path / "ck"), os.path.dirname(__file__)],
         env=env,
         capture_output=True,
         text=True,

@@ -290,7 +290,7 @@ def test_no_wandb_or_matplotlib_import_unless_used(tmp_path):
 
     code = (
         "import sys\n"
-        "from mojax import logbook as L\n"
+        "from mojax.infra import logbook as L\n"
         "assert 'matplotlib' not in sys.modules\n"
         f"with L.MetricsWriter({str(tmp_path)!r}) as w:\n"
         "    w.write(0, {'loss': 1.0})\n"
