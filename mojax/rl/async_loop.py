@@ -158,7 +158,9 @@ class Pipeline:
         elif jax.process_count() == 1:
             out = jax.device_put(params, self.shardings)
         else:
-            out = sharding_lib.copy_across_processes(params, self.shardings, self.gen_run.learner.mesh)
+            out = sharding_lib.copy_across_processes(
+                params, self.shardings, self.gen_run.learner.mesh
+            )
         jax.block_until_ready(out)
         return out, time.perf_counter() - t0
 
