@@ -9,23 +9,12 @@ import types
 import pytest
 from mojax_test_utils import load_config as load
 from mojax_test_utils import run_spec as _spec
+from mojax_test_utils import with_keys
 
 from mojax import spec as spec_lib
 from mojax.infra import logbook as log_lib
 from mojax.infra import workdir as wd
 from mojax.spec import input_files as inputs_lib
-
-
-def with_keys(c, **kv):
-    c = c.copy_and_resolve_references()
-    with c.unlocked():
-        for k, v in kv.items():
-            node = c
-            *path, last = k.split(".")
-            for p in path:
-                node = node[p]
-            node[last] = v
-    return c
 
 
 def _outputs(workdir):
