@@ -12,6 +12,7 @@ import contextlib
 import importlib.util
 import os
 import pathlib
+import subprocess
 
 import numpy as np
 
@@ -261,3 +262,18 @@ def with_keys(c, **kv):
                 node = node[p]
             node[last] = v
     return c
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (its children, theirs, ...), from ``ps``."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in out.splitlines():
+        c, parent = map(int, line.split())
+        children.setdefault(parent, []).append(c)
+    found, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.append(c)
+            todo.append(c)
+    return found

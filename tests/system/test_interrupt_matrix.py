@@ -29,6 +29,7 @@ import signal
 import time
 
 import pytest
+from mojax_test_utils import descendants
 
 from . import golden_run as g
 
@@ -44,20 +45,6 @@ CELLS = [
     pytest.param("sigterm", 0, 2, id="sigterm-s0-p2"),
     pytest.param("sigterm", 1, 2, marks=FULL, id="sigterm-s1-p2"),
 ]
-
-
-def _descendants(pid: int) -> list[int]:
-    out = os.popen("ps -eo pid=,ppid=").read()
-    children: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        c, parent = map(int, line.split())
-        children.setdefault(parent, []).append(c)
-    found, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
-    return found
 
 
 def _cmdline(pid: int) -> str:
@@ -82,7 +69,7 @@ def _logged(workdir, step):
 def _kill9(work, staleness, processes):
     p = g.start(work, staleness, processes)
     _wait_for(p, lambda: (work / "checkpoints" / "2").is_dir(), "its checkpoint 2")
-    everyone = [p.pid, *_descendants(p.pid)]  # the launcher and both processes
+    everyone = [p.pid, *descendants(p.pid)]  # the launcher and both processes
     for pid in everyone:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -105,7 +92,7 @@ def _sigterm(work, staleness, processes):
     if processes == 1:
         target = p.pid
     else:
-        (target,) = [x for x in _descendants(p.pid) if "--process_id=1" in _cmdline(x)]
+        (target,) = [x for x in descendants(p.pid) if "--process_id=1" in _cmdline(x)]
     os.kill(target, signal.SIGTERM)
     out, _ = p.communicate(timeout=1500)
     assert p.returncode == 143, cluster_tail(out)

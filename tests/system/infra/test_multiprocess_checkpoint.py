@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 import pytest
-from mojax_test_utils import cluster_tail
+from mojax_test_utils import cluster_tail, descendants
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 LAUNCHER = [sys.executable, str(REPO / "launch" / "local_cluster.py")]
@@ -36,7 +36,7 @@ def run_two(tmp_path, scenario) -> dict:
     try:
         out, _ = p.communicate(timeout=120)
     except subprocess.TimeoutExpired:
-        for pid in _descendants(p.pid) + [p.pid]:
+        for pid in descendants(p.pid) + [p.pid]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         out, _ = p.communicate()
@@ -70,17 +70,3 @@ def test_io_error_on_process_1_stops_both_and_moves_nothing(tmp_path):
         assert r["error"] == "CheckpointError" and r["listing"] == ["1", "2"]
         assert r["message"].startswith(f"process 1: checkpoint step 2 at {tmp_path / 'ck' / '2'}")
         assert "EIO" in r["message"] and "nothing was moved aside" in r["message"]
-
-
-def _descendants(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True).stdout
-    children: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        c, parent = map(int, line.split())
-        children.setdefault(parent, []).append(c)
-    found, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            found.append(c)
-            todo.append(c)
-    return found
