@@ -19,14 +19,15 @@ Paper scale (ToRL math with the sandboxed Python tool; Search-R1 QA with retriev
     python -m mojax.main --config=configs/paretopo.py --config.paretopo.dynamic_weighting=false  # ablation
     python -m mojax.main --config=configs/paretopo.py --config.paretopo.pareto_ranking=false     # ablation
 
-The testbed options (methods.md, ParetoPO and the calculator's rule set; defaults = the run above):
-problems whose no-call path is a rule on unseen operands, r_tool paid to successes against the fixed
-N_opt, and a validation vector of 4 samples at T = 1 with a reference below v_0::
+The testbed (methods.md, ParetoPO and the calculator's rule set) is the default: problems whose
+no-call path is a rule on unseen operands, r_tool paid to successes, and a validation vector of 4
+samples at T = 1 scored with the task's fixed N_opt against a reference below v_0. The earlier
+testbed (single-digit facts, r_tool paid to every sample, greedy one-sample validation)::
 
-    python -m mojax.main --config=configs/paretopo.py --config.task.kwargs.problems=rule \
-      --config.tool_reward.gate=success --config.tool_reward.n_opt=fixed \
-      --config.paretopo.validation_samples=4 --config.paretopo.validation_temperature=1.0 \
-      --config.paretopo.validation_n_opt=fixed --config.paretopo.reference=below_initial
+    python -m mojax.main --config=configs/paretopo.py --config.task.kwargs.problems=facts \
+      --config.tool_reward.gate=all --config.task.num_eval=128 --config.task.num_validation=0 \
+      --config.paretopo.validation_samples=1 --config.paretopo.validation_temperature=0 \
+      --config.paretopo.validation_n_opt=tracked --config.paretopo.reference=initial
 
 ``paper=true`` is the paper's recipe (ParetoPO, arXiv:2606.16111, Sec. 4.1): lr 1e-6, batch 1024 prompts
 x 8 samples, DAPO strategies (token-mean, clip-higher, dynamic sampling, 512-token overlong buffer),
@@ -74,6 +75,8 @@ def get_config(arg=None):
         defaults.tiny_schedule(c, a.steps)
         c.paretopo.stage1_steps = 10
         c.paretopo.validate_every = 2
+        if c.task.name == "calculator":  # the task's rule gives N_opt (0 where a rule applies)
+            c.paretopo.validation_n_opt = "fixed"
     if a.stage1_steps != -2:  # -2: the recipe's; -1: one epoch; N: N steps
         c.paretopo.stage1_steps = a.stage1_steps
     return c.lock()

@@ -29,8 +29,27 @@ METHODS = [
 # --quick: a 20-step SFT, a 16-problem held-out split (x 4 samples), evaluation every RL step
 QUICK_COMMON = ("--config.sft.steps=20", "--config.task.num_eval=16")
 
+# The testbed every calculator grid up to 2026-12-06 ran on (docs/results/*.md): the "facts" problem
+# set, r_tool paid to every sample, 128 held-out problems (validation = test size), ParetoPO's
+# greedy one-sample validation against v_0. The embedded default changed after them (issue 47;
+# docs/results/default_run.md); a rerun of these grids keeps the design they were registered with.
+LEGACY_TESTBED = (
+    "--config.task.kwargs.problems=facts",
+    "--config.tool_reward.gate=all",
+    "--config.task.num_validation=0",
+    "--config.paretopo.validation_samples=1",
+    "--config.paretopo.validation_temperature=0.0",
+    "--config.paretopo.validation_n_opt=tracked",
+    "--config.paretopo.reference=initial",
+)
+
+
+def legacy_common(quick: bool) -> tuple[str, ...]:
+    """The earlier testbed's keys, with the held-out size of ``--quick`` (16) or of the grids (128)."""
+    return LEGACY_TESTBED + (QUICK_COMMON if quick else ("--config.task.num_eval=128",))
+
 
 def grid(s: Settings) -> _grid.Grid:
-    common = QUICK_COMMON if s.quick else ()
+    common = legacy_common(s.quick)
     rl = (f"--config.steps={s.steps}",) + (("--config.eval_every=1",) if s.quick else ())
     return _grid.Grid(root=s.root, seeds=s.seeds, common=common, rl=rl)

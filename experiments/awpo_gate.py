@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # noqa: E402
 
-from experiments import _claims, _grid, _report  # noqa: E402
+from experiments import _calculator, _claims, _grid, _report  # noqa: E402
 
 M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
 CONFIG = "configs/awpo.py:task=calculator"
@@ -60,7 +60,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
         M("awpo_eps0.7", CONFIG, ("--config.advantage.eps_mix=0.7",)),
         M("awpo_eps0.3", CONFIG, ("--config.advantage.eps_mix=0.3",)),
     )
-    common = ("--config.sft.steps=20", "--config.task.num_eval=16") if quick else ()
+    common = _calculator.legacy_common(quick)
     rl = (f"--config.steps={2 if quick else 40}",)
     return _claims.Claim(
         name="awpo_gate",

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from absl import app  # noqa: E402
 
-from experiments import _claims, _grid, _report  # noqa: E402
+from experiments import _calculator, _claims, _grid, _report  # noqa: E402
 from mojax.pareto.hypervolume import hypervolume  # noqa: E402
 
 M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
@@ -85,7 +85,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
         M("paretopo_wo_rank", "configs/paretopo.py", ("--config.paretopo.pareto_ranking=false",)),
         M("paretopo_wo_dyn", "configs/paretopo.py", ("--config.paretopo.dynamic_weighting=false",)),
     )  # fmt: skip
-    common = OVERCALL + (("--config.sft.steps=20", "--config.task.num_eval=16") if quick else ())
+    common = OVERCALL + _calculator.legacy_common(quick)
     rl = (f"--config.steps={2 if quick else 40}",)
     return _claims.Claim(
         name="paretopo_front",

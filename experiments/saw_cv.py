@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from absl import app  # noqa: E402
 
-from experiments import _claims, _grid, _report  # noqa: E402
+from experiments import _calculator, _claims, _grid, _report  # noqa: E402
 from mojax.infra.jsonl import read_metrics  # noqa: E402
 
 M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
@@ -87,7 +87,7 @@ def saw_average_weights(root: str, seeds) -> str:
 
 
 def claim(seeds, root, quick) -> _claims.Claim:
-    think = ("--config.sft.steps=20", "--config.task.num_eval=16") if quick else ()
+    think = _calculator.legacy_common(quick)
     static = saw_average_weights(root, seeds)
     arms = (
         M("saw_grpo", "configs/saw.py:think=0.1", SAME),

@@ -43,7 +43,7 @@ class ParetoPOSpec:
     mode: str = option("global", help='"global" (Algorithm 1) | "per_trajectory" (Eq. 6)')
     gamma: float = option(0.5, help="EMA factor of ΔHV")
     reference: str = option(
-        "initial",
+        "below_initial",
         help='HV reference: "initial" (v_0) | "zeros" | "below_initial" (v_0 - reference_margin)',
     )
     validate_every: int = option(1, help="Stage-1 validation (archive update) every N steps")
@@ -55,10 +55,10 @@ class ParetoPOSpec:
         0.1, help='reference="below_initial": the HV reference is v_0 minus this, per objective'
     )
     validation_samples: int = option(
-        1, help="samples per validation problem of the validation vector v_t (mean over them)"
+        4, help="samples per validation problem of the validation vector v_t (mean over them)"
     )
     validation_temperature: float = option(
-        0.0, help="sampling temperature of the validation vector's rollouts (0 = greedy)"
+        1.0, help="sampling temperature of the validation vector's rollouts (0 = greedy)"
     )
     validation_n_opt: str = option(
         "tracked",

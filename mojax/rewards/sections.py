@@ -23,8 +23,9 @@ class ToolRewardSpec:
     alpha: float = option(0.7, help="r_tool = exp(-alpha |N_call - N_opt|) (ParetoPO Eq. 4)")
     no_success: str = option("zero", help='r_tool without a success: "zero" | "group_min" | ...')
     gate: str = option(
-        "all",
-        help='who is paid r_tool: "all" samples | "success"-ful ones only (a failure gets 0)',
+        "success",
+        help='who is paid r_tool: "success"-ful samples only (a failure gets 0; ParetoPO Eq. 4, OTC) '
+        '| "all" samples',
     )
     n_opt: str = option(
         "tracked",

@@ -90,7 +90,10 @@ class TaskSpec:
     )
     num_train: int = option(4000, help="generated tasks (calculator, maze): training problems")
     num_eval: int = option(
-        128, help="validation problems (a method's validation vector) / evaluation problems"
+        128, help="evaluation (test) problems; validation too, unless num_validation"
+    )
+    num_validation: int = option(
+        0, help="validation problems (a method's validation vector); 0 = num_eval"
     )
     num_answers: int = option(
         0, help="S answers per completion (answer-set methods); 0 = single answer"
@@ -110,6 +113,7 @@ class TaskSpec:
         c = spec_checker("task", self)
         c.in_range("task.num_answers", 0)
         c.in_range("task.num_eval", 1)
+        c.in_range("task.num_validation", 0)
         c.in_range("task.num_train", 1)
         c.raise_if_any()
 

@@ -22,6 +22,7 @@ import random
 import numpy as np
 
 from mojax.tasks.framework.base import Example, Objective, Splits, Task, demo_row
+from mojax.tasks.framework.splits import validation_size
 from mojax.tasks.qa import extract_tag
 
 __all__ = ["RouteBanditTask", "route_table"]
@@ -109,7 +110,7 @@ class RouteBanditTask(Task):
         n_eval = int(spec.num_eval)
         return Splits(
             self.load("train", int(spec.num_train), seed=seed),
-            self.load("validation", n_eval, seed=seed),
+            self.load("validation", validation_size(spec), seed=seed),
             self.load("test", n_eval, seed=seed),
             self,
         )

@@ -36,6 +36,7 @@ import numpy as np
 
 from mojax.tasks import calculator_rule as rule_set
 from mojax.tasks.framework.base import Example, Objective, Splits, Task, clean_response
+from mojax.tasks.framework.splits import validation_size
 from mojax.tasks.qa import extract_tag
 
 __all__ = [
@@ -235,15 +236,18 @@ class CalculatorTask(Task):
 
     @classmethod
     def configure(cls) -> dict:
-        """Recipe defaults: easy problems are single-digit sums, which a tiny model can learn to
-        answer mentally, so calling the calculator there is pure cost (the trade-off ParetoPO
-        learns); every held-out problem, easy ones included, is disjoint from the training
-        problems; held-out accuracy and tool calls are avg@4 of the sampling policy (the RL
-        objective's policy; greedy decoding of a tiny model hides its uncertainty behind the
-        argmax)."""
-        kwargs = {"shared_easy_facts": False, "easy_ops": "+", "problems": "facts", "recall": 0.0}
+        """Recipe defaults: the ``rule`` problem set (:mod:`mojax.tasks.calculator_rule`), whose
+        no-call class is solved by a rule visible in the problem on operands never seen in training
+        (the ``facts`` set's single-digit sums are recall, and a tiny model cannot add the held-out
+        ones); 1024 distinct held-out test problems and a 128-problem validation split
+        (a method's validation vector), all disjoint from training; held-out accuracy and tool
+        calls are avg@4 of the sampling policy (the RL objective's policy; greedy decoding of a
+        tiny model hides its uncertainty behind the argmax)."""
+        kwargs = {"shared_easy_facts": False, "easy_ops": "+", "problems": "rule", "recall": 0.0}
         return {
             "task.kwargs": kwargs,
+            "task.num_eval": 1024,
+            "task.num_validation": 128,
             "eval.temperature": 1.0,
             "eval.num_samples": 4,
             "eval.ks": (1, 2, 4),
@@ -254,7 +258,7 @@ class CalculatorTask(Task):
         mix, n_eval = dict(spec.mix), int(spec.num_eval)
         return Splits(
             self.load("train", int(spec.num_train), seed=seed, mix=mix),
-            self.load("validation", n_eval, seed=seed, mix=mix),
+            self.load("validation", validation_size(spec), seed=seed, mix=mix),
             self.load("test", n_eval, seed=seed, mix=mix),
             self,
         )

@@ -246,3 +246,63 @@ def test_a_page_family_tests_not_worse_with_its_margin_and_drops_identical_and_d
         prereg="p", measures=[measure], arms=[], comparisons=comps[1:], grid=grid
     )
     assert "non-inferiority" not in _claims.prereg_text(plain)  # older pages' rule text unchanged
+
+
+def _default_seed(root, seed: int, start: dict, end: dict, samples: dict[int, list[tuple]]):
+    """A done default-run workdir: metrics with two evaluations (``start`` at step 0, ``end`` at 40)
+    and eval files whose samples are ``(problem, class, success, n_calls)``."""
+    w = root / f"s{seed}"
+    (w / "eval").mkdir(parents=True)
+    rows = [{"step": 0, **start}, {"step": 40, **end}]
+    (w / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for step, recs in samples.items():
+        lines = [
+            json.dumps({"problem": p, "sample": 0, "class": c, "success": ok, "n_calls": n})
+            for p, c, ok, n in recs
+        ]
+        (w / "eval" / f"{step}.jsonl").write_text("\n".join(lines) + "\n")
+    (w / "done").write_text("")
+
+
+def test_default_run_page_tests_each_class_against_scipy(tmp_path):
+    """experiments/default_run.py: each seed's end − start per class; accuracy's non-inferiority
+    and tool efficiency's two-sided p-values equal scipy's paired t (Holm over the 8); the
+    per-problem tool efficiency uses N_opt 0 on the rule class and 1 elsewhere."""
+    import math
+
+    import numpy as np
+    from scipy import stats as sps
+
+    from experiments import default_run
+    from mojax import stats
+
+    rng = np.random.default_rng(0)
+    classes = default_run.CLASSES
+    for seed in range(3):
+        start = {default_run.key(m, c): float(rng.uniform(0.5, 0.8)) for m in
+                 ("accuracy", "tool_efficiency") for c in classes}  # fmt: skip
+        end = {k: v + float(rng.uniform(-0.01, 0.2)) for k, v in start.items()}
+        samples = {0: [("a", "rule", True, 1), ("b", "hard", False, 0)],
+                   40: [("a", "rule", True, 0), ("b", "hard", True, 2)]}  # fmt: skip
+        _default_seed(tmp_path, seed, start, end, samples)
+    results = {s: read_metrics(tmp_path / f"s{s}") for s in range(3)}
+    hyps = default_run.hypotheses(results)
+    assert [h.name for h in hyps][:2] == ["accuracy/overall", "tool_efficiency/overall"]
+    raw = []
+    for h in hyps:
+        metric, cls = h.name.split("/")
+        k = default_run.key(metric, cls)
+        diffs = [results[s][1][k] - results[s][0][k] for s in range(3)]
+        assert np.allclose(h.diffs, diffs)
+        if h.margin:  # H0: Δ <= -margin
+            raw.append(sps.ttest_1samp(np.add(diffs, h.margin), 0.0, alternative="greater").pvalue)
+        else:
+            raw.append(sps.ttest_1samp(diffs, 0.0).pvalue)
+    got = [o.p_holm for o in stats.holm_family(hyps, default_run.ALPHA)]
+    want = np.minimum(1, np.maximum.accumulate(np.sort(raw) * (len(raw) - np.arange(len(raw)))))
+    assert np.allclose(sorted(got), want)
+    per = default_run.per_problem(str(tmp_path / "s0" / "eval" / "40.jsonl"))
+    assert per == {"a": (1.0, 1.0), "b": (1.0, math.exp(-0.7))}
+    text = default_run.results_text(results, str(tmp_path), str(tmp_path / "out"))
+    assert (tmp_path / "out" / "default_run" / "curves.png").stat().st_size > 0
+    assert "two-stage interval" in text and "| hard |" in text

@@ -56,12 +56,18 @@ def default_splits(task: Any, spec: Any, seed: int) -> Splits:
     )
 
 
+def validation_size(spec: Any) -> int:
+    """Problems of the validation split: ``spec.num_validation``, or ``spec.num_eval`` when it is
+    0 or absent (a task section, a ConfigDict or any object with those attributes)."""
+    return int(getattr(spec, "num_validation", 0) or spec.num_eval)
+
+
 def generated_splits(task: Any, spec: Any, seed: int) -> Splits:
     """Each split from the task's ``load(split, num, seed=seed)``."""
     out = {}
     for split, num in (
         ("train", int(spec.num_train)),
-        ("validation", int(spec.num_eval)),
+        ("validation", validation_size(spec)),
         ("test", int(spec.num_eval)),
     ):
         try:
@@ -86,8 +92,9 @@ def file_splits(task: Any, spec: Any) -> Splits:
 
     * test: the first ``num_eval`` examples of ``spec.eval_path``, or without it the last
       ``num_eval`` training examples;
-    * validation (ParetoPO's ``v_t``, model selection): ``spec.val_path`` when set, else the last
-      ``num_eval`` of the remaining training examples, so nothing is selected on the test set;
+    * validation (ParetoPO's ``v_t``, model selection): the first ``validation_size`` examples
+      (``num_validation`` or ``num_eval``) of ``spec.val_path`` when set, else the last
+      ``validation_size`` of the remaining training examples, so nothing is selected on the test set;
     * train: the rest. Without ``eval_path`` at most a third of the file goes to each held-out
       split.
     """
@@ -100,17 +107,18 @@ def file_splits(task: Any, spec: Any) -> Splits:
             f"split(s) from; got {len(train)}"
         )
     n = min(n_eval, len(train) // (held_out + 1))
+    n_val = min(validation_size(spec), len(train) // (held_out + 1))
     if spec.eval_path:
         test = load_file(task, spec.eval_path, "task.eval_path")[:n_eval]
         test = unique_ids(test, taken={ex.id for ex in train}, prefix="eval:")
     else:
         train, test = train[:-n], train[-n:]
     if spec.val_path:
-        validation = load_file(task, spec.val_path, "task.val_path")[:n_eval]
+        validation = load_file(task, spec.val_path, "task.val_path")[: validation_size(spec)]
         taken = {ex.id for ex in train} | {ex.id for ex in test}
         validation = unique_ids(validation, taken=taken, prefix="val:")
     else:
-        train, validation = train[:-n], train[-n:]
+        train, validation = train[:-n_val], train[-n_val:]
     return Splits(train, validation, test, task)
 
 

@@ -79,7 +79,7 @@ def test_paretopo_hooks_run_algorithm_1():
     vs = iter([np.array([0.2, 0.5]), np.array([0.4, 0.45]), np.array([0.5, 0.5])])
     calls = []
 
-    def validate():
+    def validate(**settings):
         calls.append(1)
         return next(vs)
 

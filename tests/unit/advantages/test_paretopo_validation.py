@@ -1,6 +1,7 @@
 """ParetoPO's validation vector options (issue 47): sampled rollouts (several per problem, a
-temperature) scored with the fixed ``N_opt``, and a hypervolume reference below ``v_0``; the
-defaults keep the greedy single-sample vector and the reference ``v_0``."""
+temperature) scored with the fixed ``N_opt``, and a hypervolume reference below ``v_0``. ``BASE``
+pins the earlier settings (the greedy single-sample vector, the reference ``v_0``); the defaults are
+the sampled vector and the reference below ``v_0`` (test_defaults_are_the_sampled_vector_below_v0)."""
 
 import dataclasses
 import math
@@ -29,6 +30,9 @@ BASE = dict(
     mode="global",
     gamma=0.5,
     reference="initial",
+    validation_samples=1,
+    validation_temperature=0.0,
+    validation_n_opt="tracked",
     validate_every=1,
     dynamic_weighting=True,
     pareto_ranking=True,
@@ -57,6 +61,12 @@ def test_the_validation_settings_reach_validation_vector(monkeypatch):
     trainer._with_validation(run, host, None, 1, lambda v: run.hooks.after_step(1, host.method, v))
     want = {"num_samples": 4, "temperature": 1.0, "n_opt": "fixed"}
     assert seen == [{}, want, want]  # the default: today's call, with no keywords
+
+
+def test_defaults_are_the_sampled_vector_below_v0():
+    spec = ParetoPOSpec(enabled=True)
+    assert (spec.validation_samples, spec.validation_temperature) == (4, 1.0)
+    assert spec.reference == "below_initial" and spec.validation_n_opt == "tracked"
 
 
 def test_a_reference_below_v0_credits_a_trade_that_v0_as_reference_ignores():

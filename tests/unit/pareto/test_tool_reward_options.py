@@ -108,7 +108,7 @@ def test_config_keys_are_validated_naming_the_allowed_values():
     from mojax.spec.sections import ToolRewardSpec
 
     base = dict(alpha=0.7, no_success="zero")
-    assert ToolRewardSpec(**base).gate == "all" and ToolRewardSpec(**base).n_opt == "tracked"
+    assert ToolRewardSpec(**base).gate == "success" and ToolRewardSpec(**base).n_opt == "tracked"
     with pytest.raises(ConfigError) as err:
         ToolRewardSpec(**base, gate="winners", n_opt="rule")
     text = str(err.value)

@@ -88,7 +88,8 @@ def test_recipe_keys_are_schema_keys_and_recipe_is_small():
         defaults.schema_config({})
 
 
-# The literal base config of mojax/defaults.py before it was generated (main at 56a4c8f), every leaf;
+# The literal base config of mojax/defaults.py before it was generated (main at 56a4c8f), every leaf,
+# with the testbed defaults of issue 47 (tool_reward.gate, task.num_validation, paretopo validation);
 # optional keys as (value, field type).
 LITERAL_BASE = {
     "checkpoint_every": 10,
@@ -146,14 +147,14 @@ LITERAL_BASE = {
     "paretopo.gamma": 0.5,
     "paretopo.mode": "global",
     "paretopo.pareto_ranking": True,
-    "paretopo.reference": "initial",
+    "paretopo.reference": "below_initial",
     "paretopo.reference_margin": 0.1,
     "paretopo.stage1_estimator": "grpo",
     "paretopo.stage1_steps": 10,
     "paretopo.validate_every": 1,
     "paretopo.validation_n_opt": "tracked",
-    "paretopo.validation_samples": 1,
-    "paretopo.validation_temperature": 0.0,
+    "paretopo.validation_samples": 4,
+    "paretopo.validation_temperature": 1.0,
     "paretopo.weights": (0.6, 0.4),
     "ppo.agg": "token-mean",
     "ppo.clip_high": 0.28,
@@ -229,12 +230,13 @@ LITERAL_BASE = {
     "task.num_answers": 0,
     "task.num_eval": 128,
     "task.num_train": 4000,
+    "task.num_validation": 0,
     "task.train_path": "",
     "task.val_path": "",
     "tokenizer.path": "build",
     "tokenizer.vocab_size": 96,
     "tool_reward.alpha": 0.7,
-    "tool_reward.gate": "all",
+    "tool_reward.gate": "success",
     "tool_reward.n_opt": "tracked",
     "tool_reward.no_success": "zero",
     "transcripts_per_step": 4,

@@ -53,7 +53,11 @@ def test_sft_rows_hold_the_plans_with_the_loss_on(tmp_path):
     c, task, splits, tok = _built(tmp_path, "think=0.2")
     tokens, mask = builders.sft_arrays(run_spec(c), task, tok, splits.train)
     demos = C.sft_demonstrations(
-        splits.train[:300], seed=int(c.seed), behaviours=dict(c.sft.behaviours), think_rate=0.2
+        splits.train[:300],
+        seed=int(c.seed),
+        behaviours=dict(c.sft.behaviours),
+        think_rate=0.2,
+        problems=task.problems,
     )
     assert tokens.shape[0] == len(demos) == 300
     open_id = tok.encode(C.THINK_TAGS[0])[0]

@@ -19,8 +19,11 @@ def test_calculator_held_out_problems_are_disjoint_from_training():
     train = _exprs(splits.train)
     for held in (splits.validation, splits.test):
         assert not train & _exprs(held)
-        assert {ex.meta["difficulty"] for ex in held} >= {"easy", "hard"}
+        assert {ex.meta["difficulty"] for ex in held} >= {"rule", "hard"}
     assert not _exprs(splits.validation) & _exprs(splits.test)
+    # the default's sizes: 1024 distinct test problems, a 128-problem validation split
+    assert len(_exprs(splits.test)) == len(splits.test) == 1024
+    assert len(splits.validation) == 128
 
 
 def _toolrl(shared, **over):
