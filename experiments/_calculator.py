@@ -27,7 +27,11 @@ METHODS = [
 ]
 
 # --quick: a 20-step SFT, a 16-problem held-out split (x 4 samples), evaluation every RL step
-QUICK_COMMON = ("--config.sft.steps=20", "--config.task.num_eval=16")
+QUICK_COMMON = (
+    "--config.sft.steps=20",
+    "--config.task.num_eval=16",
+    "--config.task.num_validation=16",
+)
 
 # The testbed every calculator grid up to 2026-12-06 ran on (docs/results/*.md): the "facts" problem
 # set, r_tool paid to every sample, 128 held-out problems (validation = test size), ParetoPO's
@@ -36,7 +40,6 @@ QUICK_COMMON = ("--config.sft.steps=20", "--config.task.num_eval=16")
 LEGACY_TESTBED = (
     "--config.task.kwargs.problems=facts",
     "--config.tool_reward.gate=all",
-    "--config.task.num_validation=0",
     "--config.paretopo.validation_samples=1",
     "--config.paretopo.validation_temperature=0.0",
     "--config.paretopo.validation_n_opt=tracked",
@@ -46,7 +49,8 @@ LEGACY_TESTBED = (
 
 def legacy_common(quick: bool) -> tuple[str, ...]:
     """The earlier testbed's keys, with the held-out size of ``--quick`` (16) or of the grids (128)."""
-    return LEGACY_TESTBED + (QUICK_COMMON if quick else ("--config.task.num_eval=128",))
+    held_out = ("--config.task.num_eval=128", "--config.task.num_validation=0")
+    return LEGACY_TESTBED + (QUICK_COMMON if quick else held_out)
 
 
 def grid(s: Settings) -> _grid.Grid:

@@ -109,6 +109,7 @@ def shrink(c):
     c.rollout.prompts_per_step = 2
     c.rollout.num_samples = 2
     c.task.num_eval = min(c.task.num_eval, 4)
+    c.task.num_validation = 0  # = num_eval
     c.sft.steps = min(c.sft.steps, 20)
     c.sft.batch_size = 16
     c.sft.num_examples = 64

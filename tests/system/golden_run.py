@@ -39,6 +39,7 @@ FLAGS = (
     "--config.sft.num_examples=64",
     "--config.task.num_train=64",
     "--config.task.num_eval=3",  # 3 held-out rows: they do not divide into the 2 shards
+    "--config.task.num_validation=0",  # validation = num_eval
     "--config.rollout.prompts_per_step=2",
     "--config.rollout.num_samples=4",
     "--config.paretopo.stage1_steps=2",

@@ -26,6 +26,7 @@ LAUNCHER = [sys.executable, str(REPO / "launch" / "local_cluster.py")]
 _SFT = ["--config.sft.steps=20", "--config.sft.batch_size=16"]
 _SHORT = [
     "--config.task.num_eval=4",
+    "--config.task.num_validation=0",
     "--config.rollout.prompts_per_step=2",
     "--config.rollout.num_samples=4",
     "--config.eval.ks=(1,)",
@@ -35,7 +36,13 @@ _SHORT = [
 ]
 CASES = {
     # 3 held-out problems: the evaluation's rows do not divide into the 2 shards (worked on whole)
-    "grpo": ["--config=configs/grpo.py", "--config.steps=3", *_SFT, "--config.task.num_eval=3"],
+    "grpo": [
+        "--config=configs/grpo.py",
+        "--config.steps=3",
+        *_SFT,
+        "--config.task.num_eval=3",
+        "--config.task.num_validation=0",
+    ],
     "vpo": ["--config=configs/vpo.py", "--config.steps=2"],  # set rewards [P, G, S, M], no SFT
     # ToolRL with the offline overlap judge: (R_out, R_reason), a scalar clip_eps in the PPO
     # batch, the judge split by groups; DAPO refills (the judge's rewards decide them). A small
@@ -245,6 +252,7 @@ def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, reques
             # validation from the file itself, so training keeps every example but the 2 of test
             f"--config.task.val_path={data}",
             "--config.task.num_eval=2",
+            "--config.task.num_validation=0",
         ]
     two_processes(tmp_path, two, flags)
     one_process(tmp_path, tmp_path / "one", flags)

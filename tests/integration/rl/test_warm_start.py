@@ -26,7 +26,7 @@ def sft_config():
     c = mod.get_config().copy_and_resolve_references()
     with c.unlocked():
         c.sft.steps, c.sft.batch_size, c.sft.num_examples = 3, 8, 32
-        c.task.num_train, c.task.num_eval = 32, 4
+        c.task.num_train, c.task.num_eval, c.task.num_validation = 32, 4, 0
     return c
 
 

@@ -36,6 +36,7 @@ SHORT = [
     "--config.sft.num_examples=64",
     "--config.task.num_train=64",
     "--config.task.num_eval=4",
+    "--config.task.num_validation=0",
     "--config.rollout.prompts_per_step=2",
     "--config.rollout.num_samples=4",
     "--config.paretopo.stage1_steps=2",

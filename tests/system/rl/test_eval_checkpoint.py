@@ -27,7 +27,7 @@ def eval_config(hf_dir):
     with c.unlocked():
         c.mode = "eval"
         c.eval.checkpoint = str(hf_dir)
-        c.task.num_eval = 4
+        c.task.num_eval, c.task.num_validation = 4, 0
         c.task.num_train = 64
         c.eval.num_samples = 1
         c.eval.ks = (1,)

@@ -145,7 +145,7 @@ def grpo_run(workdir: str, mesh_shape, sft_steps: int, steps: int) -> dict:
     c = mod.get_config()
     c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh_shape
     c.sft.steps, c.steps = sft_steps, steps
-    c.sft.batch_size, c.task.num_eval = 16, 8
+    c.sft.batch_size, c.task.num_eval, c.task.num_validation = 16, 8, 0
     c.rollout.prompts_per_step, c.rollout.num_samples = 4, 4
     trainer.run(c, workdir)
 
@@ -177,6 +177,7 @@ def test_default_config_runs_on_a_2_2_2_mesh(tmp_path):
         "--config.rollout.prompts_per_step=4",
         "--config.rollout.num_samples=4",
         "--config.task.num_eval=4",
+        "--config.task.num_validation=0",
     ]
     p = subprocess.run(
         [sys.executable, "-m", "mojax.main", f"--workdir={tmp_path}", *flags],

@@ -36,7 +36,7 @@ def _config():
         c.steps, c.checkpoint_every, c.eval_every = 3, 100, 1
         c.sft.steps, c.sft.batch_size, c.sft.num_examples = 20, 16, 64
         c.sft.checkpoint_every = 5
-        c.task.num_train, c.task.num_eval = 64, 4
+        c.task.num_train, c.task.num_eval, c.task.num_validation = 64, 4, 0
         c.rollout.prompts_per_step, c.rollout.num_samples = 2, 4
         c.eval.ks, c.eval.num_samples = (1,), 1
         c.ppo.kl_coef = 0.01  # the resumed run rebuilds the reference policy

@@ -210,6 +210,7 @@ def test_a_task_by_import_path_takes_the_built_in_path(tmp_path):
         c = load_config("grpo", arg)
         with c.unlocked():
             c.task.num_train, c.task.num_eval, c.sft.num_examples = 64, 4, 64
+            c.task.num_validation = 0
         spec = run_spec(c)
         task = spec.build_task()
         splits = builders.load_splits(task, spec)

@@ -22,6 +22,7 @@ def _config(arg):
     c = mod.get_config(arg)
     with c.unlocked():
         c.task.num_train, c.task.num_eval, c.sft.num_examples = 300, 16, 300
+        c.task.num_validation = 0
     return c
 
 
