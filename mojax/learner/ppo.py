@@ -375,7 +375,7 @@ def ppo_grads(
 
 
 def _with_frozen(fn: Callable, frozen: Any) -> Callable:
-    """``fn(params, x)`` over the full tree: the frozen base merged with the trainable adapters."""
+    """``fn(params, x, w)`` over the full tree: the frozen base merged with the trainable adapters."""
     from mojax.models.lora import merge
 
     return lambda p, x, w: fn(merge(frozen, p), x, w)
