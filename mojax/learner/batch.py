@@ -10,8 +10,12 @@ recompute of ``old_logprobs``). The PPO batch is built in one place, ``mojax.rl.
 :func:`checked` is the learner's validation of either batch before it is placed and compiled
 (shapes against ``tokens``, the rows against the step's divisor, one dtype per field); its
 errors name the field (``PPOBatch.advantages``). :func:`shard` places every present field on the
-mesh (rows over the batch axes, scalars replicated; ``mojax.sharding.shard_batch``: with several
-processes each process hands over the rows its devices hold).
+mesh (rows over the batch axes, scalars replicated; ``mojax.sharding.shard_batch``).
+
+Several processes: every process builds and checks the same full host batch (the loop's values are
+all-gathered before ``assemble``); :func:`shard` then hands over only the rows its own devices hold
+(``jax.make_array_from_process_local_data``), a scalar field is the same on every process, and
+nothing here writes files.
 
 Shape legend (``mojax/__init__.py``): B sequences (rows), T tokens per row.
 """
