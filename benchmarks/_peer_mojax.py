@@ -90,8 +90,8 @@ def main(args) -> None:
         rewards = np.array([reward_of_ids(out_tokens[b, : out_lens[b]]) for b in range(p * g)])
         adv = grpo(rewards.reshape(p, g, 1).astype(np.float32), std_ddof=1).advantages
         batch = assemble_batch(prompts, g, out_tokens, np.asarray(out.logprobs),
-                               np.asarray(out.loss_mask), out_lens, total_len)  # fmt: skip
-        batch["advantages"] = np.asarray(adv, np.float32).reshape(-1)
+                               np.asarray(out.loss_mask), out_lens, total_len,
+                               advantages=adv)  # fmt: skip
         if args.dist == "tail":  # packed rows rounded up to a multiple of ROW_BUCKET: few shapes
             batch = packing.pack_batch(batch, None, math.lcm(train_step.row_divisor, ROW_BUCKET))
         t2 = now()
@@ -100,7 +100,7 @@ def main(args) -> None:
         loss = float(jax.block_until_ready(metrics)["loss"])
         t3 = now()
         timer.add(t1 - t0, t3 - t2, t3 - t0, response_len=float(out_lens.mean()),
-                  rows=float(batch["tokens"].shape[0]), loss=loss,
+                  rows=float(batch.tokens.shape[0]), loss=loss,
                   compiles=float(train_step.trace_count - traces))  # fmt: skip
     _harness.emit(timer.result(args.warmup, side=args.worker, devices=str(jax.devices()[0]),
                                logprob_chunk=chunk or 0, micro_rows=args.micro_rows,

@@ -138,8 +138,7 @@ def worker(args) -> None:
         adv = np.asarray(adv, np.float32).reshape(-1)
         t3 = time.perf_counter()
         batch = assemble_batch(prompt_ids, g, toks, np.asarray(out.logprobs),
-                               np.asarray(out.loss_mask), lens, total_len)  # fmt: skip
-        batch["advantages"] = adv
+                               np.asarray(out.loss_mask), lens, total_len, advantages=adv)  # fmt: skip
         batch = packing.pack_batch(batch, None, rows)
         state, metrics = train_step(state, batch)
         loss = float(jax.block_until_ready(metrics)["loss"])
@@ -147,7 +146,7 @@ def worker(args) -> None:
         if not (lens == drawn).all():
             raise SystemExit("rows did not end at their drawn lengths")
         times.append(dict(handover=t1 - t0, generation=t2 - t1, rewards=t3 - t2, update=t4 - t3,
-                          step=t4 - t0, loss=loss, rows=int(batch["tokens"].shape[0])))  # fmt: skip
+                          step=t4 - t0, loss=loss, rows=int(batch.tokens.shape[0])))  # fmt: skip
     timed = times[args.warmup :]
     result = {k: min(t[k] for t in timed) for k in PARTS}
     result.update(

@@ -135,8 +135,9 @@ def main(argv=None) -> int:
     if a.phase in ("all", "train"):
         rewards = rng.normal(size=(p, g, 1)).astype(np.float32)
         adv = grpo(rewards, np.ones((p, g), bool)).advantages
-        batch = assemble_batch(list(prompts), g, toks, lps, mask, lengths, total_len)
-        batch["advantages"] = np.asarray(adv, np.float32).reshape(-1)
+        batch = assemble_batch(
+            list(prompts), g, toks, lps, mask, lengths, total_len, advantages=adv
+        )
         step = learner.make_train_step(cfg, tx, ppo, mesh, rules)
         state, metrics = step(state, batch)
         jax.block_until_ready(metrics)

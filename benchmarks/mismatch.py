@@ -64,6 +64,7 @@ def measure(args) -> dict:
     import mojax.models as mm
     from mojax import learner
     from mojax import sharding as shl
+    from mojax.learner.batch import shard
     from mojax.learner.correction import mismatch_metrics
     from mojax.rl.step import assemble_batch
     from mojax.sampling import InGraphSampler, bucket_length
@@ -92,12 +93,13 @@ def measure(args) -> dict:
     lp_fn = learner.make_logprob_fn(cfg, mesh, rules, chunk_size=args.chunk)
     total = bucket_length(args.prompt_len) + args.new
     batch = assemble_batch(prompts, args.samples, np.asarray(out.tokens), np.asarray(out.logprobs),
-                           np.asarray(out.loss_mask), np.asarray(out.lengths), total)  # fmt: skip
-    sh = shl.shard_batch(batch, mesh, rules)
-    old = lp_fn(params, sh["tokens"], sh["attention_mask"])
-    m = mismatch_metrics(old, sh["old_logprobs"], sh["loss_mask"], low=args.low, high=args.high)
+                           np.asarray(out.loss_mask), np.asarray(out.lengths), total,
+                           advantages=np.zeros(len(prompts) * args.samples))  # fmt: skip
+    sh = shard(batch, mesh, rules)
+    old = lp_fn(params, sh.tokens, sh.attention_mask)
+    m = mismatch_metrics(old, sh.old_logprobs, sh.loss_mask, low=args.low, high=args.high)
     res = {k: float(v) for k, v in jax.device_get(m).items()}
-    res.update(tokens=int(batch["loss_mask"].sum()), device=jax.devices()[0].device_kind)
+    res.update(tokens=int(batch.loss_mask.sum()), device=jax.devices()[0].device_kind)
     res.update(model=args.checkpoint or args.variant, dtype=args.dtype)
     return res
 

@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     from mojax_test_utils import load_config
 
     from mojax import spec as spec_lib
-    from mojax.learner import packing
+    from mojax.learner import SFTBatch, packing
     from mojax.rl import builders
     from mojax.sampling import bucket_length
 
@@ -61,13 +61,11 @@ def main(argv=None) -> int:
                 tokens[r, : len(seq)] = seq
                 mask[r, : len(seq)] = 1
                 loss[r, len(prompts[i]) : len(seq)] = 1
-        batch = {"tokens": tokens, "attention_mask": mask, "loss_mask": loss,
-                 "old_logprobs": np.zeros((b, t), np.float32),
-                 "advantages": np.zeros((b,), np.float32)}  # fmt: skip
+        batch = SFTBatch(tokens=tokens, loss_mask=loss, attention_mask=mask)
         packed = packing.pack_batch(batch, t)
         before.append(packing.padding_fraction(mask))
-        after.append(packing.padding_fraction(packed["attention_mask"]))
-        rows.append(packed["tokens"].shape[0])
+        after.append(packing.padding_fraction(packed.attention_mask))
+        rows.append(packed.tokens.shape[0])
     lengths = np.array([len(p) + len(r) for p, r in zip(prompts, answers)])
     out = {
         "examples": len(examples),

@@ -106,10 +106,11 @@ def build_update(kept: bool):
     step = learner.make_train_step(cfg, tx, ppo, mesh)
     box = [learner.create_train_state(cfg, tx, seed=0, mesh=mesh)]  # the state, donated per call
     rng = np.random.default_rng(0)
-    batch = dict(tokens=rng.integers(0, 16384, (b, t)).astype(np.int32),
-                 loss_mask=np.zeros((b, t), np.float32), old_logprobs=np.full((b, t), -9.7, np.float32),
-                 advantages=rng.normal(size=(b,)).astype(np.float32))  # fmt: skip
-    batch["loss_mask"][:, 48:] = 1.0
+    loss_mask = np.zeros((b, t), np.float32)
+    loss_mask[:, 48:] = 1.0
+    batch = learner.PPOBatch(tokens=rng.integers(0, 16384, (b, t)).astype(np.int32),
+                             loss_mask=loss_mask, old_logprobs=np.full((b, t), -9.7, np.float32),
+                             advantages=rng.normal(size=(b,)).astype(np.float32))  # fmt: skip
     checked = step.check_batch(batch)
     hlo = step.jitted(checked).lower(box[0], checked).compile().as_text()
 

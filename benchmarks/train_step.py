@@ -110,6 +110,7 @@ def mojax_step_fn(config, params, batch, args):
 
     from mojax import learner
     from mojax import sharding as shl
+    from mojax.learner.batch import shard
 
     mesh = shl.make_mesh(-1, 1, 1) if args.mode == "gpu" else shl.make_mesh(1, 1, 1)
     opt = learner.OptimizerConfig(learning_rate=1e-5, max_grad_norm=1.0, weight_decay=0.0)
@@ -124,7 +125,7 @@ def mojax_step_fn(config, params, batch, args):
     )
     step = learner.make_train_step(config, tx, ppo, mesh)
     state = learner.create_train_state(config, tx, seed=0, mesh=mesh, params=params)
-    batch = shl.shard_batch(batch, mesh, shl.logical_axis_rules())
+    batch = shard(learner.PPOBatch(**batch), mesh, shl.logical_axis_rules())
     box = {"state": state}
 
     def run():

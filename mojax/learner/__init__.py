@@ -1,14 +1,15 @@
 """The learner: PPO-clip loss, log-probs, train state, the sharded PPO step and the SFT step.
 
-Typical use (see ``mojax.learner.step`` for the batch keys and metrics)::
+Typical use (``mojax.learner.batch`` for the batch's fields, ``mojax.learner.step`` for the metrics)::
 
     from mojax import learner
     tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=1e-5))
     state = learner.create_train_state(model_config, tx, seed=0, mesh=mesh, rules=rules)
     train_step = learner.make_train_step(model_config, tx, learner.PPOConfig(), mesh, rules)
-    state, metrics = train_step(state, batch)
+    state, metrics = train_step(state, learner.PPOBatch(tokens, loss_mask, old_logprobs, advantages))
 """
 
+from mojax.learner.batch import PPOBatch, SFTBatch
 from mojax.learner.correction import CorrectionConfig
 from mojax.learner.logprobs import logprobs_from_hidden, token_logprobs
 from mojax.learner.losses import (
@@ -41,7 +42,9 @@ __all__ = [
     "CorrectionConfig",
     "KL_TYPES",
     "OptimizerConfig",
+    "PPOBatch",
     "PPOConfig",
+    "SFTBatch",
     "ShardedStep",
     "TrainState",
     "abstract_train_state",

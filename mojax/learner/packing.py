@@ -10,7 +10,7 @@ A rollout (or SFT) batch pads every row to the longest one; with ToolRL's ~4k-to
 * ``positions`` int32 [B', W]: RoPE positions restarting at 0 in each segment;
 * per-token ``advantages`` [B', W] (a sequence's advantage on each of its tokens).
 
-Row arrays (``loss_mask``, ``old_logprobs``, ``ref_logprobs``) move with their tokens. The loss
+Row fields (``loss_mask``, ``old_logprobs``, ``ref_logprobs``, ``is_weights``) move with their tokens. The loss
 stays per sequence: ``packed_aggregation_weights`` counts tokens per segment (not per row) and
 sequences as segments, so the packed loss and gradient equal the unpacked ones for every
 aggregation of ``mojax.learner.losses`` (Dr.GRPO's constant ``L_max`` defaults to the unpacked
@@ -25,14 +25,17 @@ Shape legend: B rows (sequences), T tokens, B' packed rows, W packed width.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from mojax.learner import losses
+from mojax.learner.batch import Batch, present
 
-#: [B, T] arrays that move with their tokens
-ROW_KEYS = ("tokens", "attention_mask", "loss_mask", "old_logprobs", "ref_logprobs")
+#: [B, T] fields that move with their tokens
+ROW_FIELDS = ("tokens", "attention_mask", "loss_mask", "old_logprobs", "ref_logprobs", "is_weights")
 
 
 def bins_first_fit(lengths: np.ndarray, width: int) -> list[list[int]]:
@@ -54,20 +57,27 @@ def bins_first_fit(lengths: np.ndarray, width: int) -> list[list[int]]:
     return bins
 
 
-def pack_batch(batch: dict, width: int | None = None, row_multiple: int = 1) -> dict:
+def pack_batch(batch: Batch, width: int | None = None, row_multiple: int = 1) -> Batch:
     """The packed batch of a right-padded rollout / SFT batch (see the module docstring).
 
     Args:
-      batch: ``tokens [B, T]`` and optional ``attention_mask`` (default all ones), ``loss_mask``,
-        ``old_logprobs``, ``ref_logprobs`` [B, T],
-        ``advantages`` [B] or [B, T]; other keys (e.g. ``clip_eps``) are kept as they are.
+      batch: a :class:`PPOBatch` or :class:`SFTBatch`, not packed yet: ``tokens [B, T]``, optional
+        ``attention_mask`` (default all ones) and the other [B, T] fields, a PPO batch's
+        ``advantages`` [B] or [B, T]; a scalar (``clip_eps``) is kept as it is.
       width: W, tokens per packed row (default T); a sequence longer than W is an error.
       row_multiple: B' is a multiple of it.
+
+    Returns:
+      A batch of the same class with every [B, T] field [B', W], ``advantages`` [B', W] and the
+      rows' ``segment_ids`` / ``positions``.
     """
-    tokens = np.asarray(batch["tokens"])
+    if batch.segment_ids is not None:
+        raise ValueError(f"pack_batch: this {type(batch).__name__} is packed already")
+    fields = present(batch)
+    tokens = np.asarray(batch.tokens)
     b, t = tokens.shape
     width = int(width or t)
-    mask = np.asarray(batch.get("attention_mask", np.ones((b, t))), bool)
+    mask = np.asarray(fields.get("attention_mask", np.ones((b, t))), bool)
     if (mask[:, 1:] & ~mask[:, :-1]).any():
         raise ValueError("pack_batch: rows must be right-padded (attention_mask 1s then 0s)")
     lengths = mask.sum(axis=1)
@@ -75,23 +85,20 @@ def pack_batch(batch: dict, width: int | None = None, row_multiple: int = 1) -> 
         raise ValueError(f"pack_batch: a sequence of {lengths.max()} tokens > width {width}")
     bins = bins_first_fit(lengths, width)
     rows = -(-max(len(bins), 1) // row_multiple) * row_multiple
-    out = {k: v for k, v in batch.items() if k not in ROW_KEYS + ("advantages",)}
-    for k in ROW_KEYS:
-        if k in batch:
-            arr = np.asarray(batch[k])
-            out[k] = np.zeros((rows, width), arr.dtype)
+    src = {k: np.asarray(fields[k]) for k in ROW_FIELDS if k in fields and k != "attention_mask"}
+    out = {k: np.zeros((rows, width), v.dtype) for k, v in src.items()}
     out["attention_mask"] = np.zeros((rows, width), np.int32)
     seg = np.zeros((rows, width), np.int32)
     pos = np.zeros((rows, width), np.int32)
-    adv_in = np.asarray(batch["advantages"], np.float32) if "advantages" in batch else None
+    adv_in = fields.get("advantages")
+    adv_in = None if adv_in is None else np.asarray(adv_in, np.float32)
     adv = np.zeros((rows, width), np.float32)
     for r, members in enumerate(bins):
         at = 0
         for s, i in enumerate(sorted(members), start=1):
             n = int(lengths[i])
-            for k in ROW_KEYS:
-                if k in batch and k != "attention_mask":
-                    out[k][r, at : at + n] = np.asarray(batch[k])[i, :n]
+            for k, v in src.items():
+                out[k][r, at : at + n] = v[i, :n]
             out["attention_mask"][r, at : at + n] = 1
             seg[r, at : at + n] = s
             pos[r, at : at + n] = np.arange(n)
@@ -101,7 +108,7 @@ def pack_batch(batch: dict, width: int | None = None, row_multiple: int = 1) -> 
     out["segment_ids"], out["positions"] = seg, pos
     if adv_in is not None:
         out["advantages"] = adv
-    return out
+    return dataclasses.replace(batch, **out)
 
 
 def padding_fraction(attention_mask) -> float:

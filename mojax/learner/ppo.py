@@ -11,7 +11,7 @@ update whose loss or gradient norm is not finite is skipped and counted in ``ski
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import jax
@@ -22,6 +22,7 @@ from jax.sharding import Mesh
 from mojax import sharding as sharding_lib
 from mojax.config import Checker, dataclass_from_config, option
 from mojax.learner import losses
+from mojax.learner.batch import Batch, PPOBatch, rows_only
 from mojax.learner.logprobs import COMPACT_MODES, token_logprobs
 from mojax.learner.state import TrainState
 from mojax.models import QwenConfig
@@ -184,25 +185,28 @@ _MEAN_METRICS = ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "approx_kl
 
 
 def accumulate_gradients(
-    loss_fn: Callable[[Any, Mapping[str, jax.Array]], tuple[jax.Array, dict]],
+    loss_fn: Callable[[Any, Batch, jax.Array], tuple[jax.Array, dict]],
     params: Any,
-    minibatch: Mapping[str, jax.Array],
+    minibatch: Batch,
+    weights: jax.Array,
     num_microbatches: int,
     constrain: Callable[[Any], Any] = lambda x: x,
 ) -> tuple[Any, dict[str, jax.Array]]:
     """Σ over micro-batches of ``grad(loss_fn)`` (``lax.scan``), with combined metrics.
 
-    ``loss_fn(params, micro)`` must return a loss already weighted for the whole mini-batch (so the
-    sum is the mini-batch loss) and metrics; ``_SUM_METRICS`` are summed, ``_MEAN_METRICS`` are
-    token-means recombined with the micro-batch token counts, ``ratio_min/max`` by min / max.
+    ``minibatch`` (no scalar fields: every leaf has its rows) and its aggregation ``weights``
+    [B, T] are split together; ``loss_fn(params, micro, micro_weights)`` must return a loss already
+    weighted for the whole mini-batch (so the sum is the mini-batch loss) and metrics;
+    ``_SUM_METRICS`` are summed, ``_MEAN_METRICS`` are token-means recombined with the micro-batch
+    token counts, ``ratio_min/max`` by min / max.
     """
-    micro = split_rows(minibatch, num_microbatches)
+    micro = split_rows((minibatch, weights), num_microbatches)
     grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
 
-    def body(acc, x):
-        x = constrain(x)
-        (loss, metrics), grads = grad_fn(params, x)
-        n = jnp.sum(x["loss_mask"].astype(jnp.float32))
+    def body(acc, xw):
+        x, w = constrain(xw)
+        (loss, metrics), grads = grad_fn(params, x, w)
+        n = jnp.sum(x.loss_mask.astype(jnp.float32))
         g_acc, m_acc = acc
         g_acc = jax.tree.map(lambda a, g: a + g.astype(a.dtype), g_acc, grads)
         new = dict(m_acc)
@@ -220,7 +224,7 @@ def accumulate_gradients(
 
     # metric structure from an abstract evaluation (no compute)
     x0 = jax.tree.map(lambda x: x[0], micro)
-    _, m_shape = jax.eval_shape(lambda p, x: loss_fn(p, x), params, x0)
+    _, m_shape = jax.eval_shape(lambda p, xw: loss_fn(p, *xw), params, x0)
     m0 = {k: jnp.zeros((), jnp.float32) for k in ("loss", *m_shape)}
     if "ratio_min" in m0:
         m0["ratio_min"] = jnp.full((), jnp.inf, jnp.float32)
@@ -274,105 +278,107 @@ def apply_update(
     return params, opt_state, step + ok.astype(step.dtype), metrics
 
 
-def ppo_loss_fn(model_config: QwenConfig, cfg: PPOConfig, vocab_sharded: bool = False) -> Callable:
-    """``loss_fn(params, micro) -> (loss, metrics)`` of one micro-batch carrying its ``weights``
-    (and, for packed rows, ``segment_ids`` / ``positions``; ``lora_rng`` for adapter dropout)."""
+def ppo_loss_fn(
+    model_config: QwenConfig,
+    cfg: PPOConfig,
+    vocab_sharded: bool = False,
+    *,
+    clip_eps: jax.Array | None = None,
+    lora_rng: jax.Array | None = None,
+) -> Callable:
+    """``loss_fn(params, micro, weights) -> (loss, metrics)`` of one micro-batch (a
+    :class:`PPOBatch` without its scalar fields; packed rows carry ``segment_ids`` / ``positions``)
+    and its aggregation ``weights`` [b, T]; ``clip_eps`` is the batch's scalar clip radius,
+    ``lora_rng`` the key of adapter dropout."""
     with_entropy = cfg.entropy_coef != 0.0 or cfg.log_entropy
 
-    def loss_fn(params, x):
+    def loss_fn(params, x: PPOBatch, weights):
         lp, ent = token_logprobs(
             model_config,
             params,
-            x["tokens"],
-            x.get("attention_mask"),
+            x.tokens,
+            x.attention_mask,
             chunk_size=cfg.logprob_chunk,
             with_entropy=with_entropy,
             vocab_sharded=vocab_sharded,
-            need=x["loss_mask"] > 0,
+            need=x.loss_mask > 0,
             compact=cfg.logprob_compact,
             remat_chunks=cfg.logprob_remat,
-            **{k: x[k] for k in _MODEL_EXTRAS if k in x},
+            segment_ids=x.segment_ids,
+            positions=x.positions,
+            lora_rng=lora_rng,
         )
-        adv = x["advantages"]
-        if "is_weights" in x:  # w min(ρA, clip(ρ)A) = min(ρ wA, clip(ρ) wA) for weights w >= 0
-            adv = (adv[:, None] if adv.ndim == 1 else adv) * x["is_weights"]
+        adv = x.advantages
+        if x.is_weights is not None:  # w min(ρA, clip(ρ)A) = min(ρ wA, clip(ρ) wA) for w >= 0
+            adv = (adv[:, None] if adv.ndim == 1 else adv) * x.is_weights
         return losses.ppo_clip_loss(
             lp,
-            x["old_logprobs"],
+            x.old_logprobs,
             adv,
-            x["loss_mask"],
+            x.loss_mask,
             clip_low=cfg.clip_low,
             clip_high=cfg.clip_high,
-            clip_eps=x.get("clip_eps"),
+            clip_eps=clip_eps,
             dual_clip=cfg.dual_clip,
-            ref_logprobs=x.get("ref_logprobs"),
+            ref_logprobs=x.ref_logprobs,
             kl_coef=cfg.kl_coef,
             kl_type=cfg.kl_type,
             entropy=ent if cfg.entropy_coef != 0.0 or ent is None else jax.lax.stop_gradient(ent),
             entropy_coef=cfg.entropy_coef,
-            token_weights=x["weights"],
+            token_weights=weights,
             ratio_level=cfg.ratio_level,
         )
 
     return loss_fn
 
 
-#: optional inputs of ``token_logprobs``: packed rows (``mojax.learner.packing``), LoRA dropout
-_MODEL_EXTRAS = ("segment_ids", "positions", "lora_rng")
-_SCALARS = ("clip_eps", "lora_rng")
-
-
-def _with_weights(minibatch: Mapping[str, jax.Array], cfg: PPOConfig, agg: str) -> dict:
-    rows = {k: v for k, v in minibatch.items() if k not in _SCALARS}
-    if "segment_ids" in minibatch:  # packed rows: per-sequence weights (mojax.learner.packing)
+def aggregation_weights(minibatch: PPOBatch, cfg: PPOConfig) -> jax.Array:
+    """The loss's per-token weights [B, T] of the whole mini-batch (``cfg.agg``); packed rows
+    (``segment_ids``) count tokens and sequences per segment (``mojax.learner.packing``)."""
+    if minibatch.segment_ids is not None:
         from mojax.learner.packing import packed_aggregation_weights
 
-        rows["weights"] = packed_aggregation_weights(
-            minibatch["loss_mask"], minibatch["segment_ids"], agg, cfg.max_len, cfg.num_seqs
+        return packed_aggregation_weights(
+            minibatch.loss_mask, minibatch.segment_ids, cfg.agg, cfg.max_len, cfg.num_seqs
         )
-        return rows
-    rows["weights"] = losses.aggregation_weights(
-        minibatch["loss_mask"], agg, cfg.max_len, cfg.num_seqs
-    )
-    return rows
-
-
-def _micro_loss_with_scalars(loss_fn: Callable, scalars: dict) -> Callable:
-    return lambda p, x: loss_fn(p, {**x, **scalars})
+    return losses.aggregation_weights(minibatch.loss_mask, cfg.agg, cfg.max_len, cfg.num_seqs)
 
 
 def ppo_grads(
     model_config: QwenConfig,
     cfg: PPOConfig,
     params: Any,
-    minibatch: Mapping[str, jax.Array],
+    minibatch: PPOBatch,
     *,
     mesh: Mesh | None = None,
     rules=None,
     frozen: Any = None,
+    lora_rng: jax.Array | None = None,
 ) -> tuple[Any, dict]:
     """Accumulated gradient and metrics of the PPO loss on one mini-batch (no optimizer).
 
     ``frozen``: under LoRA, the frozen base the trainable ``params`` (the adapters) are merged
-    with; the gradient is the adapters' only."""
-    scalars = {k: minibatch[k] for k in _SCALARS if k in minibatch}
-    rows = _with_weights(minibatch, cfg, cfg.agg)
+    with; the gradient is the adapters' only. ``lora_rng``: the key of adapter dropout."""
+    rows = rows_only(minibatch)
+    weights = aggregation_weights(rows, cfg)
     constrain = (lambda x: x) if mesh is None else (lambda x: constrain_rows(x, mesh, rules))
     vocab_sharded = sharding_lib.num_shards(mesh, rules, "vocab") > 1
-    fn = _micro_loss_with_scalars(ppo_loss_fn(model_config, cfg, vocab_sharded), scalars)
+    fn = ppo_loss_fn(
+        model_config, cfg, vocab_sharded, clip_eps=minibatch.clip_eps, lora_rng=lora_rng
+    )
     if frozen is not None:
         fn = _with_frozen(fn, frozen)
-    b, t = minibatch["tokens"].shape
+    b, t = minibatch.tokens.shape
     shards = 1 if mesh is None else sharding_lib.batch_divisor(mesh, rules)
     n = microbatches_for(b, t, cfg.num_microbatches, cfg.microbatch_tokens, shards)
-    return accumulate_gradients(fn, params, rows, n, constrain)
+    return accumulate_gradients(fn, params, rows, weights, n, constrain)
 
 
 def _with_frozen(fn: Callable, frozen: Any) -> Callable:
-    """``fn(params, x)`` over the full tree: the frozen base merged with the trainable adapters."""
+    """``fn(params, x, w)`` over the full tree: the frozen base merged with the trainable adapters."""
     from mojax.models.lora import merge
 
-    return lambda p, x: fn(merge(frozen, p), x)
+    return lambda p, x, w: fn(merge(frozen, p), x, w)
 
 
 def _mean_over_updates(per_update: dict[str, jax.Array]) -> dict[str, jax.Array]:
@@ -394,7 +400,7 @@ def _mean_over_updates(per_update: dict[str, jax.Array]) -> dict[str, jax.Array]
 
 def ppo_update(
     state: TrainState,
-    batch: Mapping[str, jax.Array],
+    batch: PPOBatch,
     *,
     model_config: QwenConfig,
     cfg: PPOConfig,
@@ -404,13 +410,13 @@ def ppo_update(
     lr_schedule: Callable | None = None,
 ) -> tuple[TrainState, dict[str, jax.Array]]:
     """The pure body of ``train_step``: epochs x mini-batches of accumulated PPO updates."""
-    b = batch["tokens"].shape[0]
+    b = batch.tokens.shape[0]
     rng, shuffle_key = jax.random.split(state.rng)
     epoch_keys = jax.random.split(shuffle_key, cfg.ppo_epochs)
-    rows = {k: v for k, v in batch.items() if k != "clip_eps"}
-    scalars = {k: batch[k] for k in ("clip_eps",) if k in batch}
+    rows = rows_only(batch)
+    lora_rng = None
     if model_config.lora is not None and model_config.lora.dropout > 0.0:
-        scalars["lora_rng"] = jax.random.fold_in(state.rng, state.step)
+        lora_rng = jax.random.fold_in(state.rng, state.step)
 
     def minibatch_update(carry, mb):
         params, opt_state, step = carry
@@ -418,10 +424,11 @@ def ppo_update(
             model_config,
             cfg,
             params,
-            {**mb, **scalars},
+            dataclasses.replace(mb, clip_eps=batch.clip_eps),
             mesh=mesh,
             rules=rules,
             frozen=state.frozen,
+            lora_rng=lora_rng,
         )
         params, opt_state, step, norms = apply_update(
             tx, params, opt_state, step, grads, metrics["loss"], lr_schedule

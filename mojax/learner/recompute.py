@@ -18,6 +18,7 @@ nothing here waits for the device.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,9 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
+from mojax.learner import batch as batch_lib
 from mojax.learner import correction as corr
+from mojax.learner.batch import PPOBatch
 from mojax.learner.step import make_logprob_fn
 from mojax.models import QwenConfig
 
@@ -62,20 +65,21 @@ def make_recompute_fn(
     cfg: corr.CorrectionConfig,
     *,
     chunk_size: int | None = None,
-) -> Callable[[Any, dict], tuple[dict, dict]]:
+) -> Callable[[Any, PPOBatch], tuple[PPOBatch, dict]]:
     """``(params, batch) -> (batch, metrics)`` (see the module docstring).
 
-    ``batch`` is the PPO batch of ``mojax.learner.step.make_train_step`` (host or device arrays);
-    the returned batch holds device arrays on ``mesh`` and is what the train step takes.
+    ``batch`` is the :class:`PPOBatch` of ``mojax.learner.step.make_train_step`` (host or device
+    arrays); the returned batch (``dataclasses.replace`` of it) holds device arrays on ``mesh`` and
+    is what the train step takes.
     """
     lp_fn = make_logprob_fn(model_config, mesh, rules, chunk_size=chunk_size)
     rows = sharding_lib.batch_sharding(mesh, rules, 2)
     post = jax.jit(_post(cfg), out_shardings=(rows, sharding_lib.replicated(mesh)))
 
-    def call(params, batch: dict) -> tuple[dict, dict]:
-        batch = sharding_lib.shard_batch(batch, mesh, rules)
-        old = lp_fn(params, batch["tokens"], batch.get("attention_mask"))
-        arrays, metrics = post(old, batch["old_logprobs"], batch["loss_mask"])
-        return {**batch, **arrays}, metrics
+    def call(params, batch: PPOBatch) -> tuple[PPOBatch, dict]:
+        batch = batch_lib.shard(batch, mesh, rules)
+        old = lp_fn(params, batch.tokens, batch.attention_mask)
+        arrays, metrics = post(old, batch.old_logprobs, batch.loss_mask)
+        return dataclasses.replace(batch, **arrays), metrics
 
     return call

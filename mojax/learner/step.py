@@ -7,13 +7,14 @@ jitted pure function with explicit in/out shardings over a ("data", "fsdp", "ten
 state donated, so it runs unchanged from one CPU to a multi-host mesh::
 
     step = make_train_step(model_config, tx, PPOConfig(...), mesh, rules)
-    state, metrics = step(state, batch)       # batch: dict of host or device arrays (keys below)
+    state, metrics = step(state, batch)       # batch: a PPOBatch of host or device arrays
 
-Batch keys (the rollout batch contract, ``docs/architecture.md``): ``tokens`` int32 [B, T], ``loss_mask`` [B, T],
-``old_logprobs`` fp32 [B, T], ``advantages`` [B] or [B, T]; ``ref_logprobs`` [B, T] when
-``kl_coef != 0``; optional ``attention_mask`` [B, T], ``clip_eps`` (scalar AWPO radius),
-``is_weights`` [B, T] (off-policy correction weights, ``mojax.learner.correction``); ``n_calls``
-and other host metadata are accepted and ignored. A missing or unknown key raises naming it.
+The batch is a ``mojax.learner.batch.PPOBatch`` (the rollout batch contract,
+``docs/architecture.md``): ``tokens`` int32 [B, T], ``loss_mask`` [B, T], ``old_logprobs`` fp32
+[B, T], ``advantages`` [B] or [B, T]; ``ref_logprobs`` [B, T] required when ``kl_coef != 0``;
+optional ``attention_mask`` [B, T], ``clip_eps`` (scalar AWPO radius), ``is_weights`` [B, T]
+(off-policy correction weights, ``mojax.learner.correction``), ``segment_ids`` / ``positions``
+(packed rows). A missing required field or a wrong shape raises naming the field.
 
 Exact micro-batching: the aggregation weights of the loss (``mojax.learner.losses.aggregation_weights``)
 are computed once on the whole mini-batch and split with it, so the accumulated loss and gradient
@@ -27,17 +28,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.sharding import Mesh
 
 from mojax import sharding as sharding_lib
+from mojax.learner import batch as batch_lib
+from mojax.learner.batch import Batch, PPOBatch
 from mojax.learner.logprobs import token_logprobs
 from mojax.learner.ppo import PPOConfig, ppo_grads, ppo_update
 from mojax.learner.state import TrainState, state_shardings
@@ -45,10 +46,6 @@ from mojax.models import QwenConfig, layouts, param_shardings
 
 # --------------------------------------------------------------------------------------------------
 # the jitted, sharded step
-
-
-_DTYPES = {"tokens": np.int32, "attention_mask": np.int32, "segment_ids": np.int32}
-_DTYPES["positions"] = np.int32
 
 
 @contextlib.contextmanager
@@ -64,17 +61,13 @@ def logical_context(mesh: Mesh, rules):
         yield
 
 
-def _as_dtype(x, dtype):
-    if x.dtype == dtype:
-        return x
-    return x.astype(dtype)
-
-
 class ShardedStep:
-    """``(state, batch) -> (state, metrics)`` jitted per batch-key set with explicit shardings.
+    """``(state, batch) -> (state, metrics)`` jitted per set of present batch fields with explicit
+    shardings.
 
-    Validates the batch (missing / unknown keys and shapes raise naming the key), drops ignored
-    host metadata, places the rows over the mesh's batch axes and calls one ``jax.jit`` with
+    Takes one batch class (``batch_type``: ``PPOBatch`` or ``SFTBatch``), validates the batch
+    (``mojax.learner.batch.checked``: a missing required field or a wrong shape raises naming the
+    field), places the rows over the mesh's batch axes and calls one ``jax.jit`` with
     ``in_shardings=(state_shardings, batch_shardings)``, ``out_shardings=(state_shardings,
     replicated)`` and ``donate_argnums=0`` (the old state's buffers are reused).
 
@@ -97,14 +90,13 @@ class ShardedStep:
         mesh: Mesh,
         rules,
         *,
-        required: tuple[str, ...],
-        optional: tuple[str, ...],
-        ignored: tuple[str, ...] = (),
+        batch_type: type = PPOBatch,
+        required: tuple[str, ...] = (),
         row_divisor: int = 1,
         max_in_flight: int = 2,
     ):
         self._fn, self.shardings, self.mesh, self.rules = fn, shardings, mesh, rules
-        self.required, self.optional, self.ignored = required, optional, ignored
+        self.batch_type, self.required = batch_type, required
         self.row_divisor = row_divisor
         self.trace_count = 0
         self._jitted: dict[tuple, Callable] = {}
@@ -118,64 +110,29 @@ class ShardedStep:
         with logical_context(self.mesh, self.rules):
             return self._fn(state, batch)
 
-    def check_batch(self, batch: Mapping[str, Any]) -> dict[str, Any]:
-        missing = [k for k in self.required if k not in batch]
-        if missing:
-            raise KeyError(f"batch is missing required key(s) {missing}; got {sorted(batch)}")
-        unknown = sorted(set(batch) - set(self.required + self.optional + self.ignored))
-        if unknown:
-            raise KeyError(
-                f"unknown batch key(s) {unknown}; allowed: {sorted(self.required + self.optional)}"
-                f" (+ ignored metadata {sorted(self.ignored)})"
+    def check_batch(self, batch: Batch) -> Batch:
+        """``batch`` checked and cast for this step (``mojax.learner.batch.checked``)."""
+        if not isinstance(batch, self.batch_type):
+            raise TypeError(
+                f"this step takes a {self.batch_type.__name__} (mojax.learner.batch), got "
+                f"{type(batch).__name__}"
             )
-        out = {
-            k: v if isinstance(v, jax.Array) else np.asarray(v)
-            for k, v in batch.items()
-            if k not in self.ignored
-        }
-        if np.ndim(out["tokens"]) != 2:
-            raise ValueError(f"batch['tokens'] must be [B, T], got shape {np.shape(out['tokens'])}")
-        b, t = np.shape(out["tokens"])
-        for k, v in out.items():
-            shape = np.shape(v)
-            if k == "clip_eps":
-                if shape != ():
-                    raise ValueError(f"batch['clip_eps'] must be a scalar, got shape {shape}")
-            elif k == "advantages":
-                if shape not in ((b,), (b, t)):
-                    raise ValueError(
-                        f"batch['advantages'] must be [B]={b} or [B, T]={(b, t)}, got {shape}"
-                    )
-            elif shape != (b, t):
-                raise ValueError(
-                    f"batch[{k!r}] must have the shape of tokens {(b, t)}, got {shape}"
-                )
-        if b % self.row_divisor:
-            raise ValueError(
-                f"batch has B={b} rows, not a multiple of {self.row_divisor} (mini-batches x "
-                "micro-batches x batch shards of the mesh)"
-            )
-        if not np.issubdtype(out["tokens"].dtype, np.integer):
-            raise ValueError(f"batch['tokens'] must be an integer array, got {out['tokens'].dtype}")
-        # one dtype per key, so host batches of any numeric dtype hit the same compiled step
-        return {k: _as_dtype(v, _DTYPES.get(k, np.float32)) for k, v in out.items()}
+        return batch_lib.checked(batch, self.required, self.row_divisor)
 
-    def jitted(self, batch: Mapping[str, Any]) -> Callable:
-        """The ``jax.jit`` object used for this batch's key set (e.g. to ``.lower(...)``)."""
-        key = tuple(sorted((k, np.ndim(v)) for k, v in batch.items()))
+    def jitted(self, batch: Batch) -> Callable:
+        """The ``jax.jit`` object used for this batch's present fields (e.g. to ``.lower(...)``)."""
+        key = batch_lib.signature(batch)
         if key not in self._jitted:
-            b_sh = {k: sharding_lib.batch_sharding(self.mesh, self.rules, nd) for k, nd in key}
             self._jitted[key] = jax.jit(
                 self._traced,
-                in_shardings=(self.shardings, b_sh),
+                in_shardings=(self.shardings, batch_lib.shardings(batch, self.mesh, self.rules)),
                 out_shardings=(self.shardings, sharding_lib.replicated(self.mesh)),
                 donate_argnums=0,
             )
         return self._jitted[key]
 
-    def __call__(self, state: TrainState, batch: Mapping[str, Any]) -> tuple[TrainState, dict]:
-        batch = self.check_batch(batch)
-        batch = sharding_lib.shard_batch(batch, self.mesh, self.rules)
+    def __call__(self, state: TrainState, batch: Batch) -> tuple[TrainState, dict]:
+        batch = batch_lib.shard(self.check_batch(batch), self.mesh, self.rules)
         while len(self._in_flight) >= self.max_in_flight:
             jax.block_until_ready(self._in_flight.popleft())
         state, metrics = self.jitted(batch)(state, batch)
@@ -213,20 +170,13 @@ def make_train_step(
         rules=rules,
         lr_schedule=lr_schedule,
     )
-    required = ("tokens", "loss_mask", "old_logprobs", "advantages")
-    if cfg.kl_coef != 0.0:
-        required += ("ref_logprobs",)
-    optional = ("ref_logprobs", "attention_mask", "clip_eps", "is_weights")
-    optional = tuple(k for k in optional if k not in required)
-    optional += ("segment_ids", "positions")  # packed rows (mojax.learner.packing)
     return ShardedStep(
         fn,
         state_shardings(model_config, tx, mesh, rules),
         mesh,
         rules,
-        required=required,
-        optional=optional,
-        ignored=("n_calls",),
+        batch_type=PPOBatch,
+        required=("ref_logprobs",) if cfg.kl_coef != 0.0 else (),
         row_divisor=cfg.num_minibatches * cfg.num_microbatches,
     )
 
@@ -246,7 +196,7 @@ def make_grad_fn(model_config: QwenConfig, cfg: PPOConfig, mesh: Mesh, rules=Non
     jitted = jax.jit(fn, out_shardings=(p_sh, sharding_lib.replicated(mesh)))
 
     def call(params, batch):
-        return jitted(params, sharding_lib.shard_batch(batch, mesh, rules))
+        return jitted(params, batch_lib.shard(batch, mesh, rules))
 
     return call
 

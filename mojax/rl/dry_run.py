@@ -78,8 +78,9 @@ def batch_shape(spec: RunSpec, prompt_len: int | None = None) -> tuple[int, int]
     return b, protocol.bucket_length(p) + int(rc.max_response_len)
 
 
-def abstract_batch(spec: RunSpec, mesh, rules, prompt_len: int | None = None) -> dict:
-    """The rollout batch as ``jax.ShapeDtypeStruct`` rows over the mesh's batch axes."""
+def abstract_batch(spec: RunSpec, mesh, rules, prompt_len: int | None = None) -> learner.PPOBatch:
+    """The rollout batch as a ``PPOBatch`` of ``jax.ShapeDtypeStruct`` rows over the mesh's batch
+    axes."""
     b, t = batch_shape(spec, prompt_len)
     shapes = {
         "tokens": ((b, t), np.int32),
@@ -90,10 +91,12 @@ def abstract_batch(spec: RunSpec, mesh, rules, prompt_len: int | None = None) ->
     }
     if spec.ppo.kl_coef:
         shapes["ref_logprobs"] = ((b, t), np.float32)
-    return {
-        k: jax.ShapeDtypeStruct(s, d, sharding=sharding_lib.batch_sharding(mesh, rules, len(s)))
-        for k, (s, d) in shapes.items()
-    }
+    return learner.PPOBatch(
+        **{
+            k: jax.ShapeDtypeStruct(s, d, sharding=sharding_lib.batch_sharding(mesh, rules, len(s)))
+            for k, (s, d) in shapes.items()
+        }
+    )
 
 
 def compile_train_step(spec: RunSpec, mesh, rules, mc=None, prompt_len: int | None = None):

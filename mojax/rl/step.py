@@ -25,7 +25,11 @@ Row ``b = p * G + g`` holds prompt ``p`` followed by its ``g``-th response, righ
 * ``loss_mask`` float32 [B, T]: 1 only on policy-generated response tokens (0 on the prompt, the
   padding and tool observations — the sampler's response mask says which are which);
 * ``old_logprobs`` float32 [B, T]: at position t, log π_old(tokens[t] | tokens[<t]) for response
-  tokens (from the sampler, fp32), 0 elsewhere.
+  tokens (from the sampler, fp32), 0 elsewhere;
+* ``advantages`` float32 [B]: the method's advantage of each sequence;
+
+a ``mojax.learner.PPOBatch`` (a frozen pytree) built by ``assemble_batch`` and completed by
+``assemble`` with ``dataclasses.replace`` (``clip_eps``, ``ref_logprobs``, the packed rows).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from mojax import distributed, learner
 from mojax import rewards as rewards_lib
 from mojax.advantages import AdvantageInputs
 from mojax.learner import packing
+from mojax.learner.batch import PPOBatch
 from mojax.rl.episodes import EpisodeRunner, Episodes, concat, rollout_metrics, select
 from mojax.rl.state import HostState, PromptIterator
 from mojax.spec import RunSpec
@@ -241,10 +246,11 @@ def with_advantages(episodes: Episodes, out) -> Episodes:
     return dataclasses.replace(episodes, advantages=np.asarray(out.advantages, np.float32))
 
 
-def assemble(run: Run, episodes: Episodes, out) -> dict[str, Any]:
-    """The PPO batch: ``tokens``, ``attention_mask``, ``loss_mask``, ``old_logprobs`` [B, T],
-    ``advantages`` [B] (+ ``clip_eps``, ``ref_logprobs``). Rows outside ``episodes.train_mask`` (invalid
-    rewards, dropped groups) get no gradient."""
+def assemble(run: Run, episodes: Episodes, out) -> PPOBatch:
+    """The PPO batch (``mojax.learner.PPOBatch``, built here and only here): ``tokens``,
+    ``attention_mask``, ``loss_mask``, ``old_logprobs`` [B, T], ``advantages`` [B] (+ ``clip_eps``,
+    ``ref_logprobs``); packed (``pack``) with ``packing.enabled``. Rows outside
+    ``episodes.train_mask`` (invalid rewards, dropped groups) get no gradient."""
     r = episodes.rollout
     batch = assemble_batch(
         episodes.prompt_ids,
@@ -254,19 +260,22 @@ def assemble(run: Run, episodes: Episodes, out) -> dict[str, Any]:
         np.asarray(r.loss_mask),
         np.asarray(r.lengths),
         run.learner.total_len,
+        advantages=out.advantages,
     )
-    batch["loss_mask"] *= episodes.train_mask.reshape(-1, 1)
-    batch["advantages"] = np.asarray(out.advantages, np.float32).reshape(-1)
-    if out.clip_eps is not None:
-        batch["clip_eps"] = np.asarray(out.clip_eps, np.float32)
+    batch = dataclasses.replace(
+        batch,
+        loss_mask=batch.loss_mask * episodes.train_mask.reshape(-1, 1),
+        clip_eps=None if out.clip_eps is None else np.asarray(out.clip_eps, np.float32),
+    )
     if run.learner.ref_logprobs is not None:
-        batch["ref_logprobs"] = run.learner.ref_logprobs(batch["tokens"], batch["attention_mask"])
+        ref = run.learner.ref_logprobs(batch.tokens, batch.attention_mask)
+        batch = dataclasses.replace(batch, ref_logprobs=ref)
     if run.spec.packing.enabled:  # several sequences per row (mojax.learner.packing)
         batch = pack(run, batch, episodes.metrics)
     return batch
 
 
-def pack(run: Run, batch: dict[str, Any], metrics: dict[str, float]) -> dict[str, Any]:
+def pack(run: Run, batch: PPOBatch, metrics: dict[str, float]) -> PPOBatch:
     """``batch`` packed to ``packing.width`` tokens per row (the batch's T by default), rows a
     multiple of what the update splits them into; logs the padding fraction before and after."""
     from mojax import sharding as sharding_lib
@@ -275,9 +284,9 @@ def pack(run: Run, batch: dict[str, Any], metrics: dict[str, float]) -> dict[str
         run.learner.mesh, run.learner.rules
     )
     packed = packing.pack_batch(batch, run.spec.packing.width or None, multiple)
-    metrics["batch/padding_frac_unpacked"] = packing.padding_fraction(batch["attention_mask"])
-    metrics["batch/padding_frac"] = packing.padding_fraction(packed["attention_mask"])
-    metrics["batch/rows"] = float(packed["tokens"].shape[0])
+    metrics["batch/padding_frac_unpacked"] = packing.padding_fraction(batch.attention_mask)
+    metrics["batch/padding_frac"] = packing.padding_fraction(packed.attention_mask)
+    metrics["batch/rows"] = float(packed.tokens.shape[0])
     return packed
 
 
@@ -292,8 +301,12 @@ def assemble_batch(
     response_mask: np.ndarray,
     response_lengths: np.ndarray,
     total_len: int,
-) -> dict[str, np.ndarray]:
-    """The PPO batch for ``P`` prompts and ``B = P * G`` responses.
+    *,
+    advantages,
+) -> PPOBatch:
+    """The PPO batch for ``P`` prompts and ``B = P * G`` responses: ``tokens``,
+    ``attention_mask``, ``loss_mask``, ``old_logprobs`` [B, T] and ``advantages`` [B] (the
+    ``PPOBatch`` that ``assemble`` completes with ``dataclasses.replace``).
 
     Args:
       prompt_ids: P token lists (unpadded).
@@ -301,6 +314,7 @@ def assemble_batch(
       response_tokens, response_logprobs, response_mask: [B, R] from the rollout (prompt-major).
       response_lengths: [B] tokens used in each response row (policy and observation tokens).
       total_len: T >= max prompt length + R.
+      advantages: the sequences' advantages, [B] or [P, G] (prompt-major).
 
     Raises:
       ValueError naming the argument whose shape does not fit.
@@ -334,9 +348,13 @@ def assemble_batch(
     old_logprobs[rows[live], cols[live]] = np.asarray(response_logprobs, np.float32)[live]
     old_logprobs *= loss_mask > 0
     attention_mask = (np.arange(total_len)[None, :] < (plen + lengths)[:, None]).astype(np.int32)
-    return {
-        "tokens": tokens,
-        "attention_mask": attention_mask,
-        "loss_mask": loss_mask,
-        "old_logprobs": old_logprobs,
-    }
+    adv = np.asarray(advantages, np.float32).reshape(-1)
+    if adv.shape != (b,):
+        raise ValueError(f"advantages must hold B = {b} values, got shape {np.shape(advantages)}")
+    return PPOBatch(
+        tokens=tokens,
+        loss_mask=loss_mask,
+        old_logprobs=old_logprobs,
+        advantages=adv,
+        attention_mask=attention_mask,
+    )

@@ -19,6 +19,7 @@ each checkpoint's host state names it (``lora_base``). Every process builds the 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -163,7 +164,9 @@ def _write_sft_metrics(writer, pending: list, n: int, steps: int, t0: float) -> 
     return []
 
 
-def sft_batches(tokens: np.ndarray, mask: np.ndarray, batch_size: int, step: int, seed: int):
+def sft_batches(
+    tokens: np.ndarray, mask: np.ndarray, batch_size: int, step: int, seed: int
+) -> learner.SFTBatch:
     """The SFT batch of ``step``: a deterministic epoch-wise permutation (resumable by step)."""
     n = tokens.shape[0]
     if batch_size > n:
@@ -174,16 +177,16 @@ def sft_batches(tokens: np.ndarray, mask: np.ndarray, batch_size: int, step: int
     idx = order[i * batch_size : (i + 1) * batch_size]
     # right-padded and causal: real tokens never attend to the trailing padding, so no attention
     # mask is needed (the padding is also out of the loss)
-    return {"tokens": tokens[idx], "loss_mask": mask[idx]}
+    return learner.SFTBatch(tokens=tokens[idx], loss_mask=mask[idx])
 
 
-def _with_mask(batch: dict) -> dict:
+def _with_mask(batch: learner.SFTBatch) -> learner.SFTBatch:
     """An SFT batch with its ``attention_mask``: 1 up to each row's last loss token (the
     demonstrations are right-padded and end with their last response token)."""
-    mask = np.asarray(batch["loss_mask"]) > 0
+    mask = np.asarray(batch.loss_mask) > 0
     last = np.where(mask.any(1), mask.shape[1] - np.argmax(mask[:, ::-1], axis=1), 0)
     am = (np.arange(mask.shape[1])[None] < last[:, None]).astype(np.int32)
-    return {**batch, "attention_mask": am}
+    return dataclasses.replace(batch, attention_mask=am)
 
 
 # LoRA: the frozen base the adapters train on.

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from mojax.config import field_key, option, option_fields, spec_checker
 from mojax.rollout import stops as stops_lib
 from mojax.sampling import protocol
-from mojax.sampling.protocol import DRAWS, KV_CACHES, LENGTH, STOP, engines
+from mojax.sampling.protocol import DRAWS, KV_CACHES, LENGTH, STOP, engines, kv_caches
 from mojax.sampling.protocol import FINISH_REASONS as SAMPLER_FINISH_REASONS
 
 #: Per-row ``finish_reason`` of a rollout. The first two are the sampler's own (its
@@ -169,11 +169,13 @@ class RolloutConfig:
             "rollout.refill_slots",
             f"{self.refill_slots} must be <= rollout.slots={self.slots}",
         )
-        c.require(
-            self.kv_cache != "paged" or self.engine == "continuous",
-            "rollout.kv_cache",
-            "'paged' needs rollout.engine='continuous' (the static engine keeps a dense cache)",
-        )
+        if self.engine in engines() and self.kv_cache in KV_CACHES:
+            c.require(
+                self.kv_cache in kv_caches(self.engine),
+                "rollout.kv_cache",
+                f"{self.kv_cache!r} needs rollout.engine={_keeping(self.kv_cache)} (the "
+                f"{self.engine} engine keeps a {' or '.join(kv_caches(self.engine))} cache)",
+            )
         row = self.max_prompt_len + self.max_response_len  # a row's most tokens (0: measured)
         c.require(
             self.kv_cache != "paged" or not self.num_pages or not self.max_prompt_len
@@ -187,6 +189,13 @@ class RolloutConfig:
 
 # the driver's fields read from another section than ``config.rollout`` (named in errors)
 _OTHER_KEYS = {"cache_dtype": "config.model.cache_dtype"}
+
+
+def _keeping(kv_cache: str) -> str:
+    """The engines that keep a ``kv_cache`` (``protocol.kv_caches``), as the config error says it:
+    ``'continuous'`` or ``one of ['a', 'b']``."""
+    names = [e for e in engines() if kv_cache in kv_caches(e)]
+    return repr(names[0]) if len(names) == 1 else f"one of {names}"
 
 
 def _config_key(field: str) -> str | None:

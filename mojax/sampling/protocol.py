@@ -2,7 +2,10 @@
 
 ``mojax.rollout`` and ``mojax.rl`` import this module of ``mojax.sampling`` and no other
 (``tests/unit/test_structure.py``). An engine is a module (or a folder) under ``mojax/sampling/`` with a
-``build`` function and one line in ``SAMPLERS``; ``rollout.engine`` picks it (``build``)::
+``build`` function and one line in ``SAMPLERS``; ``rollout.engine`` picks it (``build``). The
+module may declare what the run spec's rules ask of it: ``SPLITS_ROWS`` (its rows lie over the
+mesh's batch axes, ``splits_rows``), ``KV_CACHES`` (the ``rollout.kv_cache`` values it keeps,
+``kv_caches``), ``config_errors``, ``memory_report`` and ``describe``::
 
     sampler = protocol.build(engine, model_config, rollout, mesh, rules)   # rl/builders
     sampler.update_weights(params)                         # after each update
@@ -64,8 +67,10 @@ __all__ = [
     "check_sampling",
     "engines",
     "in_graph",
+    "kv_caches",
     "memory_report",
     "round_sampler",
+    "splits_rows",
 ]
 
 #: ``rollout.engine`` -> ``"module:function"`` of the engine's ``build(model_config, rollout,
@@ -237,6 +242,21 @@ def _entry(engine: str, attr: str):
         return entry if attr == "build" else getattr(entry, attr, None)
     module, name = entry.split(":")
     return getattr(importlib.import_module(module), name if attr == "build" else attr, None)
+
+
+def splits_rows(engine: str) -> bool:
+    """Whether the ``engine`` lays a rollout's rows over the mesh's batch axes, so that
+    ``B = prompts_per_step x num_samples`` must be a multiple of the devices on them (its module's
+    ``SPLITS_ROWS``; an engine that does not say is assumed to)."""
+    flag = _entry(engine, "SPLITS_ROWS")
+    return True if flag is None else bool(flag)
+
+
+def kv_caches(engine: str) -> tuple[str, ...]:
+    """The ``rollout.kv_cache`` values the ``engine`` keeps (its module's ``KV_CACHES``; an
+    engine that does not say keeps a dense cache)."""
+    caches = _entry(engine, "KV_CACHES")
+    return ("dense",) if caches is None else tuple(caches)
 
 
 def build(engine: str, model_config, rollout, mesh, rules) -> Sampler:

@@ -77,10 +77,11 @@ def _training_errors(spec: RunSpec) -> list[str]:
 
 def _batch_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
     """``rollout.prompts_per_step``: ``B x R`` within :data:`MAX_STEP_TOKENS`, and ``B = P x G``
-    rows a multiple of the devices the learner's mesh spreads rows over (its "batch" axes), which
-    the static sampler's rows and the unpacked update batch are split over (the continuous engine
-    pads its slots, and packing rebuilds the update's rows to a multiple). ``num_devices`` None:
-    the mesh is not checked."""
+    rows a multiple of the devices the learner's mesh spreads rows over (its "batch" axes) when the
+    sampler's rows or the update's are split over them: an engine that lays its rows over the
+    batch axes (``protocol.splits_rows``: the static one; the continuous engine pads its slots),
+    or an unpacked update (packing rebuilds the update's rows to a multiple). ``num_devices``
+    None: the mesh is not checked."""
     c, r = Checker({}), spec.rollout
     rows = r.prompts_per_step * r.num_samples
     c.require(
@@ -91,7 +92,7 @@ def _batch_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
         f"step; allowed: at most {MAX_STEP_TOKENS} (2^31 - 1, one [B, R] int32 array of 8 GiB)",
     )
     shards = _batch_shards(spec, num_devices)
-    if shards > 1 and (r.engine == "static" or not spec.packing.enabled):
+    if shards > 1 and (protocol.splits_rows(r.engine) or not spec.packing.enabled):
         c.require(
             rows % shards == 0,
             "rollout.prompts_per_step",

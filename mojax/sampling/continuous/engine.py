@@ -92,6 +92,13 @@ from mojax.sampling.continuous.rows import ContinuousState, Work
 from mojax.sampling.continuous.session import ContinuousSession
 from mojax.sampling.protocol import KV_CACHES, Requests, cache_slots
 
+#: Each process's rows sit in its own decode slots, padded to ``rollout.slots`` (a multiple of the
+#: devices they spread over, ``config_errors``): the rollout's B rows need not divide the mesh's
+#: batch axes (``protocol.splits_rows``, the run spec's batch rule).
+SPLITS_ROWS = False
+
+# ``KV_CACHES`` (``protocol.kv_caches``): both, a dense cache or a pool of pages.
+
 
 class ContinuousSampler:
     """The ``Sampler`` seam over ``slots`` decode slots (see the module docstring).

@@ -97,6 +97,14 @@ class InGraphSampler:
         )
 
 
+#: The rows of a call lie over the mesh's batch axes (``InGraphSampler.row_sharding``), so the
+#: rollout's B rows must divide them (``protocol.splits_rows``, the run spec's batch rule).
+SPLITS_ROWS = True
+
+#: The KV caches this engine keeps (``rollout.kv_cache``; ``protocol.kv_caches``): one dense cache.
+KV_CACHES = ("dense",)
+
+
 def build(model_config, rollout, mesh, rules) -> InGraphSampler:
     """The static engine of a run (``protocol.SAMPLERS['static']``): the in-graph sampler on the
     run's mesh (``rollout``: the ``config.rollout`` section; the static engine reads none of its

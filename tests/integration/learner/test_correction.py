@@ -5,6 +5,8 @@ written from the formulas and a random-weight transformers model.
 The peer golden values (verl, Tunix) are in ``tests/integration/conformance/test_conf_rollout_correction.py``.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -157,17 +159,18 @@ def test_recompute_puts_the_learners_logprobs_and_measures_the_sampler(hf_and_mo
     behave = ((ref - shift) * batch["loss_mask"]).astype(np.float32)
     cfg = corr.CorrectionConfig(reject="token", low=0.5, high=2.0)
     fn = learner.make_recompute_fn(model.config, mesh, rules, cfg, chunk_size=5)
-    out, metrics = fn(model.params, {**batch, "old_logprobs": behave})
+    out, metrics = fn(model.params, learner.PPOBatch(**batch, old_logprobs=behave))
+    assert isinstance(out, learner.PPOBatch)
     on = batch["loss_mask"] > 0
-    np.testing.assert_allclose(np.asarray(out["old_logprobs"])[on], ref[on], atol=2e-5)
-    assert float(np.abs(np.asarray(out["old_logprobs"])[~on]).max()) == 0.0
+    np.testing.assert_allclose(np.asarray(out.old_logprobs)[on], ref[on], atol=2e-5)
+    assert float(np.abs(np.asarray(out.old_logprobs)[~on]).max()) == 0.0
     shifted = on & (shift > 0)
     assert float(metrics["mismatch/frac_outside"]) == pytest.approx(shifted.sum() / on.sum())
     assert float(metrics["mismatch/ratio_max"]) == pytest.approx(3.0, rel=1e-4)
-    np.testing.assert_array_equal(np.asarray(out["loss_mask"]), on & ~shifted)
+    np.testing.assert_array_equal(np.asarray(out.loss_mask), on & ~shifted)
     want_k3 = np.mean(np.where(shifted, 3.0 - np.log(3.0) - 1, 0.0)[on])
     assert float(metrics["mismatch/kl_k3"]) == pytest.approx(want_k3, rel=1e-3, abs=1e-6)
-    assert "is_weights" not in out  # is_level="none": masking only
+    assert out.is_weights is None  # is_level="none": masking only
 
 
 def test_update_reads_the_importance_weights(hf_and_model):
@@ -176,24 +179,25 @@ def test_update_reads_the_importance_weights(hf_and_model):
     _, model = hf_and_model
     mesh = shl.make_mesh(1, 1, 1, devices=jax.devices()[:1])
     rules = shl.logical_axis_rules()
-    batch = _batch(1)
-    batch["old_logprobs"] = np.where(batch["loss_mask"] > 0, -4.8, 0.0).astype(np.float32)
+    rows = _batch(1)
+    old = np.where(rows["loss_mask"] > 0, -4.8, 0.0).astype(np.float32)
+    batch = learner.PPOBatch(**rows, old_logprobs=old)
     cfg = learner.PPOConfig(shuffle=False)
     grad = learner.make_grad_fn(model.config, cfg, mesh, rules)
     params = jax.device_put(model.params, mm.param_shardings(model.config, mesh, rules))
     g0, m0 = grad(params, batch)
-    ones = np.ones_like(batch["loss_mask"])
-    g1, m1 = grad(params, {**batch, "is_weights": ones})
+    ones = np.ones_like(batch.loss_mask)
+    g1, m1 = grad(params, dataclasses.replace(batch, is_weights=ones))
     for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g1)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    g2, _ = grad(params, {**batch, "is_weights": 2 * ones})
+    g2, _ = grad(params, dataclasses.replace(batch, is_weights=2 * ones))
     for a, b in zip(jax.tree.leaves(g0), jax.tree.leaves(g2)):
         np.testing.assert_allclose(np.asarray(b), 2 * np.asarray(a), rtol=1e-5, atol=1e-9)
     tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=1e-2, weight_decay=0.0))
     step = learner.make_train_step(model.config, tx, cfg, mesh, rules)
     state = learner.create_train_state(model.config, tx, mesh=mesh, rules=rules, params=params)
     before = jax.tree.map(np.asarray, state.params)
-    state, metrics = step(state, {**batch, "is_weights": 0 * ones})
+    state, metrics = step(state, dataclasses.replace(batch, is_weights=0 * ones))
     assert float(metrics["update_norm"]) == 0.0
     for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(state.params)):
         np.testing.assert_array_equal(a, np.asarray(b))

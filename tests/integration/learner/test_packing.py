@@ -3,6 +3,8 @@ for all four aggregations (``mojax.learner.losses.AGGREGATIONS``), with the defa
 sequence count, in the gradient function and through the jitted train step (params after one
 update), and for the SFT step."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +28,7 @@ def _batch(seed=0):
     am = (np.arange(T)[None] < lens[:, None]).astype(np.int32)
     lm = ((np.arange(T)[None] >= plen[:, None]) & (am > 0)).astype(np.float32)
     lm[5] = 0.0  # a row without loss tokens still packs (it only changes no weight)
-    return dict(
+    return learner.PPOBatch(
         tokens=rng.integers(0, 64, (B, T)).astype(np.int32) * am,
         attention_mask=am,
         loss_mask=lm,
@@ -43,22 +45,22 @@ def params():
 def test_pack_batch_layout():
     batch = _batch()
     pk = packing.pack_batch(batch, row_multiple=4)
-    assert pk["tokens"].shape[0] % 4 == 0 and pk["tokens"].shape[0] < B
-    lens = batch["attention_mask"].sum(1)
-    assert pk["attention_mask"].sum() == lens.sum()
-    assert packing.padding_fraction(pk["attention_mask"]) < packing.padding_fraction(
-        batch["attention_mask"]
+    assert pk.tokens.shape[0] % 4 == 0 and pk.tokens.shape[0] < B
+    lens = batch.attention_mask.sum(1)
+    assert pk.attention_mask.sum() == lens.sum()
+    assert packing.padding_fraction(pk.attention_mask) < packing.padding_fraction(
+        batch.attention_mask
     )
-    for r in range(pk["tokens"].shape[0]):
-        seg, pos = pk["segment_ids"][r], pk["positions"][r]
+    for r in range(pk.tokens.shape[0]):
+        seg, pos = pk.segment_ids[r], pk.positions[r]
         for s in set(seg[seg > 0].tolist()):
             cols = np.flatnonzero(seg == s)
             assert np.array_equal(cols, np.arange(cols[0], cols[0] + len(cols)))  # contiguous
             assert np.array_equal(pos[cols], np.arange(len(cols)))  # positions restart
             # the segment is one original row, tokens and per-token advantage included
             i = next(i for i in range(B) if lens[i] == len(cols)
-                     and np.array_equal(batch["tokens"][i, : len(cols)], pk["tokens"][r, cols]))  # fmt: skip
-            assert np.all(pk["advantages"][r, cols] == batch["advantages"][i])
+                     and np.array_equal(batch.tokens[i, : len(cols)], pk.tokens[r, cols]))  # fmt: skip
+            assert np.all(pk.advantages[r, cols] == batch.advantages[i])
 
 
 @pytest.mark.parametrize("agg", AGGREGATIONS)
@@ -67,7 +69,7 @@ def test_packed_loss_and_grads_equal_unpacked(params, agg, num_seqs):
     batch = _batch()
     pk = packing.pack_batch(batch)
     c = learner.PPOConfig(agg=agg, num_seqs=num_seqs, microbatch_tokens=None)
-    as_jnp = lambda d: {k: jnp.asarray(v) for k, v in d.items()}
+    as_jnp = lambda d: jax.tree.map(jnp.asarray, d)
     g0, m0 = ppo_lib.ppo_grads(CFG, c, params, as_jnp(batch))
     g1, m1 = ppo_lib.ppo_grads(CFG, c, params, as_jnp(pk))
     np.testing.assert_allclose(m1["loss"], m0["loss"], rtol=1e-5)
@@ -96,6 +98,20 @@ def test_train_step_and_sft_step_on_packed_rows(params):
     losses = []
     for b in (batch, pk):
         state = learner.create_train_state(CFG, tx, mesh=mesh, params=params)
-        keys = ("tokens", "loss_mask", "attention_mask", "segment_ids", "positions")
-        losses.append(float(sft(state, {k: v for k, v in b.items() if k in keys})[1]["loss"]))
+        rows = learner.SFTBatch(b.tokens, b.loss_mask, b.attention_mask, b.segment_ids, b.positions)
+        losses.append(float(sft(state, rows)[1]["loss"]))
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+
+
+def test_pack_batch_keeps_the_batch_class_and_its_scalars():
+    """An SFT batch packs to an SFT batch laid out like the PPO batch of the same rows; a scalar
+    field (AWPO's ``clip_eps``) is kept; a packed batch is refused, naming its class."""
+    batch = dataclasses.replace(_batch(), clip_eps=np.float32(0.15))
+    pk = packing.pack_batch(batch)
+    sft = packing.pack_batch(learner.SFTBatch(batch.tokens, batch.loss_mask, batch.attention_mask))
+    assert type(pk) is learner.PPOBatch and type(sft) is learner.SFTBatch
+    assert pk.clip_eps == np.float32(0.15) and pk.advantages.shape == pk.tokens.shape
+    for k in ("tokens", "loss_mask", "attention_mask", "segment_ids", "positions"):
+        np.testing.assert_array_equal(getattr(sft, k), getattr(pk, k))
+    with pytest.raises(ValueError, match="SFTBatch is packed already"):
+        packing.pack_batch(sft)

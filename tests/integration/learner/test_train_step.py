@@ -6,6 +6,8 @@ by ``mojax.models.from_pretrained``; its torch log-softmax is the independent re
 aligned token log-probs and the SFT loss.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,14 +46,13 @@ def rollout_batch(seed, vocab=128, b=B, t=T):
     tokens = tokens * attention
     loss_mask = ((pos >= 5) & (pos < ends[:, None])).astype(np.float32)
     old = np.where(loss_mask > 0, -4.9 + 0.3 * rng.randn(b, t), 0.0).astype(np.float32)
-    return {
-        "tokens": tokens,
-        "attention_mask": attention,
-        "loss_mask": loss_mask,
-        "old_logprobs": old,
-        "advantages": rng.randn(b).astype(np.float32),
-        "n_calls": rng.randint(0, 3, (b,)).astype(np.int32),
-    }
+    return learner.PPOBatch(
+        tokens=tokens,
+        attention_mask=attention,
+        loss_mask=loss_mask,
+        old_logprobs=old,
+        advantages=rng.randn(b).astype(np.float32),
+    )
 
 
 def torch_logprobs(hf, tokens, mask):
@@ -73,11 +74,11 @@ def torch_logprobs(hf, tokens, mask):
 def test_token_logprobs_match_transformers(hf_and_model, chunk):
     hf, model = hf_and_model
     batch = rollout_batch(0)
-    want_lp, want_ent = torch_logprobs(hf, batch["tokens"], batch["attention_mask"])
+    want_lp, want_ent = torch_logprobs(hf, batch.tokens, batch.attention_mask)
     fn = jax.jit(lambda p, t, m: learner.token_logprobs(model.config, p, t, m, chunk_size=chunk,
                                                    with_entropy=True))  # fmt: skip
-    lp, ent = fn(model.params, batch["tokens"], batch["attention_mask"])
-    valid = np.concatenate([np.zeros((B, 1)), batch["attention_mask"][:, 1:]], 1) > 0
+    lp, ent = fn(model.params, batch.tokens, batch.attention_mask)
+    valid = np.concatenate([np.zeros((B, 1)), batch.attention_mask[:, 1:]], 1) > 0
     assert np.abs(np.where(valid, np.asarray(lp) - want_lp, 0)).max() < 2e-5
     assert np.abs(np.where(valid, np.asarray(ent) - want_ent, 0)).max() < 2e-5
     assert np.all(np.asarray(lp)[:, 0] == 0.0)
@@ -93,14 +94,14 @@ def test_chunks_nobody_needs_are_skipped_and_used_values_unchanged(hf_and_model)
     need = np.zeros((B, T), bool)
     need[:, 7:9] = True
     need[2, 10] = True
-    want_lp, _ = torch_logprobs(hf, batch["tokens"], batch["attention_mask"])
+    want_lp, _ = torch_logprobs(hf, batch.tokens, batch.attention_mask)
 
     def lps(p, skip):
-        return learner.token_logprobs(model.config, p, jnp.asarray(batch["tokens"]), chunk_size=3,
+        return learner.token_logprobs(model.config, p, jnp.asarray(batch.tokens), chunk_size=3,
                                  need=jnp.asarray(need) if skip else None)[0]  # fmt: skip
 
     full, skipped = np.asarray(lps(model.params, False)), np.asarray(lps(model.params, True))
-    real = need & (batch["attention_mask"] > 0)  # torch's padded positions differ (masked there)
+    real = need & (batch.attention_mask > 0)  # torch's padded positions differ (masked there)
     assert real.sum() > 8 and np.abs(np.where(real, skipped - want_lp, 0)).max() < 2e-5
     np.testing.assert_array_equal(skipped[need], full[need])
     # positions 1..6 (hidden 0..5, chunks 0-1) and 13.. (hidden 12.., chunk 4..) were not projected
@@ -120,13 +121,13 @@ def test_logprob_fn_offloaded_equals_on_device(hf_and_model, mesh):
     _, model = hf_and_model
     batch = rollout_batch(1)
     p_sh = mm.param_shardings(model.config, mesh, shl.logical_axis_rules())
-    want = learner.make_logprob_fn(model.config, mesh)(model.params, batch["tokens"])
+    want = learner.make_logprob_fn(model.config, mesh)(model.params, batch.tokens)
     host_params, offloaded = shl.offload(model.params, p_sh)
     got = learner.make_logprob_fn(model.config, mesh, offloaded=offloaded)(
-        host_params, batch["tokens"]
+        host_params, batch.tokens
     )
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    direct = learner.token_logprobs(model.config, model.params, jnp.asarray(batch["tokens"]))[0]
+    direct = learner.token_logprobs(model.config, model.params, jnp.asarray(batch.tokens))[0]
     np.testing.assert_allclose(np.asarray(got), np.asarray(direct), atol=1e-6)
 
 
@@ -139,9 +140,9 @@ def test_grad_accumulation_4_micro_equals_one_batch(hf_and_model, mesh):
     """
     hf, model = hf_and_model
     batch = rollout_batch(2)
-    batch.pop("n_calls")
-    lp, _ = torch_logprobs(hf, batch["tokens"], batch["attention_mask"])
-    batch["ref_logprobs"] = (lp + 0.05 * np.random.RandomState(0).randn(B, T)).astype(np.float32)
+    lp, _ = torch_logprobs(hf, batch.tokens, batch.attention_mask)
+    ref = (lp + 0.05 * np.random.RandomState(0).randn(B, T)).astype(np.float32)
+    batch = dataclasses.replace(batch, ref_logprobs=ref)
     kw = dict(agg="seq-mean-token-mean", kl_coef=0.05, entropy_coef=0.01, dual_clip=3.0)
     g1, m1 = learner.make_grad_fn(model.config, learner.PPOConfig(**kw), mesh)(model.params, batch)
     g4, m4 = learner.make_grad_fn(model.config, learner.PPOConfig(num_microbatches=4, **kw), mesh)(
@@ -173,7 +174,8 @@ def test_train_step_traces_once_counts_updates_and_guards_nan(hf_and_model, mesh
     for i in range(3):
         batch = rollout_batch(10 + i)
         if i == 1:
-            batch["advantages"] = batch["advantages"].astype(np.float64)  # host dtype differs
+            adv = batch.advantages.astype(np.float64)  # host dtype differs
+            batch = dataclasses.replace(batch, advantages=adv)
         state, metrics = step(state, batch)
         rngs.append(np.asarray(state.rng))
         assert float(metrics["num_updates"]) == 4.0 and float(metrics["skipped_updates"]) == 0.0
@@ -187,12 +189,12 @@ def test_train_step_traces_once_counts_updates_and_guards_nan(hf_and_model, mesh
 
     # NaN guard: a non-finite advantage poisons the one mini-batch holding that row (per epoch)
     bad = rollout_batch(20)
-    bad["advantages"][3] = np.nan
+    bad = dataclasses.replace(bad, advantages=np.where(np.arange(B) == 3, np.nan, bad.advantages))
     state, metrics = step(state, bad)
     assert float(metrics["skipped_updates"]) == 2.0 and int(state.step) == 14
     # ... and every mini-batch when all rows are bad: params / optimizer state stay bitwise equal
     before = jax.tree.map(np.asarray, state)
-    bad["advantages"][:] = np.inf
+    bad = dataclasses.replace(bad, advantages=np.full(B, np.inf, np.float32))
     state, metrics = step(state, bad)
     assert float(metrics["skipped_updates"]) == 4.0
     assert not np.isfinite(float(metrics["grad_norm"]))
@@ -205,20 +207,27 @@ def test_train_step_traces_once_counts_updates_and_guards_nan(hf_and_model, mesh
     assert int(state.step) == 14 and step.trace_count == 1
 
 
-def test_batch_validation_names_the_key(hf_and_model, mesh):
+def test_batch_validation_names_the_field(hf_and_model, mesh):
     _, model = hf_and_model
     tx = learner.make_optimizer(learner.OptimizerConfig())
     step = learner.make_train_step(model.config, tx, learner.PPOConfig(kl_coef=0.1), mesh)
     batch = rollout_batch(0)
-    with pytest.raises(KeyError, match="ref_logprobs"):
+    with pytest.raises(ValueError, match="missing required field.*ref_logprobs"):
         step.check_batch(batch)
-    batch["ref_logprobs"] = batch["old_logprobs"]
-    with pytest.raises(KeyError, match="rewards"):
-        step.check_batch({**batch, "rewards": batch["advantages"]})
-    with pytest.raises(ValueError, match="old_logprobs"):
-        step.check_batch({**batch, "old_logprobs": batch["old_logprobs"][:, :-1]})
-    with pytest.raises(ValueError, match="clip_eps"):
-        step.check_batch({**batch, "clip_eps": np.ones(3)})
+    batch = dataclasses.replace(batch, ref_logprobs=batch.old_logprobs)
+    with pytest.raises(TypeError, match="takes a PPOBatch .*got dict"):
+        step.check_batch(batch.arrays())
+    with pytest.raises(TypeError, match="rewards"):
+        learner.PPOBatch(**batch.arrays(), rewards=batch.advantages)
+    with pytest.raises(ValueError, match=r"PPOBatch\.old_logprobs must have the shape of tokens"):
+        step.check_batch(dataclasses.replace(batch, old_logprobs=batch.old_logprobs[:, :-1]))
+    with pytest.raises(ValueError, match=r"PPOBatch\.advantages must be \[B\]=8"):
+        step.check_batch(dataclasses.replace(batch, advantages=batch.advantages[:-1]))
+    with pytest.raises(ValueError, match=r"PPOBatch\.clip_eps must be a scalar"):
+        step.check_batch(dataclasses.replace(batch, clip_eps=np.ones(3)))
+    sft = learner.make_sft_step(model.config, tx, mesh)
+    with pytest.raises(TypeError, match="takes a SFTBatch .*got PPOBatch"):
+        sft.check_batch(batch)
     step3 = learner.make_train_step(model.config, tx, learner.PPOConfig(num_minibatches=3), mesh)
     with pytest.raises(ValueError, match="multiple of 3"):
         step3.check_batch(batch)
@@ -233,7 +242,7 @@ def test_batch_validation_names_the_key(hf_and_model, mesh):
 def test_sft_step_loss_is_torch_cross_entropy(hf_and_model, mesh):
     hf, model = hf_and_model
     batch = rollout_batch(5)
-    tokens, mask = batch["tokens"], batch["loss_mask"]
+    tokens, mask = batch.tokens, batch.loss_mask
     with torch.no_grad():
         logits = hf(input_ids=torch.tensor(tokens, dtype=torch.long)).logits.double()
     ce = torch.nn.functional.cross_entropy(
@@ -247,7 +256,7 @@ def test_sft_step_loss_is_torch_cross_entropy(hf_and_model, mesh):
     sft = learner.make_sft_step(model.config, tx, mesh, num_microbatches=2)
     losses = []
     for _ in range(3):
-        state, m = sft(state, {"tokens": tokens, "loss_mask": mask})
+        state, m = sft(state, learner.SFTBatch(tokens=tokens, loss_mask=mask))
         losses.append(float(m["loss"]))
     np.testing.assert_allclose(losses[0], want, rtol=2e-6)
     assert losses[2] < losses[0] and int(state.step) == 3 and sft.trace_count == 1
@@ -267,7 +276,6 @@ def test_compact_logprobs_leave_the_ppo_gradient_unchanged(hf_and_model, mesh, p
 
     _, model = hf_and_model
     batch = rollout_batch(4)
-    batch.pop("n_calls")
     if packed:
         batch = packing.pack_batch(batch, width=2 * T)
     kw = dict(agg="seq-mean-token-mean", entropy_coef=0.01, shuffle=False)

@@ -48,13 +48,13 @@ def batch_at(position):
     tokens = rng.randint(0, CFG.vocab_size, (B, T)).astype(np.int32)
     mask = (np.arange(T)[None] >= 6).astype(np.float32) * (rng.rand(B, T) < 0.9)
     old = (-5.5 + 0.2 * rng.randn(B, T)).astype(np.float32)
-    return {
-        "tokens": tokens,
-        "loss_mask": mask,
-        "old_logprobs": old,
-        "ref_logprobs": old + np.float32(0.1),
-        "advantages": rng.randn(B).astype(np.float32),
-    }
+    return learner.PPOBatch(
+        tokens=tokens,
+        loss_mask=mask,
+        old_logprobs=old,
+        ref_logprobs=old + np.float32(0.1),
+        advantages=rng.randn(B).astype(np.float32),
+    )
 
 
 def host_update(host, m):

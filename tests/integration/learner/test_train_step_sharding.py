@@ -49,7 +49,7 @@ def sharded_step_run(workdir: str) -> dict:
     ends = rng.randint(8, T + 1, (B,))
     pos = np.arange(T)[None]
     loss_mask = ((pos >= 4) & (pos < ends[:, None])).astype(np.float32)
-    batch = dict(
+    batch = learner.PPOBatch(
         tokens=tokens * (pos < ends[:, None]),
         loss_mask=loss_mask,
         old_logprobs=(-5.5 + 0.3 * rng.randn(B, T)).astype(np.float32) * loss_mask,
@@ -156,9 +156,9 @@ def sharded_step_run(workdir: str) -> dict:
 
     # reference log-probs with frozen params sharded like the policy (offloaded to host if possible)
     rules = shl.logical_axis_rules()
-    want = learner.make_logprob_fn(cfg, mesh1)(st1.params, batch["tokens"])
+    want = learner.make_logprob_fn(cfg, mesh1)(st1.params, batch.tokens)
     host_params, off = shl.offload(st.params, learner.state_shardings(cfg, tx, mesh8, rules).params)
-    got = learner.make_logprob_fn(cfg, mesh8, offloaded=off)(host_params, batch["tokens"])
+    got = learner.make_logprob_fn(cfg, mesh8, offloaded=off)(host_params, batch.tokens)
     err = float(np.abs(np.asarray(got) - np.asarray(want)).max())
     assert err <= 1e-5, err
     result["logprobs"] = {"offloaded": bool(off), "max_err": err}

@@ -117,7 +117,7 @@ def test_train_step_moves_only_adapters_and_sampler_uses_them():
     frozen0 = jax.tree.map(np.asarray, state.frozen)
     b, t = 4, 12
     rng = np.random.default_rng(0)
-    batch = dict(
+    batch = learner.PPOBatch(
         tokens=rng.integers(0, 64, (b, t)).astype(np.int32),
         loss_mask=np.ones((b, t), np.float32),
         old_logprobs=np.full((b, t), -4.0, np.float32),

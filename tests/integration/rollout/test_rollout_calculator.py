@@ -71,9 +71,12 @@ def test_calculator_rollout_end_to_end(setup):
         stats = dict(pool.stats)
     b, r = res.tokens.shape
     # the trainer's batch (design.md "Rollout batch"): the loss mask and old log-probs carry over
-    batch = assemble_batch(prompts, 8, res.tokens, res.logprobs, res.loss_mask, res.lengths, WIDTH)
-    assert batch["loss_mask"].sum() == res.loss_mask.sum()
-    np.testing.assert_allclose(batch["old_logprobs"].sum(), res.logprobs.sum(), rtol=1e-5)
+    zeros = np.zeros(b, np.float32)
+    batch = assemble_batch(
+        prompts, 8, res.tokens, res.logprobs, res.loss_mask, res.lengths, WIDTH, advantages=zeros
+    )
+    assert batch.loss_mask.sum() == res.loss_mask.sum()
+    np.testing.assert_allclose(batch.old_logprobs.sum(), res.logprobs.sum(), rtol=1e-5)
     assert b == 32 and set(res.finish_reason) <= set(FINISH_REASONS)
     c = res.counters
     assert c["tool_calls"] >= 3, c  # the untrained model does write </calc> (1 in ~V tokens)

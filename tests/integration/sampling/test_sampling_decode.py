@@ -220,19 +220,19 @@ def test_sampled_multi_turn_logprobs_equal_teacher_forced(model):
     from mojax.rl.step import assemble_batch
 
     prompts = [list(tokens[p, : lengths[p]]) for p in range(3)]
-    rb = assemble_batch(prompts, 2, toks, lp, mask, n, 10 + 80)
+    rb = assemble_batch(prompts, 2, toks, lp, mask, n, 10 + 80, advantages=np.zeros(6))
     for row in range(6):
         p, k = row // 2, lengths[row // 2]
         want = np.zeros(10 + 80, np.int32)
         want[:k], want[k : k + n[row]] = tokens[p, :k], toks[row, : n[row]]
-        np.testing.assert_array_equal(rb["tokens"][row], want)
+        np.testing.assert_array_equal(rb.tokens[row], want)
         want_mask = np.zeros(90, bool)
         want_mask[k : k + n[row]] = mask[row, : n[row]]
-        np.testing.assert_array_equal(rb["loss_mask"][row] > 0, want_mask)
+        np.testing.assert_array_equal(rb.loss_mask[row] > 0, want_mask)
         np.testing.assert_array_equal(
-            rb["old_logprobs"][row][want_mask], lp[row, : n[row]][mask[row, : n[row]]]
+            rb.old_logprobs[row][want_mask], lp[row, : n[row]][mask[row, : n[row]]]
         )
-        assert int(rb["attention_mask"][row].sum()) == k + n[row]
+        assert int(rb.attention_mask[row].sum()) == k + n[row]
 
 
 def count_backend_compiles():

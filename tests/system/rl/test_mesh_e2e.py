@@ -57,7 +57,7 @@ def unread_sft_loop(steps: int, mesh_shape=(2, 2, 2), max_in_flight=None):
     losses = []
     for _ in range(steps):
         tokens = rng.integers(3, 160, (16, 32)).astype(np.int32)
-        state, m = step(state, {"tokens": tokens, "loss_mask": np.ones_like(tokens)})
+        state, m = step(state, learner.SFTBatch(tokens=tokens, loss_mask=np.ones_like(tokens)))
         losses.append(m["loss"])
     return np.asarray(jax.device_get(losses))
 
@@ -77,11 +77,11 @@ def test_dispatch_is_bounded():
     tokens = np.full((4, 16), 5, np.int32)
     out = []
     for i in range(8):
-        state, m = step(state, {"tokens": tokens, "loss_mask": np.ones_like(tokens)})
+        state, m = step(state, learner.SFTBatch(tokens=tokens, loss_mask=np.ones_like(tokens)))
         out.append(m["loss"])
         assert all(x.is_ready() for x in out[: i + 1 - step.max_in_flight]), i
     with pytest.raises(ValueError, match="max_in_flight"):
-        ShardedStep(None, None, mesh, rules, required=(), optional=(), max_in_flight=0)
+        ShardedStep(None, None, mesh, rules, max_in_flight=0)
 
 
 def _constraint_specs(jaxpr) -> list[str]:
@@ -105,8 +105,10 @@ def traced_constraints(mesh_shape) -> list[list[str]]:
     tx = learner.make_optimizer(learner.OptimizerConfig(learning_rate=1e-3))
     state = learner.abstract_train_state(cfg, tx, mesh, rules)
     rows = jax.ShapeDtypeStruct((8, 16), np.float32)
-    batch = {"tokens": jax.ShapeDtypeStruct((8, 16), np.int32), "loss_mask": rows}
-    ppo = {**batch, "old_logprobs": rows, "advantages": jax.ShapeDtypeStruct((8,), np.float32)}
+    tokens = jax.ShapeDtypeStruct((8, 16), np.int32)
+    batch = learner.SFTBatch(tokens=tokens, loss_mask=rows)
+    adv = jax.ShapeDtypeStruct((8,), np.float32)
+    ppo = learner.PPOBatch(tokens=tokens, loss_mask=rows, old_logprobs=rows, advantages=adv)
     steps = [
         (learner.make_sft_step(cfg, tx, mesh, rules), batch),
         (learner.make_train_step(cfg, tx, learner.PPOConfig(), mesh, rules), ppo),

@@ -45,16 +45,16 @@ def test_multi_answer_rollouts_without_a_valid_answer_stay_in_the_loss():
     eps = _episodes(s=3, valid=set_valid.any(-1), set_valid=set_valid)
     adv = np.array([[0.5, -0.5], [-1.68, 1.68]], np.float32)
     batch = assemble(_run(), eps, types.SimpleNamespace(advantages=adv, clip_eps=None))
-    rows = batch["loss_mask"].sum(-1)
+    rows = batch.loss_mask.sum(-1)
     assert rows[2] == rows[0] > 0  # row p*G + g = 2 keeps its (negative) advantage's gradient
-    assert batch["advantages"][2] == pytest.approx(-1.68)
+    assert batch.advantages[2] == pytest.approx(-1.68)
 
 
 def test_single_answer_invalid_rows_and_dropped_groups_get_no_gradient():
     valid = np.array([[True, False], [True, True]])
     eps = dataclasses.replace(_episodes(valid=valid), kept=np.array([True, False]))
     batch = assemble(_run(), eps, types.SimpleNamespace(advantages=np.ones((2, 2)), clip_eps=None))
-    assert (batch["loss_mask"].sum(-1) > 0).tolist() == [True, False, False, False]
+    assert (batch.loss_mask.sum(-1) > 0).tolist() == [True, False, False, False]
 
 
 def test_saw_offsets_by_the_tasks_theoretical_minima():
