@@ -184,22 +184,8 @@ def evaluate(
     """
     es = run.spec.eval
     key = jax.random.fold_in(jax.random.PRNGKey(run.spec.seed + 1), step)
-    episodes, _ = run.runner.run(
-        params,
-        getattr(run.splits, split),
-        key=key,
-        num_samples=es.num_samples,
-        temperature=es.temperature,
-        states={},  # the reward sources start fresh on every evaluation
-        stats=host.reward_stats["eval"],
-    )
-    rewards, valid, calls = episodes.rewards, episodes.valid, episodes.n_calls
-    if episodes.set_rewards is not None:
-        p, _, s, m = episodes.set_rewards.shape
-        rewards = episodes.set_rewards.reshape(p, -1, m)
-        valid = episodes.set_valid.reshape(p, -1)
-        calls = np.repeat(calls, s, axis=1)
     examples = getattr(run.splits, split)
+    rewards, valid, calls = held_out_rollouts(run, host, params, examples, key)
     out = summarize(run.task, rewards, valid, calls, ks=tuple(es.ks), examples=examples)
     out.update(host.reward_stats["eval"].as_metrics("reward_invalid/eval"))
     if samples_path:
@@ -207,6 +193,37 @@ def evaluate(
         classes = [problem_class(ex) for ex in examples]
         write_samples(samples_path, run.task, ids, rewards, valid, calls, classes)
     return out
+
+
+def held_out_rollouts(run, host: HostState, params, examples, key) -> tuple[np.ndarray, ...]:
+    """``rewards [P, N', M]``, ``valid [P, N']`` and ``n_calls [P, N']`` of ``eval.num_samples``
+    samples of every example (multi-answer sets flattened, ``N' = N * S``), rolled out in batches of
+    ``eval.batch_prompts`` prompts (0: all at once) so that a large held-out split never holds more
+    rows than one batch. Batch ``i`` draws with ``fold_in(key, i)``; a single batch uses ``key``
+    itself, as an unbatched evaluation does. Every process runs every batch (the runner splits a
+    batch's rows over the processes and gathers its rewards), so each holds the whole arrays."""
+    es = run.spec.eval
+    size = int(es.batch_prompts) or len(examples)
+    chunks = [examples[i : i + size] for i in range(0, len(examples), size)]
+    parts = []
+    for i, chunk in enumerate(chunks):
+        episodes, _ = run.runner.run(
+            params,
+            chunk,
+            key=key if len(chunks) == 1 else jax.random.fold_in(key, i),
+            num_samples=es.num_samples,
+            temperature=es.temperature,
+            states={},  # the reward sources start fresh on every evaluation
+            stats=host.reward_stats["eval"],
+        )
+        rewards, valid, calls = episodes.rewards, episodes.valid, episodes.n_calls
+        if episodes.set_rewards is not None:
+            p, _, s, m = episodes.set_rewards.shape
+            rewards = episodes.set_rewards.reshape(p, -1, m)
+            valid = episodes.set_valid.reshape(p, -1)
+            calls = np.repeat(calls, s, axis=1)
+        parts.append((rewards, valid, calls))
+    return tuple(np.concatenate(x, axis=0) for x in zip(*parts))
 
 
 def validation_vector(

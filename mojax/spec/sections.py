@@ -173,6 +173,10 @@ class EvalSpec:
     num_samples: int = option(1, help="samples per problem (best@k / pass@k need k <= this)")
     temperature: float = option(0.0, help="0 = greedy")
     ks: tuple = option((1,), help="best@k / pass@k budgets (each k <= num_samples x answers)")
+    batch_prompts: int = option(
+        0,
+        help="held-out problems per evaluation batch (rows = this x num_samples); 0 = all at once",
+    )
     checkpoint: str = option(
         "", help='mode=eval: an HF dir, or "" = the workdir\'s latest checkpoint'
     )
@@ -182,6 +186,7 @@ class EvalSpec:
         object.__setattr__(self, "ks", tuple(self.ks))
         c = spec_checker("eval", self)
         c.in_range("eval.num_samples", 1)
+        c.in_range("eval.batch_prompts", 0)
         c.in_range("eval.temperature", 0.0)
         c.choice("eval.split", ["validation", "test"])
         c.raise_if_any()

@@ -240,8 +240,8 @@ class CalculatorTask(Task):
         no-call class is solved by a rule visible in the problem on operands never seen in training
         (the ``facts`` set's single-digit sums are recall, and a tiny model cannot add the held-out
         ones); 1024 distinct held-out test problems and a 128-problem validation split
-        (a method's validation vector), all disjoint from training; held-out accuracy and tool
-        calls are avg@4 of the sampling policy (the RL objective's policy; greedy decoding of a
+        (a method's validation vector), all disjoint from training, evaluated 128 problems at a
+        time; held-out accuracy and tool calls are avg@4 of the sampling policy (the RL objective's policy; greedy decoding of a
         tiny model hides its uncertainty behind the argmax)."""
         kwargs = {"shared_easy_facts": False, "easy_ops": "+", "problems": "rule", "recall": 0.0}
         return {
@@ -251,6 +251,7 @@ class CalculatorTask(Task):
             "eval.temperature": 1.0,
             "eval.num_samples": 4,
             "eval.ks": (1, 2, 4),
+            "eval.batch_prompts": 128,  # 512 rows per batch: 4096 at once need ~14 GiB
         }
 
     def load_splits(self, spec, *, seed: int) -> Splits:

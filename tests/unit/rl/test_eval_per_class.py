@@ -96,3 +96,65 @@ def test_default_task_gets_per_class_keys_without_changing_the_old_ones():
     success = r[..., 0] == 1
     total = sum(new[f"eval/acc/{c}"] * new[f"eval/problems/{c}"] for c in classes)
     assert total / 12 == pytest.approx(success.mean())
+
+
+class _Runner:
+    """Records each call; a row's reward is its example's index, its calls the chunk's number."""
+
+    def __init__(self, sets: int = 0):
+        self.calls, self.sets = [], sets
+
+    def run(self, params, examples, *, key, num_samples, temperature, states, stats):
+        from types import SimpleNamespace
+
+        self.calls.append((list(examples), np.asarray(key)))
+        idx = np.asarray([int(ex.id[1:]) for ex in examples], np.float32)
+        p, n = len(examples), num_samples
+        rewards = np.broadcast_to(idx[:, None, None], (p, n, 2)).copy()
+        calls = np.full((p, n), len(self.calls), np.int64)
+        if not self.sets:
+            return SimpleNamespace(
+                rewards=rewards, valid=np.ones((p, n), bool), n_calls=calls, set_rewards=None
+            ), states
+        set_rewards = np.repeat(rewards[:, :, None], self.sets, axis=2)
+        return SimpleNamespace(
+            rewards=rewards,
+            valid=np.ones((p, n), bool),
+            n_calls=calls,
+            set_rewards=set_rewards,
+            set_valid=np.ones((p, n, self.sets), bool),
+        ), states
+
+
+@pytest.mark.parametrize("batch, sets", [(0, 0), (10, 0), (4, 0), (3, 2)])
+def test_held_out_rollouts_in_batches_of_prompts(batch, sets):
+    """``eval.batch_prompts``: the split in batches of that many prompts, batch ``i`` keyed by
+    ``fold_in(key, i)`` (one batch: ``key`` itself), the arrays concatenated in problem order."""
+    from types import SimpleNamespace
+
+    import jax
+
+    from mojax.rl.evaluate import held_out_rollouts
+    from mojax.rl.state import HostState
+
+    task = CalculatorTask()
+    examples = [_ex(task, 1, "+", i, "easy", i) for i in range(10)]
+    runner = _Runner(sets)
+    spec = SimpleNamespace(
+        eval=SimpleNamespace(batch_prompts=batch, num_samples=3, temperature=1.0)
+    )
+    run = SimpleNamespace(spec=spec, runner=runner)
+    key = jax.random.PRNGKey(7)
+    rewards, valid, calls = held_out_rollouts(run, HostState(), None, examples, key)
+    size = batch or 10
+    want_chunks = [examples[i : i + size] for i in range(0, 10, size)]
+    assert [c for c, _ in runner.calls] == want_chunks
+    for i, (_, k) in enumerate(runner.calls):
+        want = key if len(want_chunks) == 1 else jax.random.fold_in(key, i)
+        np.testing.assert_array_equal(k, np.asarray(want))
+    n = 3 * (sets or 1)
+    assert rewards.shape == (10, n, 2) and valid.shape == calls.shape == (10, n)
+    np.testing.assert_array_equal(rewards[:, 0, 0], np.arange(10))
+    np.testing.assert_array_equal(
+        calls[:, 0], np.repeat(np.arange(1, 11), size)[:10] if batch else 1
+    )

@@ -99,6 +99,7 @@ LITERAL_BASE = {
     "dapo.overlong_penalty": 1.0,
     "dry_run": False,
     "estimator": "pareto_rank",
+    "eval.batch_prompts": 0,
     "eval.checkpoint": "",
     "eval.ks": (1,),
     "eval.num_samples": 1,
