@@ -156,3 +156,24 @@ def test_an_ablation_comparison_enters_neither_verdict(tmp_path, kind):
     assert rows[1]["verdict"] == "opposite"  # a is worse than c in every seed
     want = "shown" if kind else "contradicted"
     assert _claims.kind_verdict(rows, "outcome").startswith(want)
+
+
+def test_saw_static_weights_are_read_from_the_archive_when_the_grid_is_not_there(tmp_path):
+    """``saw_cv --report_only`` in a fresh clone: the ``grpo_saw_static`` arm's weights (the time
+    average of the ``saw_grpo`` cells' logged weights) come from the archived cells; without an
+    archive and without done cells there is no such arm yet (None)."""
+    import ast
+
+    from experiments import saw_cv
+
+    keys = [f"advantage/saw/weight/{o}" for o in saw_cv.OBJECTIVES]
+    for s, ws in ((0, [(0.2, 0.3, 0.5), (0.4, 0.3, 0.3)]), (1, [(0.3, 0.3, 0.4)])):
+        d = tmp_path / "archive" / "saw_grpo" / f"s{s}"
+        d.mkdir(parents=True)
+        rows = [{"step": i + 1, **dict(zip(keys, w))} for i, w in enumerate(ws)]
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    root = str(tmp_path / "root")
+    assert saw_cv.saw_average_weights(root, (0, 1)) is None
+    got = ast.literal_eval(saw_cv.saw_average_weights(root, (0, 1), str(tmp_path / "archive")))
+    assert got == pytest.approx((0.3, 0.3, 0.4))  # mean of the three rows, normalised to sum 1
+    assert saw_cv.saw_average_weights(root, (0, 2), str(tmp_path / "archive")) is None
