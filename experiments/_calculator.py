@@ -7,8 +7,12 @@ one claim is reused by the other (``_grid`` skips cells that are done).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from experiments import _grid
-from experiments._cli import Settings
+
+if TYPE_CHECKING:  # importing _cli defines its absl flags
+    from experiments._cli import Settings
 
 M = _grid.Method
 # in the order the full grid runs them (an interrupted grid has every seed of the first ones)

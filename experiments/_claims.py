@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from experiments import _grid, _report
+from experiments import _figures, _grid, _report, _tokens
 from mojax import compare as cmp
 from mojax import stats
 from mojax.infra.jsonl import read_metrics
@@ -62,12 +62,15 @@ class Measure:
 class Comparison:
     """``arm`` − ``baseline`` on ``measure``; with a ``margin`` (> 0, the measure's units) the
     hypothesis is "not worse by more than ``margin``" in the measure's direction, a one-sided
-    non-inferiority test; without, "better", a two-sided test read from the sign."""
+    non-inferiority test; without, "better", a two-sided test read from the sign. ``kind``
+    overrides the measure's kind for this comparison (``"ablation"``: tested in the page's Holm
+    family, in neither verdict)."""
 
     arm: str
     baseline: str
     measure: str
     margin: float | None = None
+    kind: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +86,8 @@ class Claim:
     comparisons: Sequence[Comparison]
     grid: _grid.Grid
     out: str = os.path.join(REPO, "docs", "results")  # the page and the archived cells
+    curves: Sequence[str] = ()  # metrics keys plotted per arm over steps (``_figures``)
+    front: tuple[str, str] | None = None  # two eval keys: the held-out front per arm
 
 
 def cells_dir(claim: Claim) -> str:
@@ -171,10 +176,15 @@ def comparisons(claim: Claim, cells: dict[str, dict[int, str]]) -> list[dict]:
     return rows
 
 
+def kind_of(row: dict) -> str:
+    """A comparison row's kind: the comparison's own, else its measure's."""
+    return row["cmp"].kind or row["measure"].kind
+
+
 def kind_verdict(rows: list[dict], kind: str) -> str:
     """The page's verdict for ``mechanism`` or ``outcome``: shown when every comparison of that kind
     is reproduced, contradicted when any goes the other way, else not shown."""
-    words = [r["verdict"] for r in rows if r["measure"].kind == kind]
+    words = [r["verdict"] for r in rows if kind_of(r) == kind]
     if not words:
         return "no comparison"
     if all(w == "reproduced" for w in words):
@@ -201,6 +211,7 @@ def prereg_text(claim: Claim) -> str:
     comps = "\n".join(
         f"- `{c.arm}` − `{c.baseline}`: {c.measure}"
         + (f" (not worse by more than {c.margin:g})" if c.margin is not None else "")
+        + (f" [{c.kind}]" if c.kind else "")
         for c in claim.comparisons
     )
     ni = (  # said only by a claim with a "not worse" hypothesis: older pages' text is unchanged
@@ -248,12 +259,15 @@ def results_text(claim: Claim, cells: dict[str, dict[int, str]]) -> str:
     summary["rollouts (total)"] = rollouts_total
     results = {arm: {s: read_metrics(d) for s, d in seeds.items()} for arm, seeds in cells.items()}
     table = _report.summary_table(results, summary)
+    measures = {m.name: m for m in claim.measures}
     lines = [
         f"## Verdict\n\n- **Mechanism:** {kind_verdict(rows, 'mechanism')}\n"
         f"- **Outcome:** {kind_verdict(rows, 'outcome')}\n",
         f"## Results (mean ± std over seeds)\n\n{table}\n",
         "## Comparisons\n\n" + comparisons_table(rows) + "\n" + too_few_seeds(claim, cells),
         identical_text(cells),
+        _tokens.budget_text(results, claim.comparisons, measures),
+        _figures.figures_text(results, claim.out, claim.name, claim.curves, claim.front),
         "## Per seed\n\n" + _report.per_seed_table(results, summary) + "\n",
     ]
     return "\n".join(line for line in lines if line)
@@ -302,7 +316,7 @@ def comparisons_table(rows: list[dict]) -> str:
             stat = [f"[{ci.low:+.4f}, {ci.high:+.4f}] ({r['level']:.4f})", f"{s.p:.3g}",
                     f"{r['p_holm']:.3g}"]  # fmt: skip
         body.append([
-            f"`{c.arm}` − `{c.baseline}`", c.measure, r["measure"].kind, str(len(r["diffs"])),
+            f"`{c.arm}` − `{c.baseline}`", c.measure, kind_of(r), str(len(r["diffs"])),
             f"{r['mean']:+.4f}", *stat, word, prob,
         ])  # fmt: skip
     head = ["comparison", "measure", "kind", "seeds", "Δ", "Holm-level CI", "p", "p (Holm)"]
@@ -327,7 +341,7 @@ def rollouts_total(rows: list[dict]) -> float:
 def report(claim: Claim, extra: str = "") -> str:
     """Writes the page from the archived cells; returns its path."""
     cells = archived(claim)
-    text = f"# {claim.title}\n\n{claim.question}\n\n{prereg_text(claim)}\n"
+    text = f"# {claim.title}\n\n{claim.question}\n\n{committed_prereg(claim)}\n"
     if cells:
         text += results_text(claim, cells) + "\n" + extra
     else:
@@ -344,6 +358,28 @@ def report(claim: Claim, extra: str = "") -> str:
     if missing:
         text += "\n\n" + _grid.missing_block(claim.grid, missing)
     return _report.write_page(page_path(claim), text)
+
+
+def committed_prereg(claim: Claim) -> str:
+    """The page's pre-registration section as committed (a committed pre-registration is never
+    edited: the page keeps it byte for byte, from ``## Pre-registration`` up to its results), or
+    :func:`prereg_text` when the page has none yet. A declaration that now differs from it is
+    reported on stdout, not written."""
+    fresh = prereg_text(claim)
+    if not os.path.isfile(page_path(claim)):
+        return fresh
+    text = open(page_path(claim), encoding="utf-8").read()
+    if "## Pre-registration" not in text:
+        return fresh
+    body = "## Pre-registration" + text.split("## Pre-registration", 1)[1]
+    for end in ("\n## Verdict", "\n## Commands"):
+        body = body.split(end, 1)[0]
+    kept = body.rstrip("\n") + "\n"
+    if kept != fresh:
+        print(
+            f"{page_path(claim)}: keeping its committed pre-registration (the declaration differs)"
+        )
+    return kept
 
 
 def run(claim: Claim, methods: Sequence[_grid.Method]) -> None:

@@ -79,6 +79,8 @@ def claim(seeds, root, quick) -> _claims.Claim:
             sft_config=CONFIG,
             sft=("--config.steps=0",),
         ),
+        curves=("eval/accuracy", "eval/r_reason", "eval/tool_efficiency"),
+        front=("eval/accuracy", "eval/r_reason"),
     )
 
 

@@ -97,6 +97,8 @@ def claim(seeds, root, quick) -> _claims.Claim:
         measures=MEASURES,
         comparisons=COMPARISONS,
         grid=_grid.Grid(root=root, seeds=seeds, common=common, rl=rl),
+        curves=(*OBJ, "eval/redundant_calls"),
+        front=OBJ,
     )
 
 

@@ -70,14 +70,19 @@ COMPARISONS = (
 )
 
 
-def saw_average_weights(root: str, seeds) -> str:
+def saw_average_weights(root: str, seeds, archive: str | None = None) -> str:
     """The time-averaged SAW weights over every step and seed of the ``saw_grpo`` cells, as a
-    ``--config.advantage.weights`` tuple literal (None until every one of those cells is done)."""
+    ``--config.advantage.weights`` tuple literal (None until every one of those cells is done).
+    A cell not done under ``root`` is read from ``archive`` (the archived cells, ``--report_only``)
+    when given and archived there."""
     w = []
     for s in seeds:
         path = os.path.join(root, "saw_grpo", f"s{s}")
         if not os.path.isfile(os.path.join(path, "done")):
-            return None
+            stored = os.path.join(archive or "", "saw_grpo", f"s{s}")
+            if not (archive and os.path.isfile(os.path.join(stored, "metrics.jsonl"))):
+                return None
+            path = stored
         rows = read_metrics(path)
         w += [[r[f"advantage/saw/weight/{o}"] for o in OBJECTIVES] for r in rows
               if all(f"advantage/saw/weight/{o}" in r for o in OBJECTIVES)]  # fmt: skip
@@ -86,9 +91,21 @@ def saw_average_weights(root: str, seeds) -> str:
     return "(" + ", ".join(repr(float(x)) for x in mean) + ")"
 
 
+def _archive() -> str | None:
+    """``--report_only``: the archived cells, where the ``saw_grpo`` weights are read from when the
+    grid's own cells are not there (a fresh clone)."""
+    from absl import flags
+
+    from experiments import _cli
+
+    if not (flags.FLAGS.is_parsed() and _cli.REPORT_ONLY.value):
+        return None
+    return os.path.join(_claims.REPO, "docs", "results", "saw_cv", "cells")
+
+
 def claim(seeds, root, quick) -> _claims.Claim:
     think = _calculator.legacy_common(quick)
-    static = saw_average_weights(root, seeds)
+    static = saw_average_weights(root, seeds, None if quick else _archive())
     arms = (
         M("saw_grpo", "configs/saw.py:think=0.1", SAME),
         M("grpo_equal", "configs/grpo.py:think=0.1", (f"--config.advantage.weights={EQUAL}",)),
@@ -110,6 +127,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
         grid=_grid.Grid(
             root=root, seeds=seeds, common=("--config.sft.think_rate=0.1", *think), rl=rl
         ),
+        curves=tuple(f"eval/{o}" for o in OBJECTIVES),
     )
 
 

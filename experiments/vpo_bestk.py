@@ -107,6 +107,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
             sft_config="configs/vpo.py:task=bandit",
             sft=("--config.steps=0",),
         ),
+        curves=(EW, "eval/diversity", f"eval/best@{POOL}_unbiased"),
     )
 
 

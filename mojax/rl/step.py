@@ -139,12 +139,15 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
     signal (no objective varies) are dropped and refilled from further prompts, up to
     ``max_refill_rounds`` rounds; groups still without signal fill the batch, out of the gradient.
     ``rollout/rollouts`` counts the rollouts generated (refills included), so arms can be compared
-    at equal rollout budgets."""
+    at equal rollout budgets; ``rollout/generated_tokens`` their policy-generated tokens (refills
+    included; tool observations not). Every process holds the all-gathered rollouts, so both are
+    the same number on every process."""
     rs, dapo = run.spec.rollout, run.spec.dapo
     host, episodes = _episodes_round(run, host, params, key)
     if not dapo.dynamic_sampling:
         rollouts = float(rs.prompts_per_step * rs.num_samples)
-        return host, _with_metrics(episodes, {"rollout/rollouts": rollouts})
+        metrics = {"rollout/rollouts": rollouts, "rollout/generated_tokens": _tokens(episodes)}
+        return host, _with_metrics(episodes, metrics)
     keep = rewards_lib.groups_with_signal(episodes.rewards, episodes.valid)
     rounds = 0
     while keep.sum() < rs.prompts_per_step and rounds < dapo.max_refill_rounds:
@@ -154,13 +157,20 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
         )
         episodes = concat(episodes, more)
         keep = rewards_lib.groups_with_signal(episodes.rewards, episodes.valid)
+    generated = _tokens(episodes)  # every round's rollouts, before the batch is selected
     order = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])[: rs.prompts_per_step]
     episodes = select(episodes, order)
     kept = keep[order]
     episodes = dataclasses.replace(episodes, kept=kept, valid=episodes.valid & kept[:, None])
     metrics = {"dapo/kept_groups": float(keep.sum()), "dapo/refill_rounds": float(rounds)}
     metrics["rollout/rollouts"] = float((1 + rounds) * rs.prompts_per_step * rs.num_samples)
+    metrics["rollout/generated_tokens"] = generated
     return host, _with_metrics(episodes, metrics)
+
+
+def _tokens(episodes: Episodes) -> float:
+    """Policy-generated tokens of every rollout in ``episodes`` (the loss mask's ones)."""
+    return float(np.asarray(episodes.rollout.loss_mask).sum())
 
 
 def _with_metrics(episodes: Episodes, metrics: dict) -> Episodes:

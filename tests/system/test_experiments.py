@@ -126,16 +126,33 @@ def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
         # the gate against mixing without it; full set only since stop 43 (CI time)
         pytest.param("awpo_gate", ("--methods=awpo,mix_nogate",), marks=pytest.mark.full),
         ("vpo_bestk", ("--methods=vpo,grpo",)),  # two of its four arms: CI time
+        # the rule-calculator grid, 2 arms x 2 seeds x 2 steps (~25 min on 2 busy cores): not in CI
+        pytest.param(
+            "paretopo_rule", ("--methods=grpo_ds,paretopo", "--seeds=0,1"), marks=pytest.mark.full
+        ),
     ],
 )
 def test_other_claims_run_in_quick_mode(name, flags, tmp_path):
-    """Each script's grid at its ``--quick`` default, 1 seed: its page has every section and says
-    that no comparison was made (a paired comparison needs 2 seeds; the statistics of a 2-seed page
-    are the ParetoPO tests' above)."""
+    """Each script's grid at its ``--quick`` default (1 seed unless ``--seeds``): its page has
+    every section, its plots and token budgets; with 1 seed it says that no comparison was made
+    (a paired comparison needs 2 seeds; the statistics of a 2-seed page are the ParetoPO tests'
+    above). A cell's generated tokens equal its kept rows' mean × rollouts at every step without
+    a dynamic-sampling refill."""
     page = _run_script(name, tmp_path, *flags)
     assert "## Verdict" in page and "## Per seed" in page and "## Pre-registration" in page
-    assert "a paired comparison needs >= 2 seeds run by both arms" in _section(page, "Comparisons")
-    assert "**Mechanism:** no comparison" in _section(page, "Verdict")
+    assert f"]({name}/curves.png)" in page and "## Token budgets" in page
+    if "--seeds=0,1" not in flags:
+        comps = _section(page, "Comparisons")
+        assert "a paired comparison needs >= 2 seeds run by both arms" in comps
+        assert "**Mechanism:** no comparison" in _section(page, "Verdict")
+    cells = os.path.join(tmp_path, "results", name, "cells")
+    cell = os.path.join(cells, sorted(os.listdir(cells))[0], "s0")
+    rows = [r for r in read_metrics(cell) if "rollout/rollouts" in r]
+    assert rows and all("rollout/generated_tokens" in r for r in rows)
+    for r in rows:
+        if not r.get("dapo/refill_rounds"):
+            want = r["rollout/policy_tokens_mean"] * r["rollout/rollouts"]
+            assert r["rollout/generated_tokens"] == pytest.approx(want, rel=1e-6)
 
 
 def test_code_commit_ignores_the_archive_the_grid_writes(tmp_path):
