@@ -125,6 +125,9 @@ def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
         pytest.param("saw_cv", (), marks=pytest.mark.full),
         # the gate against mixing without it; full set only since stop 43 (CI time)
         pytest.param("awpo_gate", ("--methods=awpo,mix_nogate",), marks=pytest.mark.full),
+        # the rule-set pre-registrations (issue 47): two arms each, not in CI
+        pytest.param("awpo_rule", ("--methods=awpo,grpo_outcome",), marks=pytest.mark.full),
+        pytest.param("saw_rule", ("--methods=saw_grpo,grpo_equal",), marks=pytest.mark.full),
         ("vpo_bestk", ("--methods=vpo,grpo",)),  # two of its four arms: CI time
         # the rule-calculator grid, 2 arms x 2 seeds x 2 steps (~25 min on 2 busy cores): not in CI
         pytest.param(
