@@ -54,7 +54,9 @@ COMPARISONS = (
 
 def claim(seeds, root, quick) -> _claims.Claim:
     arms = (
-        M("awpo", CONFIG),
+        M(
+            "awpo", CONFIG, ("--config.advantage.eps_mix=0.5",)
+        ),  # the default it was registered with
         M("grpo_outcome", f"{CONFIG},estimator=grpo"),
         M("mix_nogate", CONFIG, ("--config.advantage.eps_mix=1.0",)),
         M("awpo_eps0.7", CONFIG, ("--config.advantage.eps_mix=0.7",)),
