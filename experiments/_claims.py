@@ -88,6 +88,9 @@ class Claim:
     out: str = os.path.join(REPO, "docs", "results")  # the page and the archived cells
     curves: Sequence[str] = ()  # metrics keys plotted per arm over steps (``_figures``)
     front: tuple[str, str] | None = None  # two eval keys: the held-out front per arm
+    earlier: str = (
+        ""  # the claim's earlier grids and their results (a page section, not the prereg)
+    )
 
 
 def cells_dir(claim: Claim) -> str:
@@ -263,6 +266,7 @@ def results_text(claim: Claim, cells: dict[str, dict[int, str]]) -> str:
     lines = [
         f"## Verdict\n\n- **Mechanism:** {kind_verdict(rows, 'mechanism')}\n"
         f"- **Outcome:** {kind_verdict(rows, 'outcome')}\n",
+        f"## Earlier grids of this claim\n\n{claim.earlier.strip()}\n" if claim.earlier else "",
         f"## Results (mean ± std over seeds)\n\n{table}\n",
         "## Comparisons\n\n" + comparisons_table(rows) + "\n" + too_few_seeds(claim, cells),
         identical_text(cells),

@@ -52,6 +52,11 @@ COMPARISONS = (
 )
 
 
+EARLIER = """- The 3-seed design before this grid (page at 2210f31: ToolRL with the offline judge from a
+  randomly initialised tiny model): inconclusive, every reward of all 6 cells was 0.
+- The grid after this one, on the rule calculator with eps_mix 0.75: [`awpo_rule.md`](awpo_rule.md)."""
+
+
 def claim(seeds, root, quick) -> _claims.Claim:
     arms = (
         M(
@@ -65,6 +70,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
     common = _calculator.legacy_common(quick)
     rl = (f"--config.steps={2 if quick else 40}",)
     return _claims.Claim(
+        earlier=EARLIER,
         name="awpo_gate",
         title="AWPO: gating a judged reasoning reward on the calculator",
         question="Does variance-aware gating of a judge's plan score improve the outcome over "

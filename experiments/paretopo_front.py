@@ -76,6 +76,12 @@ COMPARISONS = (
 )
 
 
+EARLIER = """- The 3-seed design before this grid (page at 2210f31: 4 methods x 3 seeds x 40 RL steps, no
+  over-calling warm start): inconclusive; hypervolume vs GRPO +0.0083 (2 SE 0.0077), final accuracy
+  +0.013 (2 SE 0.017).
+- The grid after this one, on the rule calculator: [`paretopo_rule.md`](paretopo_rule.md)."""
+
+
 def claim(seeds, root, quick) -> _claims.Claim:
     arms = (
         M("grpo_ds", "configs/grpo.py", DAPO),
@@ -88,6 +94,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
     common = OVERCALL + _calculator.legacy_common(quick)
     rl = (f"--config.steps={2 if quick else 40}",)
     return _claims.Claim(
+        earlier=EARLIER,
         name="paretopo_front",
         title="ParetoPO: tool efficiency at a matched budget",
         question="Does ParetoPO learn to drop redundant tool calls better than a static "

@@ -103,6 +103,14 @@ def _archive() -> str | None:
     return os.path.join(_claims.REPO, "docs", "results", "saw_cv", "cells")
 
 
+EARLIER = """- The 3-seed design before this grid (page at 2210f31: think=0.1, 60 steps): each SAW variant
+  above its static-weight base in the mean of the three final objectives by more than 2 SE, at a cost
+  of 0.18-0.19 of final r_task.
+- Its ablation with a better-trained plan context (think=0.3, 3 seeds; page at 90982b4): r_task
+  -0.008 (2 SE 0.024), train r_format +0.053 faster (15 SE); inconclusive.
+- The grid after this one, on the rule calculator with think=0.3: [`saw_rule.md`](saw_rule.md)."""
+
+
 def claim(seeds, root, quick) -> _claims.Claim:
     think = _calculator.legacy_common(quick)
     static = saw_average_weights(root, seeds, None if quick else _archive())
@@ -116,6 +124,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
     steps = 2 if quick else STEPS
     rl = (f"--config.steps={steps}", f"--config.eval_every={1 if quick else EVAL_EVERY}")
     return _claims.Claim(
+        earlier=EARLIER,
         name="saw_cv",
         title="SAW: CV weights on a slowly learned objective",
         question="Do SAW's batch CV weights learn the slow format objective faster than equal "

@@ -79,6 +79,15 @@ def collapse_text(claim: _claims.Claim) -> str:
     return f"**Precondition (GRPO collapse, diversity < {COLLAPSE}):** {word} ({per}).\n"
 
 
+EARLIER = """- The first pre-registered grid (8 seeds x the same 4 arms, 60 RL steps, evaluation at temperature
+  1; page and cells at commit aa00439): mechanism shown (VPO's final diversity +0.390 above GRPO's,
+  Holm p 4e-5); outcome not shown: E_w[best@12] above GRPO (+0.053, Holm p 0.0007) and Max@k
+  (+0.032, Holm p 0.018) but not above Multi-RLVR (+0.004, p 0.36); GRPO did not collapse
+  (final diversity 0.31-0.60), so the paper's precondition was not met.
+- The 3-seed design before it (page at 2210f31, 60 steps after a BFS-route warm start on the
+  maze): inconclusive, RL moved best@4 by less than the held-out noise for every method."""
+
+
 def claim(seeds, root, quick) -> _claims.Claim:
     arms = tuple(
         M(name, f"configs/vpo.py:task=bandit,estimator={name}")
@@ -91,6 +100,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
         f"--config.eval.temperature={EVAL_TEMPERATURE}",
     )
     return _claims.Claim(
+        earlier=EARLIER,
         name="vpo_bestk",
         title="VPO: diversity and best@k on the route bandit",
         question="Where GRPO collapses onto one answer, does VPO keep covering the trade-offs and "
