@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -54,6 +54,26 @@ def mean_tail(key: str, n: int) -> Metric:
     def f(rows):
         _, v = series(rows, key)
         return float(np.mean(v[-n:])) if v else math.nan
+
+    return f
+
+
+def first_step_at(key: str, threshold: float, never: float) -> Metric:
+    """The first RL step (> 0) whose ``key`` is >= ``threshold``; ``never`` when none is."""
+
+    def f(rows):
+        steps, vals = series(rows, key)
+        hits = [s for s, v in zip(steps, vals) if s > 0 and v >= threshold]
+        return float(hits[0]) if hits else float(never)
+
+    return f
+
+
+def mean_last(keys: Sequence[str]) -> Metric:
+    """The mean over ``keys`` of each one's last logged value."""
+
+    def f(rows):
+        return float(np.mean([last(k)(rows) for k in keys]))
 
     return f
 

@@ -47,14 +47,9 @@ correctness unchanged). Steps-to-plateau of a cell that never reaches it counts 
 (one evaluation past the end)."""
 
 
-def steps_to_plateau(rows: list[dict]) -> float:
-    steps, vals = _report.series(rows, "eval/r_format")
-    hits = [s for s, v in zip(steps, vals) if s > 0 and v >= PLATEAU]
-    return float(hits[0]) if hits else float(STEPS + EVAL_EVERY)
-
-
-def mean_objectives(rows: list[dict]) -> float:
-    return float(np.mean([_report.last(f"eval/{o}")(rows) for o in OBJECTIVES]))
+# the first evaluation at the plateau; a cell that never reaches it counts one evaluation past the end
+steps_to_plateau = _report.first_step_at("eval/r_format", PLATEAU, STEPS + EVAL_EVERY)
+mean_objectives = _report.mean_last([f"eval/{o}" for o in OBJECTIVES])
 
 
 MEASURES = (
