@@ -103,6 +103,16 @@ class HostState:
     pending: dict[str, Any] | None = None
     inflight: list = dataclasses.field(default_factory=list)
 
+    def with_own_stats(self) -> HostState:
+        """This state with fresh copies of its reward stats. Scoring counts into the stats it is
+        given in place, so a phase that scores (a rollout, a validation, an evaluation) works on
+        the copy this returns: a signal that stops the phase midway leaves the caller's host state
+        as it was, and the checkpoint it saves counts nothing twice when the phase is redone."""
+        stats = {
+            k: RewardStats.from_state_dict(v.state_dict()) for k, v in self.reward_stats.items()
+        }
+        return dataclasses.replace(self, reward_stats=stats)
+
     def to_dict(self) -> dict[str, Any]:
         out = {
             "step": int(self.step),

@@ -331,7 +331,9 @@ def samples_path(run, step: int) -> str:
 
 
 def start_metrics(run, host: HostState, params) -> tuple[HostState, dict]:
-    """Step 0: the initial policy's evaluation, then the method's start hook."""
+    """Step 0: the initial policy's evaluation, then the method's start hook. Scores into its
+    own copy of the reward stats (``HostState.with_own_stats``)."""
+    host = host.with_own_stats()
     metrics = evaluate(run, host, params, 0, samples_path=samples_path(run, 0))
     host, hm = _with_validation(
         run, host, params, 0, lambda validate: run.hooks.start(host.method, validate)
@@ -341,8 +343,10 @@ def start_metrics(run, host: HostState, params) -> tuple[HostState, dict]:
 
 
 def after_step(run, host: HostState, params) -> tuple[HostState, dict]:
-    """The method's after-step hook, then the held-out evaluation when due."""
-    spec, done = run.spec, host.step
+    """The method's after-step hook, then the held-out evaluation when due. Scores into its own
+    copy of the reward stats (``HostState.with_own_stats``): a signal during the evaluation leaves
+    ``host`` as it was, so the pending checkpoint does not count the validation twice on resume."""
+    spec, done, host = run.spec, host.step, host.with_own_stats()
     host, metrics = _with_validation(
         run, host, params, done, lambda validate: run.hooks.after_step(done, host.method, validate)
     )

@@ -8,8 +8,12 @@ One run is stopped three times, each time by a real signal sent from inside the 
 2. SIGTERM inside the first decode call of RL step 2's rollout: the rollout is abandoned (no other
    decode call follows), and step 1, the last completed one, is saved (``checkpoint_every`` is too
    large to have saved it otherwise);
-3. SIGINT inside the evaluation rollout after RL step 2's update: step 2 is saved with its
-   evaluation pending; the resumed run evaluates it first.
+3. SIGINT inside the evaluation rollout after RL step 2's update, after its validation: step 2
+   is saved with its after-step phases pending; the resumed run redoes them first (the validation
+   counted once: it scored into a copy of the reward stats).
+
+The config is ParetoPO's (its Stage 1 validates after every step, before the evaluation, and DAPO's
+dynamic sampling refills its rollouts), made short.
 
 The reference is the uninterrupted run of the same config: ``metrics.jsonl`` (all keys but
 ``time/``), ``sft_metrics.jsonl``, ``transcripts.jsonl``, the final params and host state.
@@ -30,9 +34,11 @@ from mojax.infra.preemption import Preempted
 REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
-def _config():
-    c = load_config("grpo")
+def _config(name="paretopo"):
+    c = load_config(name)
     with c.unlocked():
+        if name == "paretopo":
+            c.paretopo.stage1_steps, c.paretopo.validate_every = 2, 1
         c.steps, c.checkpoint_every, c.eval_every = 3, 100, 1
         c.sft.steps, c.sft.batch_size, c.sft.num_examples = 20, 16, 64
         c.sft.checkpoint_every = 5
@@ -44,20 +50,25 @@ def _config():
 
 
 class _Trap:
-    """Sends ``sig`` inside the ``at``-th rollout (its first decode call, ``generate``) and counts
-    the sampler's decode calls after that (``generate`` and ``append_and_continue``)."""
+    """Sends ``sig`` inside the first decode call (``generate``) of one phase: ``("collect", t)``,
+    the rollout that follows RL step ``t`` (DAPO's refill rounds are more calls of it), or
+    ``("evaluate", t)``, the evaluation after step ``t``; or, with an int, inside the ``phase``-th
+    ``generate`` of the run. Counts the sampler's decode calls after that (``generate`` and
+    ``append_and_continue``)."""
 
-    def __init__(self, monkeypatch, at, sig):
+    def __init__(self, monkeypatch, phase, sig):
+        from mojax.rl import step, trainer
         from mojax.sampling.static.engine import InGraphSampler
 
-        self.rollouts, self.after, self.fired = 0, 0, False
+        self.at, self.after, self.fired, self.rollouts = None, 0, False, 0
         generate, append = InGraphSampler.generate, InGraphSampler.append_and_continue
+        collect, evaluate = step.collect, trainer.evaluate
 
         def gen(*args, **kwargs):
             self.after += self.fired
             self.rollouts += 1
             out = generate(*args, **kwargs)
-            if self.rollouts == at:
+            if phase in (self.at, self.rollouts) and not self.fired:
                 self.fired = True
                 signal.raise_signal(sig)
             return out
@@ -66,8 +77,22 @@ class _Trap:
             self.after += self.fired
             return append(*args, **kwargs)
 
+        def during(name, fn, step_of):
+            def call(*args, **kwargs):
+                self.at = (name, step_of(*args, **kwargs))
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self.at = None
+
+            return call
+
         monkeypatch.setattr(InGraphSampler, "generate", gen)
         monkeypatch.setattr(InGraphSampler, "append_and_continue", app)
+        monkeypatch.setattr(step, "collect", during("collect", collect, lambda r, h, *a: h.step))
+        monkeypatch.setattr(
+            trainer, "evaluate", during("evaluate", evaluate, lambda r, h, p, t, **k: t)
+        )
 
 
 def _run(workdir):
@@ -146,20 +171,19 @@ def test_signals_in_sft_rollout_and_evaluation_resume_to_the_uninterrupted_run(
     assert sorted(p.name for p in (stopped / "checkpoints_sft").iterdir()) == ["8"]
     assert not (stopped / "checkpoints").exists() or not list((stopped / "checkpoints").iterdir())
 
-    # 2. SIGTERM inside the first decode call of step 2's rollout (the 4th rollout of this run:
-    # step-0 evaluation, step 1 rollout, step 1 evaluation, step 2 rollout)
+    # 2. SIGTERM inside the first decode call of step 2's rollout
     with monkeypatch.context() as m:
-        trap = _Trap(m, 4, signal.SIGTERM)
+        trap = _Trap(m, ("collect", 1), signal.SIGTERM)
         e = _stopped(stopped)
-    assert e.exit_code == 143 and trap.fired and trap.after == 0, (trap.rollouts, trap.after)
+    assert e.exit_code == 143 and trap.fired and trap.after == 0, trap.after
     assert "after RL step 1 (the rollout of step 2 was abandoned)" in str(e)
     assert "within the 30 s grace" in str(e)
     assert sorted(p.name for p in (stopped / "checkpoints").iterdir()) == ["1"]
     assert [r["step"] for r in _lines(stopped / "metrics.jsonl")] == [0, 1]
 
-    # 3. SIGINT inside step 2's evaluation (resumed at step 1: step 2 rollout, step 2 evaluation)
+    # 3. SIGINT inside step 2's evaluation (resumed at step 1: step 2's rollout, its validation)
     with monkeypatch.context() as m:
-        trap = _Trap(m, 2, signal.SIGINT)
+        trap = _Trap(m, ("evaluate", 2), signal.SIGINT)
         e = _stopped(stopped)
     assert e.exit_code == 130 and trap.fired and trap.after == 0
     assert "after the update of RL step 2 (its evaluation is redone on resume)" in str(e)
@@ -189,7 +213,7 @@ def test_a_signal_while_generating_ahead_keeps_the_update_and_regenerates(tmp_pa
     from mojax.rl import trainer
 
     def config():
-        c = _config()
+        c = _config("grpo")
         with c.unlocked():
             c.rollout.staleness = 1
         return c

@@ -3,6 +3,7 @@ carried across steps and restored from a checkpoint exactly, and host states of 
 (``stage1`` / ``estimator`` keys; the ``tracker`` / ``val_tracker`` tables before the reward sources)
 still load."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -163,3 +164,47 @@ def test_in_flight_host_fields_of_the_old_layout_apply_to_the_training_state():
     state = got.reward_state["tool_efficiency"]
     assert NOptimalTracker.from_state(state["train"]).table == {"z": 5}
     assert state["validation"] == host.reward_state["tool_efficiency"]["validation"]
+
+
+def test_a_signal_in_the_evaluation_leaves_the_callers_reward_stats_as_they_were():
+    """The pending checkpoint of a signal during an evaluation holds the host state before the
+    step's after-step phases: the validation that ran before the signal scored into a copy, so the
+    resumed run, which redoes it, counts it once (the interrupt matrix's SIGTERM cell on ParetoPO
+    found it counted twice)."""
+    from types import SimpleNamespace
+
+    from mojax.infra.preemption import Interrupted
+    from mojax.rl import trainer
+
+    def fake_run(params, examples, *, stats, num_samples=1, **kw):
+        for _ in examples:
+            stats.record(True)
+        if kw.get("states") == {}:  # the evaluation (the reward sources start fresh): a signal
+            raise Interrupted(15, 0.0, 30.0)
+        ones = np.ones((len(examples), num_samples), bool)
+        return SimpleNamespace(valid=ones, rewards=np.ones((*ones.shape, 2))), {}
+
+    def hook(step, state, validate):
+        validate()
+        return state, {}
+
+    run = SimpleNamespace(
+        spec=SimpleNamespace(
+            seed=0,
+            steps=4,
+            eval_every=2,
+            eval=SimpleNamespace(batch_prompts=0, num_samples=1, temperature=0.0),
+        ),
+        hooks=SimpleNamespace(after_step=hook),
+        runner=SimpleNamespace(run=fake_run),
+        splits=SimpleNamespace(validation=["v1", "v2"], test=["t1", "t2", "t3"]),
+        task=SimpleNamespace(objective_names=("r_task", "r_tool")),
+        workdir="",
+    )
+    host = dataclasses.replace(_filled(), step=2)  # step 2: validation, then the evaluation
+    before = host.to_json()
+    with pytest.raises(Interrupted):
+        trainer.after_step(run, host, None)
+    assert host.to_json() == before
+    done, _ = trainer.after_step(run, dataclasses.replace(host, step=3), None)  # no evaluation
+    assert done.reward_stats["validation"].scored == 2 and host.to_json() == before
