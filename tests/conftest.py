@@ -48,12 +48,16 @@ def pytest_configure(config):
     Every small program is kept (minimum compile time 0)."""
     if hasattr(config.option, "loadscopereorder"):  # xdist: hand out files in collection order
         config.option.loadscopereorder = False  # (its default sorts them by their test counts)
-    if hasattr(config, "workerinput") or os.environ.get(_CACHE_ENV):
+    if hasattr(config, "workerinput"):
+        return
+    # every program, also where the cache directory was given (``.ci/run``): else the many
+    # sub-second programs compile again in every module (``jax.clear_caches``) and every worker
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    if os.environ.get(_CACHE_ENV):
         return
     path = tempfile.mkdtemp(prefix="mojax-test-jax-cache-")
     config._mojax_cache_dir = path
     os.environ[_CACHE_ENV] = path
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 
 def pytest_unconfigure(config):

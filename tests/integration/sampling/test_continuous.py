@@ -81,9 +81,12 @@ def test_a_rows_tokens_do_not_depend_on_the_batch(model):
     assert (np.asarray(other.tokens) != np.asarray(full.tokens)).any()
 
 
-def full_logits(model, seq):
-    x = jnp.asarray(np.asarray(seq, np.int32)[None])
-    return np.asarray(model(x))[0, -1].astype(np.float64)
+def full_logits(model, seq, width=64):
+    """The uncached forward's next-token logits after ``seq``, run right-padded to ``width``
+    (causal: the padding comes after the position read) so every call has one shape."""
+    x = np.zeros((1, width), np.int32)
+    x[0, : len(seq)] = seq
+    return np.asarray(model(jnp.asarray(x)))[0, len(seq) - 1].astype(np.float64)
 
 
 def test_min_new_tokens_equals_a_masked_greedy_loop(model):

@@ -174,8 +174,11 @@ def test_resume_after_append_equals_decoding_from_scratch(model):
         prefix = np.concatenate([first_tokens[row, : first_n[row]], obs[row, : obs_len[row]]])
         np.testing.assert_array_equal(toks[row, : len(prefix)], prefix)
         assert mask[row, : first_n[row]].all() and not mask[row, first_n[row] : len(prefix)].any()
+        context = np.concatenate([tokens[row, : lengths[row]], prefix])
+        padded = np.zeros((1, 56), np.int32)  # one prompt shape for both rows: one compile
+        padded[0, : len(context)] = context
         scratch = ms.generate(
-            model, np.concatenate([tokens[row, : lengths[row]], prefix])[None],
+            model, padded, prompt_lengths=[len(context)],
             key=jax.random.key(0), max_new_tokens=[7, 7, 5][row], stop_token_ids=(stop,),
             max_response_len=8, max_total_len=64, **kw,
         )  # fmt: skip
