@@ -143,9 +143,8 @@ def collect(run: Run, host: HostState, params, key) -> tuple[HostState, Episodes
     included; tool observations not). Every process holds the all-gathered rollouts, so both are
     the same number on every process."""
     rs, dapo = run.spec.rollout, run.spec.dapo
-    host = (
-        host.with_own_stats()
-    )  # a signal in a refill round leaves the caller's counts as they were
+    # its own counts: a signal in a (refill) round leaves the caller's host state as it was
+    host = host.with_own_stats()
     host, episodes = _episodes_round(run, host, params, key)
     if not dapo.dynamic_sampling:
         rollouts = float(rs.prompts_per_step * rs.num_samples)

@@ -4,10 +4,10 @@ Reference: the static in-graph sampler on one device, unsharded, same key. Mesh 
 "tensor") = (2, 2, 2): the slots lie over data x fsdp (4 shards), the weights on their learner
 shardings. A call and two appended turns at temperature 1 with stop ids, a forced stop and per-row
 budgets, with fewer slots than rows, and as many over a paged cache (one pool per shard of
-slots; as many slots as rows on one device: ``test_continuous.py``): tokens, lengths, finish reasons and loss masks equal, log-probs within 1e-5
-(``same_sampling_output``: reduction order only). Every decode
-segment, and every prefill (the prompts, a resumed row's context), must run on all 8 devices
-with the rows split over the batch axes.
+slots; as many unpaged slots as rows run on one device in ``test_continuous.py``): tokens,
+lengths, finish reasons and loss masks equal, log-probs within 1e-5 (``same_sampling_output``:
+reduction order only). Every decode segment, and every prefill (the prompts, a resumed row's
+context), must run on all 8 devices with the rows split over the batch axes.
 """
 
 STOPS = (5, 17, 33)

@@ -175,7 +175,7 @@ def test_resume_after_append_equals_decoding_from_scratch(model):
         np.testing.assert_array_equal(toks[row, : len(prefix)], prefix)
         assert mask[row, : first_n[row]].all() and not mask[row, first_n[row] : len(prefix)].any()
         context = np.concatenate([tokens[row, : lengths[row]], prefix])
-        padded = np.zeros((1, 56), np.int32)  # one prompt shape for both rows: one compile
+        padded = np.zeros((1, 64 - 8), np.int32)  # one prompt shape for both rows: one compile
         padded[0, : len(context)] = context
         scratch = ms.generate(
             model, padded, prompt_lengths=[len(context)],
