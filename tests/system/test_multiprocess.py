@@ -316,68 +316,55 @@ def test_two_processes_with_staleness_1_equal_one_process(tmp_path):
     assert b[1]["mismatch/kl_k3"] < 1e-9 < b[2]["mismatch/kl_k3"]  # fp32 numerics, then staleness
 
 
-@pytest.mark.slow
-def test_slurm_environment_is_auto_detected(tmp_path):
-    """The issue's own command: SLURM's variables and MOJAX_DISTRIBUTED=1, no explicit flags."""
-    flags = CASES["grpo"][:1] + ["--config.steps=1", "--config.sft.steps=0"] + _SHORT
+def _slurm_env(tmp_path, i: int, n: int, **extra) -> dict[str, str]:
+    """Process ``i`` of ``n`` as ``srun`` starts it: SLURM's variables and MOJAX_DISTRIBUTED=1."""
     job = str(1000 + os.getpid() % 3000)  # jax derives the coordinator port from the job id
-    procs = []
-    for i in range(2):
-        env = _env(
-            tmp_path,
-            SLURM_JOB_ID=job,
-            SLURM_NTASKS="2",
-            SLURM_PROCID=str(i),
-            SLURM_LOCALID=str(i),
-            SLURM_STEP_NODELIST="localhost",
-            MOJAX_DISTRIBUTED="1",
+    slurm = dict(
+        SLURM_JOB_ID=job,
+        SLURM_NTASKS=str(n),
+        SLURM_PROCID=str(i),
+        SLURM_LOCALID=str(i),
+        SLURM_STEP_NODELIST="localhost",
+        MOJAX_DISTRIBUTED="1",
+    )
+    return _env(tmp_path, **slurm, **extra)
+
+
+@pytest.mark.slow
+def test_paper_scale_dry_run_on_two_processes_found_from_slurm(tmp_path, qwen2_tokenizer_dir):
+    """The continuous engine's paper-scale dry run (one per engine, issue 46; the static engine's
+    is ``tests/system/rl/test_e2e.py``'s) on 2 processes of 4 devices, started with the issue's own
+    command: SLURM's variables and MOJAX_DISTRIBUTED=1, no explicit flags (every other test here
+    starts its processes with ``launch/local_cluster.py``'s flags)."""
+    flags = [
+        "--config=configs/paretopo.py:paper=true,model=qwen2.5-math-1.5b,task=math,data=2,fsdp=4",
+        f"--config.tokenizer.path={qwen2_tokenizer_dir}",
+        "--config.dry_run=true",
+        # one engine per process: its own bf16 copy of the weights on each device
+        "--config.rollout.engine=continuous",
+        "--config.rollout.slots=64",
+    ]
+    devices = "--xla_force_host_platform_device_count=4"
+    procs = [
+        subprocess.Popen(
+            _main(tmp_path / "w", flags),
+            cwd=REPO,
+            env=_slurm_env(tmp_path, i, 2, XLA_FLAGS=devices),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
-        procs.append(
-            subprocess.Popen(
-                _main(tmp_path / "w", flags),
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        )
-    outs = [p.communicate(timeout=1200)[0] for p in procs]
+        for i in range(2)
+    ]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
     for p, out in zip(procs, outs, strict=True):
         assert p.returncode == 0, cluster_tail(out)
-    assert [r["step"] for r in metrics(tmp_path / "w")] == [0, 1]
-    assert "mojax: done" in outs[0] and "mojax: done" not in outs[1]  # process 0 reports
-
-
-@pytest.mark.slow
-def test_paper_scale_dry_run_on_two_processes(tmp_path, qwen2_tokenizer_dir):
-    cmd = [
-        *LAUNCHER,
-        "--num_processes=2",
-        "--devices_per_process=4",
-        "--",
-        *_main(
-            tmp_path,
-            [
-                "--config=configs/paretopo.py:paper=true,model=qwen2.5-math-1.5b,task=math,"
-                "data=2,fsdp=4",
-                f"--config.tokenizer.path={qwen2_tokenizer_dir}",
-                "--config.dry_run=true",
-                # one engine per process: its own bf16 copy of the weights on each device
-                "--config.rollout.engine=continuous",
-                "--config.rollout.slots=64",
-            ],
-        ),
-    ]
-    p = subprocess.run(
-        cmd, cwd=REPO, env=_env(tmp_path), capture_output=True, text=True, timeout=900
-    )
-    assert p.returncode == 0, cluster_tail(p.stdout + p.stderr)
-    assert "(8 devices, 2 processes)" in p.stdout and "1.544B params" in p.stdout
-    assert p.stdout.count("lowered with explicit shardings: OK") == 1  # process 0 reports
-    copy = float(re.search(r"engine_weights\s+([0-9.]+)", p.stdout).group(1))
-    params = float(re.search(r"\(([0-9.]+)B params", p.stdout).group(1)) * 1e9
+    assert "(8 devices, 2 processes)" in outs[0] and "1.544B params" in outs[0]
+    assert [o.count("lowered with explicit shardings: OK") for o in outs] == [1, 0]  # process 0
+    copy = float(re.search(r"engine_weights\s+([0-9.]+)", outs[0]).group(1))
+    params = float(re.search(r"\(([0-9.]+)B params", outs[0]).group(1)) * 1e9
     assert abs(copy - params * 2 / 1024**3) < 0.01, copy  # bf16, whole, on every device
+    assert not (tmp_path / "w").exists()  # a dry run writes nothing
 
 
 def test_local_cluster_stops_the_others_when_one_fails(tmp_path):

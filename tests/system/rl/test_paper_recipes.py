@@ -1,8 +1,10 @@
 """Each paper recipe's one command, as its config docstring writes it (AWPO, SAW, VPO; ParetoPO's is
-``tests/system/rl/test_e2e.py::test_paper_scale_dry_run_on_8_devices``), runs as a dry run from a Hugging
-Face directory on 8 host devices: the run validates, reads the model from the directory's
-``config.json`` and compiles its update and sampler with explicit shardings. VPO's model has AWPO's
-shapes (Qwen3-4B): its command is validated and its model read in-process, without a second compile.
+``tests/system/rl/test_e2e.py::test_paper_scale_dry_run_on_8_devices``), from a Hugging Face
+directory for 8 host devices. AWPO's runs as a dry run: the run validates, reads the model from the
+directory's ``config.json`` and compiles its update and sampler with explicit shardings (Qwen3-4B).
+SAW's (Qwen2.5-1.5B: the family and size of ParetoPO's compiled dry run) and VPO's (AWPO's shapes)
+are validated and their models read in-process, without another compile (paper-scale dry runs
+compile once per engine and architecture; issue 46).
 
 The directory holds the paper model's public ``config.json`` (the values of the Hub repo named in
 ``HF_CONFIGS``) and the real Qwen2 tokenizer files of the shared assets (Qwen2.5 and Qwen3 share its
@@ -151,7 +153,7 @@ def transformers_param_count(hf_config: dict) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["awpo", "saw"])  # Qwen3-4B and Qwen2.5-1.5B; VPO's: below
+@pytest.mark.parametrize("name", ["awpo"])  # Qwen3-4B; SAW's and VPO's commands: below
 def test_paper_command_dry_runs_from_an_hf_directory_on_8_devices(
     name, tmp_path, shared, qwen2_tokenizer_dir
 ):
@@ -175,13 +177,16 @@ def test_paper_command_dry_runs_from_an_hf_directory_on_8_devices(
 
 
 @pytest.mark.slow
-def test_vpo_paper_command_validates_from_an_hf_directory_for_8_devices(
-    tmp_path, shared, qwen2_tokenizer_dir
+@pytest.mark.parametrize("name", ["saw", "vpo"])
+def test_paper_command_validates_from_an_hf_directory_for_8_devices(
+    name, tmp_path, shared, qwen2_tokenizer_dir
 ):
-    """VPO's command (Qwen3-4B: the shapes AWPO's dry run above compiles on 8 devices) without the
-    compile: its config validates for the 8-device mesh, the model read from the directory's
-    ``config.json`` has transformers' parameter count, and the longest maze prompt is measured
-    with the directory's tokenizer, as the dry run does before it compiles."""
+    """SAW's and VPO's commands without the compile (paper-scale dry runs compile one per engine,
+    issue 46: the static engine's in ``test_e2e.py`` (Qwen2.5-Math-1.5B, SAW's model family and
+    size), the continuous engine's in ``test_multiprocess.py``; AWPO's above compiles Qwen3-4B,
+    VPO's shapes): the config validates for the 8-device mesh, the model read from the directory's
+    ``config.json`` has transformers' parameter count, and the longest prompt (ToolRL, maze) is
+    measured with the directory's tokenizer, as the dry run does before it compiles."""
     from mojax_test_utils import load_config
 
     from mojax import models
@@ -189,12 +194,12 @@ def test_vpo_paper_command_validates_from_an_hf_directory_for_8_devices(
     from mojax.spec import validate
     from mojax.spec.model_config import qwen_config
 
-    flags, hf_dir = dry_run_flags(documented_command("vpo"), tmp_path, shared, qwen2_tokenizer_dir)
+    flags, hf_dir = dry_run_flags(documented_command(name), tmp_path, shared, qwen2_tokenizer_dir)
     (config_flag,) = [f for f in flags if f.startswith("--config=")]
     assert [f for f in flags if f.startswith("--config.")] == ["--config.dry_run=true"], flags
     path, _, arg = config_flag.removeprefix("--config=").partition(":")
-    assert path == "configs/vpo.py"
-    config = load_config("vpo", arg)
+    assert path == f"configs/{name}.py"
+    config = load_config(name, arg)
     with config.unlocked():
         config.dry_run = True
     spec = validate(config, num_devices=8)
