@@ -14,7 +14,9 @@ and integral floats below 1e15 without the ``.0`` (``6/3`` -> ``2``).
 
 import ast
 import math
+import threading
 import time
+import warnings
 
 from mojax.rollout.tools.result import ToolResult
 
@@ -23,6 +25,21 @@ _TRANSLATE = str.maketrans(
     {"×": "*", "·": "*", "÷": "/", "−": "-", "–": "-", "^": "**", "（": "(", "）": ")"}
 )
 _LOG10_2 = math.log10(2)
+
+
+# ``_parse`` swaps the process's warning filters (``warnings.catch_warnings``, not thread-safe): tool
+# calls run on several threads, so one swap at a time, else a thread could restore another's filter
+_PARSE_LOCK = threading.Lock()
+
+
+def _parse(text: str) -> ast.Expression:
+    """``ast.parse(text, mode="eval")`` with Python's ``SyntaxWarning`` silenced: text such as
+    ``1or 2`` (a number run into a keyword) warns "invalid decimal literal" and parses, and under
+    ``-W error`` the same warning would raise instead, so the model would read another
+    observation. Silenced, the observation is the same under every warning filter."""
+    with _PARSE_LOCK, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.parse(text, mode="eval")
 
 
 class CalculatorError(ValueError):
@@ -125,7 +142,7 @@ class Calculator:
         if bad is not None:
             raise CalculatorError(f"unsupported character {bad!r} (U+{ord(bad):04X})")
         try:
-            tree = ast.parse(text, mode="eval")
+            tree = _parse(text)
         except SyntaxError as e:
             raise CalculatorError(f"syntax error: {e.msg}") from None
         except (RecursionError, MemoryError, ValueError):

@@ -149,3 +149,29 @@ def test_limits_are_configurable_and_validated():
         Calculator(max_digits=0)
     with pytest.raises(CalculatorError, match="must be a string"):
         Calculator().evaluate(12)
+
+
+@pytest.mark.parametrize("action", ["default", "error", "ignore"])
+def test_a_number_run_into_a_keyword_reads_the_same_under_every_warning_filter(action):
+    """``1or 2`` warns "invalid decimal literal" in Python's parser and parses (a BoolOp); under
+    ``-W error`` the parser would raise instead. The observation must not depend on the filter,
+    and the tool neither warns nor leaves a filter behind (its calls run on several threads)."""
+    import threading
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter(action)
+        before = list(warnings.filters)
+        outs = {}
+
+        def call(i):
+            outs[i] = (Calculator().run("1or 2").error, Calculator().run("3if 1 else 2").error)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert warnings.filters == before
+    assert set(outs.values()) == {("unsupported syntax: BoolOp", "unsupported syntax: IfExp")}
+    assert not [w for w in seen if issubclass(w.category, SyntaxWarning)]
