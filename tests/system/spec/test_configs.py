@@ -140,3 +140,28 @@ def test_think_adds_r_format_and_a_weight_per_objective(name):
 def test_think_off_the_calculator_or_out_of_range_is_rejected(arg):
     with pytest.raises(ValueError, match="think="):
         load(REPO / "configs" / "grpo.py", arg)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_every_config_dry_runs_in_one_process(path, capsys):
+    """Each config's embedded default is compiled (its PPO update and its engine's sampler, on
+    one device; ``mojax.rl.dry_run``) in this one process, allocating nothing: the configs CI
+    does not train (``tests/system/rl/test_e2e.py`` trains three) still lower and compile. The
+    memory it reports adds up against the parameter count and the dtypes."""
+    from mojax.rl.dry_run import GIB, dry_run
+    from mojax.spec import validate
+
+    spec = validate(load(path, None), num_devices=1)
+    out = dry_run(spec)
+    report = capsys.readouterr().out
+    assert "train step lowered with explicit shardings: OK (compiled)" in report, report
+    assert out["devices"] == 1.0
+    bytes_per_param = np.dtype(spec.model.param_dtype).itemsize
+    assert not spec.lora.enabled  # the tiny defaults train every weight
+    assert out["params_gib_per_device"] * GIB == out["params_total"] * bytes_per_param
+    # AdamW's two fp32 moments per parameter, and its step count
+    assert out["optimizer_gib_per_device"] * GIB >= 2 * out["params_total"] * 4
+    assert out["optimizer_gib_per_device"] * GIB < 2 * out["params_total"] * 4 + 2**20
+    held = out["params_gib_per_device"] + out["optimizer_gib_per_device"]
+    assert out["peak_gib_per_device"] >= held + out["train_transient_gib_per_device"] - 1e-9
