@@ -64,7 +64,11 @@ def by_kind(values) -> list[tuple[str, int, int]]:
 
 def dump_dry_run(config: str, sets: list[str], dump_dir: str) -> str:
     """Runs the dry run of ``config`` with XLA's dumps in ``dump_dir``; returns its output."""
-    env = dict(os.environ, XLA_FLAGS=f"--xla_dump_to={dump_dir}")
+    # a program read back from a persistent compilation cache is not compiled, so nothing would be
+    # dumped (the cache key leaves out the dump flags): this dry run compiles
+    env = dict(
+        os.environ, XLA_FLAGS=f"--xla_dump_to={dump_dir}", JAX_ENABLE_COMPILATION_CACHE="false"
+    )
     cmd = [sys.executable, "-m", "mojax.main", f"--config={config}", "--config.dry_run=true"]
     cmd += [f"--config.{s}" for s in sets]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)

@@ -16,6 +16,15 @@ import sampler_buffers  # noqa: E402
 
 @pytest.mark.slow
 def test_temp_allocation_equals_the_dry_runs_sampler_temp(tmp_path, capsys):
+    """Also with the sampler's program already in the persistent compilation cache (the session's,
+    ``tests/conftest.py``), where a read-back program is not compiled and so not dumped: the tool
+    compiles it anyway (it failed so in CI once another test had dry-run the same config)."""
+    import subprocess
+
+    assert os.environ.get("JAX_COMPILATION_CACHE_DIR")
+    cmd = [sys.executable, "-m", "mojax.main", "--config=configs/grpo.py", "--config.dry_run=true"]
+    repo = pathlib.Path(__file__).resolve().parents[3]
+    subprocess.run(cmd, cwd=repo, check=True, capture_output=True)  # into the cache
     sampler_buffers.main(["--config", "configs/grpo.py", "--top", "4"])
     out = capsys.readouterr().out
     reported = float(re.search(r"sampler_temp\s+([0-9.]+)", out).group(1))
