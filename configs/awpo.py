@@ -25,7 +25,7 @@ and the paper's judge, Qwen3-235B-A22B, served behind an OpenAI-compatible endpo
       --config.dry_run=true   # shapes, shardings and memory per device on 8 devices
 
 On the 8 accelerators of one host, decode in slots (continuous batching) to fit: add
-``--config.rollout.engine=continuous --config.rollout.slots=64``. The dry run on 8 devices puts
+``--config.sampler.engine=continuous --config.continuous.slots=64``. The dry run on 8 devices puts
 the peak per device at 911.4 GiB with the static engine and 50.4 GiB with these slots.
 
 A judge small enough to run beside the policy can be loaded from its own HF directory instead

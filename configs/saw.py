@@ -21,7 +21,7 @@ Paper scale, from the Hugging Face directory of Qwen2.5-1.5B-Instruct (or Qwen2.
       --config.dry_run=true   # shapes, shardings and memory per device on 8 devices
 
 On the 8 accelerators of one host, decode in slots (continuous batching) to fit: add
-``--config.rollout.engine=continuous --config.rollout.slots=256``. The dry run on 8 devices puts
+``--config.sampler.engine=continuous --config.continuous.slots=256``. The dry run on 8 devices puts
 the peak per device at 185.5 GiB with the static engine and 33.9 GiB with these slots.
 
 ``paper=true`` is SAW's ToolRL recipe (App. D, Table 4: "identical to ToolRL"), on ToolRL's

@@ -15,7 +15,7 @@ generated, no data file; ``estimator=multi_rlvr|max_at_k|grpo`` for the baseline
       --config.dry_run=true   # shapes, shardings and memory per device on 8 devices
 
 On the 8 accelerators of one host, decode in slots (continuous batching) to fit: add
-``--config.rollout.engine=continuous --config.rollout.slots=256``. The dry run on 8 devices puts
+``--config.sampler.engine=continuous --config.continuous.slots=256``. The dry run on 8 devices puts
 the peak per device at 146.3 GiB with the static engine and 52.8 GiB with these slots.
 
 ``paper=true`` is the paper's recipe (App. B): m = 3 answers per completion, K = 100 Dirichlet(1)

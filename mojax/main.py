@@ -26,6 +26,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from mojax.config import ConfigError
+from mojax.infra import config_renames
 from mojax.infra import workdir as workdir_lib
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Run config file (configs/*.py[:arg]).")
@@ -84,9 +85,10 @@ def _flag_error_lines(e: BaseException, argv) -> list[str]:
         name = key.group(1) if key else "?"
         hint = re.search(r'Did you mean "([^"]+)"', text)
         flag = next((a for a in argv[1:] if re.search(rf"\.{re.escape(name)}(=|$)", a)), "config")
+        moved = config_renames.hint(flag)
         return [
             f"{flag}: no such config key {name!r}"
-            + (f"; did you mean {hint.group(1)!r}?" if hint else "")
+            + (f"; {moved}" if moved else f"; did you mean {hint.group(1)!r}?" if hint else "")
         ]
     if "Traceback (most recent call last)" in str(e):  # config_flags embeds get_config's traceback
         flag = next((a for a in argv[1:] if a.startswith(("--config=", "-config="))), "--config")

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mojax.infra import log_backends
+from mojax.infra import config_renames, log_backends
 from mojax.infra.jsonl import METRICS_FILE, read_jsonl, read_metrics, write_durable
 from mojax.infra.log_backends import WandbOptions
 
@@ -220,7 +220,8 @@ def read_config(workdir_or_file: str | os.PathLike):
             f"no run config at {path}: the run did not save one (pass --config=configs/x.py[:arg])"
         )
     try:
-        return ml_collections.ConfigDict(json.loads(path.read_text(encoding="utf-8")))
+        tree = json.loads(path.read_text(encoding="utf-8"))
+        return ml_collections.ConfigDict(config_renames.upgrade(tree))
     except ValueError as e:  # cut, empty or not UTF-8 (UnicodeDecodeError is a ValueError)
         raise ValueError(
             f"{path} is damaged ({type(e).__name__}: {e}); rewrite it from the copy its "

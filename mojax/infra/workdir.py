@@ -55,7 +55,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mojax.config import ConfigError
-from mojax.infra import environment, paths
+from mojax.infra import config_renames, environment, paths
 from mojax.infra import logbook as log_lib
 from mojax.infra.jsonl import fsync_dir, write_json_durable
 from mojax.infra.workdir_lock import LOCK_FILE, WorkdirLock
@@ -307,7 +307,7 @@ def read_saved_config(workdir: str) -> tuple[Any, str | None]:
         return None, f"is not valid JSON ({e}; {len(raw)} bytes: cut by a crash?)"
     if not isinstance(tree, dict):
         return None, f"holds a JSON {type(tree).__name__}, not the run's config"
-    return ml_collections.ConfigDict(tree), None
+    return ml_collections.ConfigDict(config_renames.upgrade(tree)), None
 
 
 def _step_names(workdir: str) -> list[str]:

@@ -132,7 +132,7 @@ class Pipeline:
 
     @classmethod
     def build(cls, run: Run) -> Pipeline:
-        """The run's sampler (``rollout.engine``: ``mojax.rl.builders.build_sampler``) on
+        """The run's sampler (``sampler.engine``: ``mojax.rl.builders.build_sampler``) on
         ``mesh.sampler`` devices (``mojax.sharding.sampler_mesh_from_config``) or on the
         learner's mesh."""
         from mojax.rl.builders import build_sampler

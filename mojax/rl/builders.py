@@ -166,9 +166,11 @@ def method_kwargs(spec: RunSpec, task: Task) -> dict[str, Any]:
 
 
 def build_sampler(spec: RunSpec, model_config, mesh, rules):
-    """The rollout's sampler: the engine ``rollout.engine`` names in ``protocol.SAMPLERS``, built
+    """The rollout's sampler: the engine ``sampler.engine`` names in ``protocol.SAMPLERS``, built
     by its own module from ``config.rollout`` (its settings and mesh checks are its own)."""
-    return protocol.build(spec.rollout.engine, model_config, spec.rollout, mesh, rules)
+    return protocol.build(
+        spec.sampler.engine, model_config, spec.rollout, spec.engine_options, mesh, rules
+    )
 
 
 def build_run(spec: RunSpec, workdir: str, pool, *, interrupt=None) -> Run:

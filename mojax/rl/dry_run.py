@@ -12,7 +12,7 @@ devices stand in for accelerators: ``XLA_FLAGS=--xla_force_host_platform_device_
   module's ``memory_report``; ``mojax.sampling.memory``): the static engine's prefill + decode
   program for the same rows (one decode loop over the whole cache; the run's decode segments each
   work on a truncated copy of the cache, counted as one more cache); the continuous engine's same
-  program for ``rollout.slots`` rows instead, plus two chunks of the prompt prefill held while
+  program for ``continuous.slots`` rows instead, plus two chunks of the prompt prefill held while
   their rows enter slots, and with several processes its own full copy of the weights on each
   process's devices, counted as held (``engine_weights``).
 
@@ -134,7 +134,15 @@ def dry_run(spec: RunSpec, sampler: bool = True) -> dict[str, float]:
     peak = persistent + train_transient + max(batch, 0)
     if sampler:  # the engine's own report (``mojax.sampling.memory``)
         held, transient = protocol.memory_report(
-            spec.rollout.engine, spec, mesh, rules, state, mc, prompt_len, out
+            spec.sampler.engine,
+            spec,
+            spec.engine_options,
+            mesh,
+            rules,
+            state,
+            mc,
+            prompt_len,
+            out,
         )
         persistent, peak = persistent + held, peak + held  # e.g. its own copy of the weights
         peak = max(peak, persistent + transient)
@@ -155,7 +163,7 @@ def _report(spec: RunSpec, mesh, mc, out, prompt_len, how) -> None:
         f"params, {mc.dtype} compute / {mc.param_dtype} params, remat={mc.remat}{lora})"
     )
     print(f"  rollout batch B={b} x T={t} (longest prompt {prompt_len} tokens, {how})")
-    line = protocol.describe(spec.rollout.engine, spec.rollout)
+    line = protocol.describe(spec.sampler.engine, spec.rollout, spec.engine_options)
     if line:
         print(f"  {line}")
     print("  XLA memory analysis of the compiled update and sampler, per device (GiB):")

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 from mojax.config import field_key, option, option_fields, spec_checker
 from mojax.rollout import stops as stops_lib
 from mojax.sampling import protocol
-from mojax.sampling.protocol import DRAWS, KV_CACHES, LENGTH, STOP, engines, kv_caches
+from mojax.sampling.protocol import DRAWS, LENGTH, STOP
 from mojax.sampling.protocol import FINISH_REASONS as SAMPLER_FINISH_REASONS
 
 #: Per-row ``finish_reason`` of a rollout. The first two are the sampler's own (its
@@ -99,31 +99,6 @@ class RolloutConfig:
         help="k: generation for step t + k runs during step t's update, with weights k updates "
         "old at most (0 = synchronous; mojax.rl.async_loop)",
     )
-    engine: str = option(
-        "static",
-        help='"static" (every row of a decode call runs until its longest row ends) | '
-        '"continuous" (rollout.slots decode slots refilled as rows end; one engine per process)',
-    )
-    slots: int = option(16, help="decode slots of the continuous engine (its KV cache rows)")
-    kv_cache: str = option(
-        "dense",
-        help='the continuous engine\'s KV cache: "dense" (slots x max length) | "paged" (a pool '
-        "of rollout.num_pages pages that rows take as they grow; mojax.models.paged_cache)",
-    )
-    page_size: int = option(16, help="tokens per page of the paged KV cache")
-    num_pages: int = option(
-        0, help="pages in the paged KV cache's pool (0 = as many as the dense cache holds)"
-    )
-    prefill_prompts: int = option(
-        0,
-        help="prompts per prompt prefill of the continuous engine (0 = enough to fill the slots, "
-        "ceil(rollout.slots / rollout.num_samples))",
-    )
-    refill_slots: int = option(
-        1,
-        help="while rows wait, a continuous-engine segment ends once this many slots have freed "
-        "(more: fewer segment boundaries, slots idle until one; the tokens do not change)",
-    )
 
     def __post_init__(self):
         c = spec_checker("rollout", self)
@@ -157,45 +132,11 @@ class RolloutConfig:
             "must be >= rollout.max_new_tokens (it holds every turn and observation)",
         )
         c.in_range("rollout.decode_segment", 0)
-        c.choice("rollout.engine", engines())  # the registry, ``protocol.SAMPLERS``
-        c.in_range("rollout.slots", 1)
-        c.choice("rollout.kv_cache", KV_CACHES)
-        c.in_range("rollout.page_size", 1)
-        c.in_range("rollout.num_pages", 0)
-        c.in_range("rollout.prefill_prompts", 0)
-        c.in_range("rollout.refill_slots", 1)
-        c.require(
-            self.refill_slots <= self.slots,
-            "rollout.refill_slots",
-            f"{self.refill_slots} must be <= rollout.slots={self.slots}",
-        )
-        if self.engine in engines() and self.kv_cache in KV_CACHES:
-            c.require(
-                self.kv_cache in kv_caches(self.engine),
-                "rollout.kv_cache",
-                f"{self.kv_cache!r} needs rollout.engine={_keeping(self.kv_cache)} (the "
-                f"{self.engine} engine keeps a {' or '.join(kv_caches(self.engine))} cache)",
-            )
-        row = self.max_prompt_len + self.max_response_len  # a row's most tokens (0: measured)
-        c.require(
-            self.kv_cache != "paged" or not self.num_pages or not self.max_prompt_len
-            or self.num_pages * self.page_size >= row,
-            "rollout.num_pages",
-            f"{self.num_pages} pages of rollout.page_size={self.page_size} tokens cannot hold one "
-            f"row of rollout.max_prompt_len + rollout.max_response_len = {row} tokens",
-        )  # fmt: skip
         c.raise_if_any()
 
 
 # the driver's fields read from another section than ``config.rollout`` (named in errors)
 _OTHER_KEYS = {"cache_dtype": "config.model.cache_dtype"}
-
-
-def _keeping(kv_cache: str) -> str:
-    """The engines that keep a ``kv_cache`` (``protocol.kv_caches``), as the config error says it:
-    ``'continuous'`` or ``one of ['a', 'b']``."""
-    names = [e for e in engines() if kv_cache in kv_caches(e)]
-    return repr(names[0]) if len(names) == 1 else f"one of {names}"
 
 
 def _config_key(field: str) -> str | None:

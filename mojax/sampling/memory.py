@@ -9,7 +9,7 @@ state; nothing is allocated.
 * static (``static_report``): the prefill + decode program of the step's B rows
   (``api.lower_generate``: one decode loop over the whole cache; the run's decode segments each
   work on a truncated copy, counted as one more cache);
-* continuous (``mojax.sampling.continuous.engine.memory_report``): the same program for ``rollout.slots``
+* continuous (``mojax.sampling.continuous.engine.memory_report``): the same program for ``continuous.slots``
   rows instead, plus two chunks of the prompt prefill (``compile_prompt_prefill``: ``slots.prefill``
   on ceil(N / G) prompts split over the batch axes) held while their rows enter slots; with
   several processes each process's own engine, compiled on its devices, with its full copy of the
@@ -67,7 +67,7 @@ def compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len: int, prompt
 
 def kv_cache_bytes(spec, mc, mesh, rules, prompt_len: int, rows: int | None = None) -> int:
     """Per device: the KV cache of ``rows`` rows (default ``B``; the continuous engine's
-    ``rollout.slots``) of the prompt bucket + the response."""
+    ``continuous.slots``) of the prompt bucket + the response."""
     rc = spec.rollout
     b = int(rc.prompts_per_step) * int(rc.num_samples) if rows is None else rows
     length = bucket_length(prompt_len) + int(rc.max_response_len)

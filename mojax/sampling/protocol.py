@@ -2,12 +2,14 @@
 
 ``mojax.rollout`` and ``mojax.rl`` import this module of ``mojax.sampling`` and no other
 (``tests/unit/test_structure.py``). An engine is a module (or a folder) under ``mojax/sampling/`` with a
-``build`` function and one line in ``SAMPLERS``; ``rollout.engine`` picks it (``build``). The
-module may declare what the run spec's rules ask of it: ``SPLITS_ROWS`` (its rows lie over the
-mesh's batch axes, ``splits_rows``), ``KV_CACHES`` (the ``rollout.kv_cache`` values it keeps,
-``kv_caches``), ``config_errors``, ``memory_report`` and ``describe``::
+``build`` function and one line in ``SAMPLERS``; ``sampler.engine`` picks it (``build``). The
+module may declare its own config section (``CONFIG``: a dataclass whose ``SECTION`` is its
+``config.<name>`` key, e.g. ``config.continuous``; ``engine_sections``), which the run spec reads
+into ``spec.engines[<name>]`` and hands to its functions as ``options`` (None for an engine
+without one), and what the run spec's rules ask of it: ``SPLITS_ROWS`` (its rows lie over the
+mesh's batch axes, ``splits_rows``), ``config_errors``, ``memory_report`` and ``describe``::
 
-    sampler = protocol.build(engine, model_config, rollout, mesh, rules)   # rl/builders
+    sampler = protocol.build(engine, model_config, rollout, options, mesh, rules)  # rl/builders
     sampler.update_weights(params)                         # after each update
     session = sampler.open(requests, sampling)             # a rollout's rows, queued
     while session.busy or tools_running:
@@ -39,10 +41,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from mojax.config import option, spec_checker
 from mojax.sampling.buckets import bucket_length
 from mojax.sampling.processors import DRAWS, SamplingParams
 from mojax.sampling.state import FINISH_REASONS, LENGTH, RUNNING, STOP, SamplingOutput
@@ -50,7 +53,6 @@ from mojax.sampling.state import FINISH_REASONS, LENGTH, RUNNING, STOP, Sampling
 __all__ = [
     "DRAWS",
     "FINISH_REASONS",
-    "KV_CACHES",
     "LENGTH",
     "Limits",
     "Progress",
@@ -59,29 +61,45 @@ __all__ = [
     "SAMPLERS",
     "STOP",
     "Sampler",
+    "SamplerSpec",
     "SamplingOutput",
     "Session",
     "bucket_length",
     "build",
     "cache_slots",
     "check_sampling",
+    "engine_sections",
     "engines",
     "in_graph",
-    "kv_caches",
     "memory_report",
     "round_sampler",
     "splits_rows",
 ]
 
-#: ``rollout.engine`` -> ``"module:function"`` of the engine's ``build(model_config, rollout,
-#: mesh, rules) -> Sampler`` (imported when built). A new engine is one line here.
+#: ``sampler.engine`` -> ``"module:function"`` of the engine's ``build(model_config, rollout,
+#: options, mesh, rules) -> Sampler`` (imported when built). A new engine is one line here.
 SAMPLERS: dict[str, Any] = {
     "static": "mojax.sampling.static.engine:build",
     "continuous": "mojax.sampling.continuous.engine:build",
 }
 
-#: ``rollout.kv_cache`` values: N x C dense slots, or a page pool (the continuous engine's).
-KV_CACHES = ("dense", "paged")
+
+@dataclasses.dataclass(frozen=True)
+class SamplerSpec:
+    """``config.sampler``: which generation engine samples the rollouts (a ``SAMPLERS`` key; its own
+    options are its section, ``engine_sections``)."""
+
+    SECTION: ClassVar[str] = "sampler"
+    engine: str = option(
+        "static",
+        help='"static" (every row of a decode call runs until its longest row ends) | '
+        '"continuous" (continuous.slots decode slots refilled as rows end; one engine per process)',
+    )
+
+    def __post_init__(self):
+        c = spec_checker("sampler", self)
+        c.choice("sampler.engine", engines())
+        c.raise_if_any()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,18 +246,37 @@ class Sampler(Protocol):
 
 
 def engines() -> tuple[str, ...]:
-    """The ``rollout.engine`` values (``SAMPLERS``' keys)."""
+    """The ``sampler.engine`` values (``SAMPLERS``' keys)."""
     return tuple(SAMPLERS)
 
 
+def engine_sections() -> dict[str, type]:
+    """``{section name: class}`` of the engines' own config sections (each module's ``CONFIG``),
+    read into ``spec.engines`` whichever engine runs (``mojax.spec``)."""
+    out = {}
+    for engine in engines():
+        cls = _entry(engine, "CONFIG")
+        if cls is not None:
+            out[cls.SECTION] = cls
+    return out
+
+
+def options(engine: str, sections: Mapping[str, Any]) -> Any:
+    """The ``engine``'s own section among the run spec's engine ``sections`` (None: it has none)."""
+    cls = _entry(engine, "CONFIG")
+    return None if cls is None else sections[cls.SECTION]
+
+
 def _entry(engine: str, attr: str):
-    """The engine module's ``attr`` (``SAMPLERS[engine]``: ``"module:function"`` or a callable,
-    for ``build``); a clear error for an unknown engine."""
+    """The engine module's ``attr`` (``SAMPLERS[engine]``: ``"module:function"``, a ``build``
+    callable, or an object holding the module's names); a clear error for an unknown engine."""
     entry = SAMPLERS.get(engine)
     if entry is None:
-        raise ValueError(f"config.rollout.engine={engine!r} is not one of {engines()}")
-    if not isinstance(entry, str):
-        return entry if attr == "build" else getattr(entry, attr, None)
+        raise ValueError(f"config.sampler.engine={engine!r} is not one of {engines()}")
+    if not isinstance(entry, str):  # a build function, or an object with the module's names
+        if attr == "build" and not hasattr(entry, "build"):
+            return entry
+        return getattr(entry, attr, None)
     module, name = entry.split(":")
     return getattr(importlib.import_module(module), name if attr == "build" else attr, None)
 
@@ -252,21 +289,15 @@ def splits_rows(engine: str) -> bool:
     return True if flag is None else bool(flag)
 
 
-def kv_caches(engine: str) -> tuple[str, ...]:
-    """The ``rollout.kv_cache`` values the ``engine`` keeps (its module's ``KV_CACHES``; an
-    engine that does not say keeps a dense cache)."""
-    caches = _entry(engine, "KV_CACHES")
-    return ("dense",) if caches is None else tuple(caches)
-
-
-def build(engine: str, model_config, rollout, mesh, rules) -> Sampler:
-    """The ``engine``'s sampler for the model config, the ``config.rollout`` section (its own
-    settings, checked by the engine) and the run's mesh / logical axis rules."""
-    return _entry(engine, "build")(model_config, rollout, mesh, rules)
+def build(engine: str, model_config, rollout, options, mesh, rules) -> Sampler:
+    """The ``engine``'s sampler for the model config, the ``config.rollout`` section, the engine's
+    own section ``options`` (checked by the engine; None for an engine without one) and the run's
+    mesh / logical axis rules."""
+    return _entry(engine, "build")(model_config, rollout, options, mesh, rules)
 
 
 def memory_report(
-    engine: str, spec, mesh, rules, state, model_config, prompt_len, out
+    engine: str, spec, options, mesh, rules, state, model_config, prompt_len, out
 ) -> tuple[int, int]:
     """``(held, transient)``: the ``engine``'s bytes per device held between steps beyond the
     train state and those of a rollout, as its module's ``memory_report`` compiles them
@@ -275,22 +306,25 @@ def memory_report(
     report = _entry(engine, "memory_report")
     if report is None:
         return 0, 0
-    return report(spec, mesh, rules, state, model_config, prompt_len, out)
+    return report(spec, options, mesh, rules, state, model_config, prompt_len, out)
 
 
-def config_errors(engine: str, rollout, rules, sizes: Mapping[str, int]) -> list[tuple[str, str]]:
+def config_errors(
+    engine: str, rollout, options, rules, sizes: Mapping[str, int] | None
+) -> list[tuple[str, str]]:
     """``[(config key, message)]``: what the ``engine`` cannot run of the ``config.rollout``
-    section on a mesh of ``sizes`` (axis -> devices) with the logical axis ``rules``, as its
-    module's ``config_errors`` says (checked with the run spec, before anything is built); none for
-    an engine without one."""
+    section and its own ``options`` on a mesh of ``sizes`` (axis -> devices; None: no devices
+    known, only the rules that need none) with the logical axis ``rules``, as its module's
+    ``config_errors`` says (checked with the run spec, before anything is built); none for an
+    engine without one."""
     rule = _entry(engine, "config_errors")
-    return [] if rule is None else list(rule(rollout, rules, sizes))
+    return [] if rule is None else list(rule(rollout, options, rules, sizes))
 
 
-def describe(engine: str, rollout) -> str | None:
+def describe(engine: str, rollout, options) -> str | None:
     """The engine's one-line description for the dry run (its module's ``describe``), or None."""
     fn = _entry(engine, "describe")
-    return None if fn is None else fn(rollout)
+    return None if fn is None else fn(rollout, options)
 
 
 def in_graph(model, mesh=None, rules=None) -> Sampler:

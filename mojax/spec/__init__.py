@@ -33,6 +33,7 @@ from mojax.config import (
     to_dict,
 )
 from mojax.learner import CorrectionConfig, OptimizerConfig, PPOConfig
+from mojax.sampling import protocol
 from mojax.spec import sections as S
 from mojax.spec.rules import run_errors
 from mojax.tasks.framework import registry
@@ -92,6 +93,8 @@ class RunSpec:
     tokenizer: S.TokenizerSpec = None
     task: S.TaskSpec = None
     rollout: S.RolloutConfig = None
+    sampler: S.SamplerSpec = None
+    engines: dict = dataclasses.field(default_factory=dict)  # the engines' own sections, by name
     # no default: every config names its method (the embedded run's is mojax.defaults.RECIPE's)
     estimator: str = option(help="a name of mojax.advantages.METHODS")
     advantage: dict = option({}, help="the estimator's keyword arguments")
@@ -137,6 +140,12 @@ class RunSpec:
         """The advantage method ``config.estimator`` names."""
         return adv_lib.METHODS[self.estimator]
 
+    @property
+    def engine_options(self) -> Any:
+        """The section of the engine ``sampler.engine`` names (``spec.engines``; None: it has
+        none), what ``mojax.sampling.protocol``'s calls take as ``options``."""
+        return protocol.options(self.sampler.engine, self.engines)
+
     def enabled_sections(self) -> list[str]:
         """The names of the method sections that are on (``<section>.enabled``)."""
         return [n for n, s in self.sections.items() if getattr(s, "enabled", False)]
@@ -159,6 +168,7 @@ def section_classes() -> dict[str, type]:
         "tokenizer": S.TokenizerSpec,
         "task": S.TaskSpec,
         "rollout": S.RolloutConfig,
+        "sampler": S.SamplerSpec,
         "tool_reward": S.ToolRewardSpec,
         "dapo": S.DapoSpec,
         "ppo": PPOConfig,
@@ -176,8 +186,9 @@ def section_classes() -> dict[str, type]:
 
 def schema() -> tuple[type, ...]:
     """Every spec class that reads config keys, in the config's order: ``RunSpec`` (the run-level
-    keys), then each section in ``RunSpec``'s field order, the methods' sections (``RunSpec.sections
-    [name]``, config ``<name>.*``) after ``advantage``. ``mojax.defaults`` builds the base config
+    keys), then each section in ``RunSpec``'s field order, the engines' own sections
+    (``RunSpec.engines[name]``, config ``<name>.*``) after ``sampler``, the methods' sections
+    (``RunSpec.sections[name]``, config ``<name>.*``) after ``advantage``. ``mojax.defaults`` builds the base config
     from it; ``--config.mode=show`` reads its help."""
     sections, out = section_classes(), [RunSpec]
     for f in dataclasses.fields(RunSpec):
@@ -185,7 +196,15 @@ def schema() -> tuple[type, ...]:
             out.append(sections[f.name])
         elif f.name == "sections":
             out += method_sections().values()
+        elif f.name == "engines":
+            out += protocol.engine_sections().values()
     return tuple(out)
+
+
+def _engine_sections(config: Any) -> dict[str, Any]:
+    """Every engine's own section (``protocol.engine_sections``), whichever engine runs: a value
+    set in another engine's section is refused by ``mojax.spec.rules``, not ignored."""
+    return {n: section_from_config(cls, config) for n, cls in protocol.engine_sections().items()}
 
 
 def _method_sections(config: Any) -> dict[str, Any]:
@@ -218,6 +237,7 @@ def _sections(config: Any) -> tuple[dict[str, Any], list[str]]:
                 section_classes().items()]  # fmt: skip
     at = [n for n, _ in builders].index("ppo")
     builders[at:at] = [
+        ("engines", _engine_sections),
         ("sections", _method_sections),
         ("advantage", lambda c: _advantage(c, parts.get("sections", {}))),
     ]

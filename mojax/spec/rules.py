@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from mojax import sharding
 from mojax.advantages import METHODS
-from mojax.config import Checker
+from mojax.config import Checker, field_defaults
 from mojax.sampling import protocol
 from mojax.spec.model_config import qwen_config
 from mojax.tasks.framework import extra_rewards, registry
@@ -38,7 +38,7 @@ def run_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
     errors += _sft_errors(spec, task) + task.config_errors(spec) + _offpolicy_errors(spec)
     errors += _packing_errors(spec) + _mesh_errors(spec, num_devices) + _n_opt_errors(spec, task)
     errors += _training_errors(spec) + _batch_errors(spec, num_devices)
-    return errors + _engine_errors(spec, num_devices)
+    return errors + _other_engine_errors(spec) + _engine_errors(spec, num_devices)
 
 
 #: The most response-token slots one RL step may hold, ``prompts_per_step x num_samples x
@@ -92,7 +92,7 @@ def _batch_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
         f"step; allowed: at most {MAX_STEP_TOKENS} (2^31 - 1, one [B, R] int32 array of 8 GiB)",
     )
     shards = _batch_shards(spec, num_devices)
-    if shards > 1 and (protocol.splits_rows(r.engine) or not spec.packing.enabled):
+    if shards > 1 and (protocol.splits_rows(spec.sampler.engine) or not spec.packing.enabled):
         c.require(
             rows % shards == 0,
             "rollout.prompts_per_step",
@@ -124,13 +124,33 @@ def _batch_shards(spec: RunSpec, num_devices: int | str | None) -> int:
     return math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
 
 
+def _other_engine_errors(spec: RunSpec) -> list[str]:
+    """A value set in the section of an engine that does not run (``config.continuous.slots=64``
+    with ``sampler.engine='static'``) is refused by name: it would change nothing."""
+    own = getattr(spec.engine_options, "SECTION", None)
+    c = Checker({})
+    for name, section in spec.engines.items():
+        if name == own:
+            continue
+        for key, default in field_defaults(type(section)).items():
+            value = getattr(section, key.rpartition(".")[2])
+            if value != default:
+                c.fail(
+                    key,
+                    f"{value!r} is set, but sampler.engine={spec.sampler.engine!r} runs (config."
+                    f"{name} applies to the {name} engine only); allowed: the default {default!r}, "
+                    f"or sampler.engine={name!r}",
+                )
+    return c.errors
+
+
 def _engine_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
     """The engine's own rules on the run's mesh (``protocol.config_errors``: e.g. the continuous
     engine's slots over the devices its rows spread over). With several processes each runs its own
     engine on its own devices (all on "data"), so its rules see one process's devices.
-    ``num_devices`` None: not checked (no devices known)."""
+    ``num_devices`` None: only the rules that need no devices (no devices known)."""
     if num_devices is None:
-        return []
+        return _engine_shard_errors(spec, None)
     import jax
 
     if num_devices == "auto":
@@ -143,16 +163,17 @@ def _engine_errors(spec: RunSpec, num_devices: int | str | None) -> list[str]:
         shape = sharding.resolve_mesh_shape(
             m.data, m.fsdp, m.tensor, num_devices=int(num_devices) - m.sampler
         )
-    except ValueError:
-        return []  # the mesh's own error is reported by _mesh_errors
+    except ValueError:  # the mesh's own error is reported by _mesh_errors
+        return _engine_shard_errors(spec, None)
     return _engine_shard_errors(spec, dict(zip(sharding.MESH_AXES, shape)))
 
 
-def _engine_shard_errors(spec: RunSpec, sizes: dict[str, int]) -> list[str]:
-    """The engine's rules on its mesh ``sizes`` (axis -> devices), as config errors."""
+def _engine_shard_errors(spec: RunSpec, sizes: dict[str, int] | None) -> list[str]:
+    """The engine's rules on its mesh ``sizes`` (axis -> devices; None: unknown), as config
+    errors."""
     c = Checker({})
     for key, message in protocol.config_errors(
-        spec.rollout.engine, spec.rollout, spec.rules, sizes
+        spec.sampler.engine, spec.rollout, spec.engine_options, spec.rules, sizes
     ):
         c.fail(key, message)
     return c.errors

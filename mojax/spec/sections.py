@@ -17,6 +17,7 @@ from mojax import models
 from mojax.config import option, spec_checker
 from mojax.rewards.sections import DapoSpec, JudgeSpec, ToolRewardSpec  # noqa: F401 (sections)
 from mojax.rollout.spec import RolloutConfig  # noqa: F401 (the run spec's rollout section)
+from mojax.sampling.protocol import SamplerSpec  # noqa: F401 (the engine choice, config.sampler)
 
 DTYPES = ("float32", "bfloat16", "float16")
 WANDB_MODES = ("online", "offline", "disabled")

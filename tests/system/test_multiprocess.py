@@ -341,8 +341,8 @@ def test_paper_scale_dry_run_on_two_processes_found_from_slurm(tmp_path, qwen2_t
         f"--config.tokenizer.path={qwen2_tokenizer_dir}",
         "--config.dry_run=true",
         # one engine per process: its own bf16 copy of the weights on each device
-        "--config.rollout.engine=continuous",
-        "--config.rollout.slots=64",
+        "--config.sampler.engine=continuous",
+        "--config.continuous.slots=64",
     ]
     devices = "--xla_force_host_platform_device_count=4"
     procs = [

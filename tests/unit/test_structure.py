@@ -176,7 +176,7 @@ def test_layer_check_finds_a_planted_climb():
 def test_rollout_and_the_loop_see_only_the_sampler_protocol():
     """``mojax.rollout`` and ``mojax.rl`` reach the engines of ``mojax.sampling`` through its
     protocol module only (``docs/architecture.md``: the sampler protocol); an engine is chosen by
-    ``rollout.engine`` in ``protocol.SAMPLERS``."""
+    ``sampler.engine`` in ``protocol.SAMPLERS``."""
     bad = sorted(
         f"{a} -> {b}"
         for a, edges in import_graph().items()

@@ -88,16 +88,18 @@ from mojax.models.qwen import (
 from mojax.sampling.continuous import pages as pages_lib
 from mojax.sampling.continuous import rows as continuous_rows
 from mojax.sampling.continuous import slots
+from mojax.sampling.continuous.config import KV_CACHES, ContinuousConfig
 from mojax.sampling.continuous.rows import ContinuousState, Work
 from mojax.sampling.continuous.session import ContinuousSession
-from mojax.sampling.protocol import KV_CACHES, Requests, cache_slots
+from mojax.sampling.protocol import Requests, cache_slots
 
-#: Each process's rows sit in its own decode slots, padded to ``rollout.slots`` (a multiple of the
-#: devices they spread over, ``config_errors``): the rollout's B rows need not divide the mesh's
+#: Each process's rows sit in its own decode slots, padded to ``continuous.slots`` (a multiple of
+#: the devices they spread over, ``config_errors``): the rollout's B rows need not divide the mesh's
 #: batch axes (``protocol.splits_rows``, the run spec's batch rule).
 SPLITS_ROWS = False
 
-# ``KV_CACHES`` (``protocol.kv_caches``): both, a dense cache or a pool of pages.
+#: The engine's own config section, ``config.continuous`` (``protocol.engine_sections``).
+CONFIG = ContinuousConfig
 
 
 class ContinuousSampler:
@@ -309,10 +311,11 @@ class ContinuousSampler:
         return self.pages
 
 
-def build(model_config, rollout, mesh, rules) -> ContinuousSampler:
-    """The continuous engine of a run (``protocol.SAMPLERS['continuous']``): ``rollout.slots``
-    slots over the mesh's row axes, a dense or paged KV cache (``rollout.kv_cache``,
-    ``page_size``, ``num_pages``), ``prefill_prompts``, ``refill_slots``; one device: no mesh.
+def build(model_config, rollout, options: ContinuousConfig, mesh, rules) -> ContinuousSampler:
+    """The continuous engine of a run (``protocol.SAMPLERS['continuous']``) from its section
+    ``options`` (``config.continuous``): ``slots`` slots over the mesh's row axes, a dense or paged
+    KV cache (``kv_cache``, ``page_size``, ``num_pages``), ``prefill_prompts``, ``refill_slots``;
+    one device: no mesh (``rollout``, the ``config.rollout`` section, sets nothing here).
     With several processes ``mesh`` is the learner's, which the weights are gathered from, and
     each process runs its own engine over its own devices and rows (module docstring)."""
     one_device = (mesh is None or mesh.devices.size == 1) and distributed.process_count() == 1
@@ -320,20 +323,22 @@ def build(model_config, rollout, mesh, rules) -> ContinuousSampler:
         model_config,
         mesh=None if one_device else mesh,
         rules=rules,
-        slots=rollout.slots,
-        kv_cache=rollout.kv_cache,
-        page_size=rollout.page_size,
-        num_pages=rollout.num_pages,
-        prefill_prompts=rollout.prefill_prompts,
-        refill=rollout.refill_slots,
+        slots=options.slots,
+        kv_cache=options.kv_cache,
+        page_size=options.page_size,
+        num_pages=options.num_pages,
+        prefill_prompts=options.prefill_prompts,
+        refill=options.refill_slots,
     )
 
 
-def memory_report(spec, mesh, rules, state, mc, prompt_len, out) -> tuple[int, int]:
+def memory_report(
+    spec, options: ContinuousConfig, mesh, rules, state, mc, prompt_len, out
+) -> tuple[int, int]:
     """``(held, transient)`` bytes per device of the continuous engine in the dry run
-    (``mojax.sampling.memory``; ``rollout.slots`` = N): the prefill + decode program of N rows
+    (``mojax.sampling.memory``; ``continuous.slots`` = N): the prefill + decode program of N rows
     (ceil(N / G) prompts of G samples), one more N-row cache, two prompt prefill chunks
-    (``rollout.prefill_prompts``, default ceil(N / G) prompts), or that program's own peak when
+    (``continuous.prefill_prompts``, default ceil(N / G) prompts), or that program's own peak when
     larger. With several processes, on this process's own engine, whose copy of the weights is
     held."""
     import dataclasses
@@ -346,12 +351,12 @@ def memory_report(spec, mesh, rules, state, mc, prompt_len, out) -> tuple[int, i
         held = sharding_lib.bytes_per_device(state.params)
         out["engine_weights_gib_per_device"] = held / memory.GIB
     rc = spec.rollout
-    rows, g = int(rc.slots), int(rc.num_samples)
+    rows, g = int(options.slots), int(rc.num_samples)
     shaped = dataclasses.replace(
         spec, rollout=dataclasses.replace(rc, prompts_per_step=-(-rows // g))
     )
     transient = memory.program_bytes(shaped, mesh, rules, state, mc, prompt_len, out, rows)
-    chunk = int(rc.prefill_prompts) or -(-rows // g)
+    chunk = int(options.prefill_prompts) or -(-rows // g)
     pm = memory.compile_prompt_prefill(spec, mesh, rules, state, mc, prompt_len, chunk)
     pm = pm.memory_analysis()
     prefill = 2 * pm.output_size_in_bytes
@@ -394,31 +399,36 @@ def _check_mesh(mesh, rules, num_slots: int, kv_cache: str, num_pages: int = 0) 
 
 
 def _slot_errors(slots, kv_cache, num_pages, shards, where) -> list[tuple[str, str]]:
-    """The engine's one mesh rule: ``rollout.slots`` (and a paged cache's ``rollout.num_pages``)
+    """The engine's one mesh rule: ``continuous.slots`` (and a paged cache's ``num_pages``)
     a multiple of the ``shards`` devices its rows spread over (the logical "batch" axes)."""
     over = "devices the mesh spreads rows over"
     errors = []
     if slots % shards:
         message = f"{slots} must be a multiple of the {shards} {over} (its 'batch' axes{where})"
-        errors.append(("rollout.slots", message))
+        errors.append(("continuous.slots", message))
     if kv_cache == "paged" and num_pages % shards:
         message = (
             f"{num_pages} must be a multiple of the {shards} {over} (one pool of pages per device)"
         )
-        errors.append(("rollout.num_pages", message))
+        errors.append(("continuous.num_pages", message))
     return errors
 
 
-def config_errors(rollout, rules, sizes) -> list[tuple[str, str]]:
-    """``protocol.config_errors`` of this engine: its mesh rule on the run's mesh ``sizes`` (axis
-    -> devices; with several processes, one process's devices, all on "data": each runs its own
-    engine)."""
+def config_errors(rollout, options: ContinuousConfig, rules, sizes) -> list[tuple[str, str]]:
+    """``protocol.config_errors`` of this engine: a fixed page pool holds one of the rollout's rows
+    (``ContinuousConfig.row_errors``), and its mesh rule on the run's mesh ``sizes`` (axis ->
+    devices; with several processes, one process's devices, all on "data": each runs its own
+    engine; None: not known, not checked)."""
+    errors = options.row_errors(rollout.max_prompt_len, rollout.max_response_len)
+    if sizes is None:
+        return errors
     axes = dict(rules).get("batch") or ()
     shards = math.prod(sizes[a] for a in ((axes,) if isinstance(axes, str) else axes))
     where = f", mesh {dict(sizes)}"
-    return _slot_errors(rollout.slots, rollout.kv_cache, rollout.num_pages, shards, where)
+    return errors + _slot_errors(options.slots, options.kv_cache, options.num_pages, shards, where)
 
 
-def describe(rollout) -> str:
+def describe(rollout, options: ContinuousConfig) -> str:
     """The dry run's line for this engine."""
-    return f"continuous engine: {rollout.slots} decode slots of T tokens"
+    del rollout
+    return f"continuous engine: {options.slots} decode slots of T tokens"

@@ -161,10 +161,10 @@ class PagedSlots:
             shards = self.pool.shards
             per = f" ({self.pool.local_pages} per shard of {shards})" if shards > 1 else ""
             raise ValueError(
-                f"config.rollout.num_pages={self.pool.num_pages} pages{per} of "
-                f"config.rollout.page_size={self.pool.page_size} tokens cannot hold row "
+                f"config.continuous.num_pages={self.pool.num_pages} pages{per} of "
+                f"config.continuous.page_size={self.pool.page_size} tokens cannot hold row "
                 f"{int(rows[i])} ({int(bound[i])} tokens: its context and max_new_tokens need "
-                f"{int(need[i])} pages); raise config.rollout.num_pages"
+                f"{int(need[i])} pages); raise config.continuous.num_pages"
             )
 
     def _growth(self, lengths: np.ndarray, slots) -> int:

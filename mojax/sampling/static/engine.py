@@ -1,4 +1,4 @@
-"""The static engine: the in-graph sampler (``rollout.engine='static'``).
+"""The static engine: the in-graph sampler (``sampler.engine='static'``).
 
 The protocol of every engine is ``mojax.sampling.protocol``; the static engine's sessions
 (``mojax.sampling.static.session``) run a rollout in rounds of three calls::
@@ -101,15 +101,12 @@ class InGraphSampler:
 #: rollout's B rows must divide them (``protocol.splits_rows``, the run spec's batch rule).
 SPLITS_ROWS = True
 
-#: The KV caches this engine keeps (``rollout.kv_cache``; ``protocol.kv_caches``): one dense cache.
-KV_CACHES = ("dense",)
 
-
-def build(model_config, rollout, mesh, rules) -> InGraphSampler:
+def build(model_config, rollout, options, mesh, rules) -> InGraphSampler:
     """The static engine of a run (``protocol.SAMPLERS['static']``): the in-graph sampler on the
-    run's mesh (``rollout``: the ``config.rollout`` section; the static engine reads none of its
-    engine settings)."""
-    del rollout
+    run's mesh (``rollout``: the ``config.rollout`` section, of which it reads nothing; it has no
+    config section of its own, so ``options`` is None). One dense KV cache, sized per call."""
+    del rollout, options
     return InGraphSampler(model_config, mesh=mesh, rules=rules)
 
 
@@ -140,9 +137,12 @@ def of_model(model: QwenModel, mesh=None, rules=None) -> InGraphSampler:
     )
 
 
-def memory_report(spec, mesh, rules, state, model_config, prompt_len, out) -> tuple[int, int]:
+def memory_report(
+    spec, options, mesh, rules, state, model_config, prompt_len, out
+) -> tuple[int, int]:
     """``(held, transient)`` bytes per device of the static engine in the dry run
-    (``mojax.sampling.memory.static_report``)."""
+    (``mojax.sampling.memory.static_report``; no ``options``)."""
     from mojax.sampling import memory
 
+    del options
     return memory.static_report(spec, mesh, rules, state, model_config, prompt_len, out)

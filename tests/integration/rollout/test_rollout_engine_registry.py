@@ -2,7 +2,7 @@
 
 The engine is written here: ``ReplaySampler`` replays fixed turns (token lists) per row instead of
 decoding a model, behind the protocol's ``open`` / ``Session`` (``step``, ``requeue``, ``fits``,
-``view``, ``output``). It is registered as ``rollout.engine='replay'`` by one registry entry; the
+``view``, ``output``). It is registered as ``sampler.engine='replay'`` by one registry entry; the
 run's config check accepts the name, ``rl.builders.build_sampler`` builds it, and
 ``run_rollout`` drives it with the real calculator tool, without a change to ``rl/`` or
 ``rollout/``. Reference: the transcript built independently from the script and the real
@@ -10,15 +10,18 @@ Calculator (``test_rollout_agent.build``): the policy turns, each call's real ob
 (loss-masked) in between.
 """
 
+import dataclasses
 import sys
 import types
 from pathlib import Path
+from typing import ClassVar
 
 import jax
 import numpy as np
 import pytest
 
 from mojax import distributed
+from mojax.config import option, spec_checker
 from mojax.rollout import RolloutSpec, run_rollout
 from mojax.rollout.tools import Calculator
 from mojax.sampling import protocol
@@ -105,7 +108,7 @@ class ReplaySampler:
 
 @pytest.fixture
 def replay(tok, monkeypatch):  # noqa: F811
-    """``rollout.engine='replay'``: one registry entry (a build function, as a module's)."""
+    """``sampler.engine='replay'``: one registry entry (a build function, as a module's)."""
     task = CalculatorTask()
     problems = [Problem(12, "*", 34, "hard"), Problem(5, "+", 7, "easy")]
     end = [tok.eos_token_id]
@@ -116,22 +119,41 @@ def replay(tok, monkeypatch):  # noqa: F811
     scripts = [[tok.encode(s) if isinstance(s, str) else s for s in row] for row in segments]
     built = {}
 
-    def build_replay(model_config, rollout, mesh, rules):
-        built["args"] = (model_config, rollout.engine, mesh, rules)
+    def build_replay(model_config, rollout, options, mesh, rules):
+        built["args"] = (model_config, rollout.max_turns, options, mesh, rules)
         return ReplaySampler(scripts)
 
-    monkeypatch.setitem(protocol.SAMPLERS, "replay", build_replay)
+    engine = types.SimpleNamespace(build=build_replay, CONFIG=ReplayConfig)  # as a module
+    monkeypatch.setitem(protocol.SAMPLERS, "replay", engine)
     return task, prompts_for(tok, task, problems), segments, built
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig:
+    """The replaying engine's own config section, ``config.replay`` (as ``config.continuous``)."""
+
+    SECTION: ClassVar[str] = "replay"
+    speed: int = option(1, help="segments per step (read by nothing: the section's plumbing)")
+
+    def __post_init__(self):
+        c = spec_checker("replay", self)
+        c.in_range("replay.speed", 1)
+        c.raise_if_any()
 
 
 def test_a_registered_engine_is_built_and_driven(tok, replay):  # noqa: F811
     from mojax.rl import builders
 
     task, prompts, segments, built = replay
-    spec_like = types.SimpleNamespace(rollout=types.SimpleNamespace(engine="replay"))
+    options = ReplayConfig(speed=3)
+    spec_like = types.SimpleNamespace(
+        sampler=types.SimpleNamespace(engine="replay"),
+        rollout=types.SimpleNamespace(max_turns=2),
+        engine_options=options,
+    )
     sampler = builders.build_sampler(spec_like, "model-config", None, ())
     assert isinstance(sampler, ReplaySampler)
-    assert built["args"] == ("model-config", "replay", None, ())
+    assert built["args"] == ("model-config", 2, options, None, ())
     spec = RolloutSpec.create(tok, task, temperature=1.0, **SETTINGS)
     calc = Calculator()
     sampler.update_weights({"w": 1})
@@ -151,20 +173,31 @@ def test_a_registered_engine_is_built_and_driven(tok, replay):  # noqa: F811
 
 
 def test_the_config_check_reads_the_registry(replay):
-    """``rollout.engine`` is checked against ``protocol.SAMPLERS``: a registered engine passes,
+    """``sampler.engine`` is checked against ``protocol.SAMPLERS``: a registered engine passes,
     an unknown one is named in one clear error."""
     from mojax_test_utils import load_config, run_spec
 
-    c = load_config("grpo")
+    c = load_config("grpo")  # after the registration: the base config holds config.replay
+    assert c.replay.speed == 1
     with c.unlocked():
-        c.rollout.engine = "replay"
-    assert run_spec(c).rollout.engine == "replay"
+        c.sampler.engine, c.replay.speed = "replay", 3
+    spec = run_spec(c)
+    assert spec.sampler.engine == "replay" and spec.engine_options == ReplayConfig(speed=3)
+    assert spec.engines["replay"] == ReplayConfig(speed=3)
     with c.unlocked():
-        c.rollout.engine = "replay2"
-    with pytest.raises(ValueError, match=r"rollout\.engine.*'replay2'"):
+        c.replay.speed = 0
+    with pytest.raises(ValueError, match=r"config\.replay\.speed: 0 is out of range"):
+        run_spec(c)  # the engine's section checks its own fields
+    with c.unlocked():
+        c.sampler.engine, c.replay.speed = "static", 3
+    with pytest.raises(ValueError, match=r"config\.replay\.speed: 3 is set, but sampler"):
+        run_spec(c)  # a value in the section of an engine that does not run is refused
+    with c.unlocked():
+        c.sampler.engine, c.replay.speed = "replay2", 1
+    with pytest.raises(ValueError, match=r"sampler\.engine.*'replay2'"):
         run_spec(c)
-    with pytest.raises(ValueError, match=r"config\.rollout\.engine='replay2' is not one of"):
-        protocol.build("replay2", None, None, None, ())
+    with pytest.raises(ValueError, match=r"config\.sampler\.engine='replay2' is not one of"):
+        protocol.build("replay2", None, None, None, None, ())
 
 
 def test_the_model_judge_takes_a_sampler(tok):  # noqa: F811

@@ -98,5 +98,5 @@ def test_continuous_sampler_on_a_mesh_equals_the_static_sampler():
     assert local[1] * 4 == whole[1] == 64 and gathers == 0, out["pools"]
     assert preempted > 0  # a shard's slots outgrew its pool and a row was preempted
     slots, pages = out["refusals"]
-    assert "config.rollout.slots=6 must be a multiple of the 4 devices" in slots
-    assert "config.rollout.num_pages=30 must be a multiple of the 4 devices" in pages
+    assert "config.continuous.slots=6 must be a multiple of the 4 devices" in slots
+    assert "config.continuous.num_pages=30 must be a multiple of the 4 devices" in pages

@@ -123,7 +123,7 @@ def test_a_row_that_cannot_fit_the_pool_is_one_clear_error(model, monkeypatch):
         raise AssertionError("the prompts were prefilled before the pool was checked")
 
     monkeypatch.setattr("mojax.sampling.continuous.slots.prefill", no_prefill)
-    with pytest.raises(ValueError, match=r"config.rollout.num_pages=5 .* cannot hold row 0"):
+    with pytest.raises(ValueError, match=r"config.continuous.num_pages=5 .* cannot hold row 0"):
         paged.generate(toks, key=jax.random.key(0), max_new_tokens=20, prompt_lengths=lens,
                        **SHAPES)  # fmt: skip
 

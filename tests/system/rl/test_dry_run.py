@@ -45,7 +45,7 @@ def test_dry_run_estimate_matches_allocation(shared, remat):
 
 
 def test_continuous_engine_sizes_the_sampler_by_its_slots():
-    """``rollout.engine=continuous``: the KV cache is the N slots' (2 L N T K D bytes), not the B
+    """``sampler.engine=continuous``: the KV cache is the N slots' (2 L N T K D bytes), not the B
     rows', and the prompt prefill held while rows enter slots is exactly two
     chunks of ceil(N / G) = 2 prompts' logits and cache, counted from the model's shapes (fp32
     logits [p, V]; k and v [L, p, Tb, K, D] in the cache dtype; the slot mask [p, Tb], ends [p])."""
@@ -60,7 +60,7 @@ def test_continuous_engine_sizes_the_sampler_by_its_slots():
     with c.unlocked():
         c.rollout.max_prompt_len, c.rollout.prompts_per_step, c.rollout.num_samples = 40, 8, 4
         c.rollout.max_response_len = 64
-        c.rollout.engine, c.rollout.slots = "continuous", 8
+        c.sampler.engine, c.continuous.slots = "continuous", 8
     spec = run_spec(c)
     cont = dry_run.dry_run(spec)
     mc, tb = qwen_config(spec), bucket_length(40)

@@ -84,10 +84,10 @@ def test_prompts_per_step_must_fill_the_mesh_row_devices():
     assert "= 9 must be a multiple of the 2 devices" in err
     assert validate(c, num_devices=3).rollout.prompts_per_step == 3  # 9 rows over 3 devices
     packed = _config(
-        rollout__prompts_per_step=3, rollout__num_samples=3, rollout__engine="continuous"
+        rollout__prompts_per_step=3, rollout__num_samples=3, sampler__engine="continuous"
     )
     with packed.unlocked():
-        packed.packing.enabled, packed.rollout.slots = True, 2
+        packed.packing.enabled, packed.continuous.slots = True, 2
     assert validate(packed, num_devices=2).rollout.prompts_per_step == 3  # the rows are rebuilt
 
 

@@ -181,22 +181,22 @@ LITERAL_BASE = {
     "resume": "",
     "rollout.decode_segment": 0,
     "rollout.draw": "gumbel",
-    "rollout.engine": "static",
-    "rollout.kv_cache": "dense",
+    "sampler.engine": "static",
+    "continuous.kv_cache": "dense",
     "rollout.max_new_tokens": 24,
     "rollout.max_prompt_len": 0,
     "rollout.max_response_len": 48,
     "rollout.max_tool_calls": 2,
     "rollout.max_turns": 3,
-    "rollout.num_pages": 0,
+    "continuous.num_pages": 0,
     "rollout.num_samples": 8,
-    "rollout.page_size": 16,
-    "rollout.prefill_prompts": 0,
+    "continuous.page_size": 16,
+    "continuous.prefill_prompts": 0,
     "rollout.prompts_per_step": 16,
-    "rollout.refill_slots": 1,
+    "continuous.refill_slots": 1,
     "rollout.retrieval_url": "",
     "rollout.sandbox": "bwrap",
-    "rollout.slots": 16,
+    "continuous.slots": 16,
     "rollout.staleness": 0,
     "rollout.temperature": 1.0,
     "rollout.tool_timeout_s": 10.0,
@@ -274,9 +274,11 @@ def test_generated_base_config_equals_the_literal_one():
 
 
 def _at(spec, key):
-    """The spec attribute at dotted config ``key`` (a method's section: ``spec.sections[name]``)."""
+    """The spec attribute at dotted config ``key`` (a method's section: ``spec.sections[name]``; an
+    engine's: ``spec.engines[name]``)."""
     head, _, rest = key.partition(".")
-    node = spec.sections[head] if head in spec.sections else getattr(spec, head)
+    groups = {**spec.sections, **spec.engines}
+    node = groups[head] if head in groups else getattr(spec, head)
     for part in rest.split(".") if rest else ():
         node = getattr(node, part)
     return node

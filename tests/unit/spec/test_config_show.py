@@ -23,12 +23,14 @@ def _leaves(d, prefix=""):
 
 def _spec_fields():
     """Every ``{config key: help}`` of the spec dataclasses, found by walking ``RunSpec``'s field
-    types and the sections the advantage methods declare."""
+    types and the sections the advantage methods and the engines declare."""
     from mojax import spec as spec_lib
+    from mojax.sampling import protocol
 
     out = {}
     hints = typing.get_type_hints(spec_lib.RunSpec)
     classes = [spec_lib.RunSpec, *spec_lib.method_sections().values()]
+    classes += protocol.engine_sections().values()
     classes += [t for t in hints.values() if dataclasses.is_dataclass(t)]
     for cls in classes:
         for f in dataclasses.fields(cls):
