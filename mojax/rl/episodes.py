@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from mojax import rewards as rewards_lib
-from mojax.rewards import RewardSource, score_owned
+from mojax.rewards import RewardSource
 from mojax.tasks.framework.base import Example, RewardStats, Task
 
 if TYPE_CHECKING:
@@ -185,9 +185,6 @@ class EpisodeRunner:
             interrupt=self.interrupt,
         )
         g = int(num_samples)
-        if self.spec.task.num_answers:
-            eps = self._score_sets(examples, prompt_ids, g, result, stats)
-            return dataclasses.replace(eps, goal_weights=goal_w), dict(states or {})
         sources = rewards_lib.with_options(self.sources, options)
         prompts_text = None
         if any(src.needs_prompts for src in sources):
@@ -202,34 +199,14 @@ class EpisodeRunner:
             states=states,
             prompts_text=prompts_text,
             stats=stats,
+            num_answers=self.spec.task.num_answers,
         )
+        objective_valid = None if rb.set_rewards is not None else rb.objective_valid
         eps = Episodes(
-            examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics,
-            objective_valid=rb.objective_valid, goal_weights=goal_w,
+            examples, prompt_ids, g, result, rb.rewards, rb.valid, rb.metrics, rb.set_rewards,
+            rb.set_valid, objective_valid=objective_valid, goal_weights=goal_w,
         )  # fmt: skip
         return eps, rb.states
-
-    def _score_sets(self, examples, prompt_ids, g: int, result, stats) -> Episodes:
-        """Episodes of a multi-answer task: ``set_rewards [P, G, S, M]``, ``set_valid [P, G, S]``;
-        ``rewards`` is each set's mean over its valid answers (for logging)."""
-        s = self.spec.task.num_answers
-        rows = [ex for ex in examples for _ in range(g)]
-        sb = score_owned(self.task, result.texts, rows, g, stats=stats, num_answers=s)
-        set_rewards = sb.set_rewards.reshape(len(examples), g, s, -1)
-        set_valid = sb.set_valid.reshape(len(examples), g, s)
-        w = set_valid[..., None].astype(np.float32)
-        mean = (set_rewards * w).sum(2) / np.maximum(w.sum(2), 1.0)
-        valid = set_valid.any(-1)
-        metrics = {
-            f"reward/{n}/mean": float(mean[..., k][valid].mean()) if valid.any() else 0.0
-            for k, n in enumerate(self.task.objective_names)
-        }
-        scal = self.task.scalar(mean)
-        metrics["reward/scalar/mean"] = float(scal[valid].mean()) if valid.any() else 0.0
-        metrics["reward/valid_answer_fraction"] = float(set_valid.mean())
-        return Episodes(
-            examples, prompt_ids, g, result, mean, valid, metrics, set_rewards, set_valid
-        )
 
 
 def rollout_metrics(eps: Episodes) -> dict[str, float]:

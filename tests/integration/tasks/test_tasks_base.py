@@ -116,6 +116,33 @@ def test_score_set_and_batch():
     assert out.stats.reasons == {"unparseable": 1, "nan": 1, "missing": 5}
 
 
+def test_a_multi_answer_batch_is_scored_into_sets_and_their_means():
+    """``mojax.rewards.score_rollouts`` with ``num_answers``: ``set_rewards [P, G, S, M]`` as the
+    task scores each answer, and per row the mean over its valid answers (a numpy loop from the
+    definition), valid where any answer is; the sources' states pass through."""
+    from mojax.rewards import score_rollouts
+
+    task, s = _Toy(), 3
+    blocks = ["ok", "bad", "nan", "inf", "range"]  # "ok" and "inf" parse; "bad" does not
+    texts = [
+        "".join(f"<response_{k + 1}>{blocks[(i + k) % 5]}</response_{k + 1}>" for k in range(s))
+        for i in range(6)
+    ]
+    texts[5] = "no blocks"
+    rb = score_rollouts(task, [EX, EX], texts, [0] * 6, 3, states={"x": 1}, num_answers=s)
+    ref = task.score_set_batch(texts, [EX] * 6, s)
+    assert rb.set_rewards.shape == (2, 3, s, 3) and rb.set_valid.shape == (2, 3, s)
+    np.testing.assert_array_equal(rb.set_rewards.reshape(6, s, 3), ref.set_rewards)
+    np.testing.assert_array_equal(rb.set_valid.reshape(6, s), ref.set_valid)
+    for i in range(6):
+        ok = [k for k in range(s) if ref.set_valid[i, k]]
+        want = np.mean([ref.set_rewards[i, k] for k in ok], 0) if ok else np.zeros(3)
+        np.testing.assert_allclose(rb.rewards.reshape(6, 3)[i], want, rtol=1e-6)
+        assert rb.valid.reshape(6)[i] == bool(ok)
+    assert rb.valid.reshape(6).tolist()[5] is False and rb.states == {"x": 1}
+    assert rb.metrics["reward/valid_answer_fraction"] == pytest.approx(ref.set_valid.mean())
+
+
 def test_loaders_name_the_file_and_line(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"a": 1}\n\n{"a": \n')
