@@ -253,6 +253,14 @@ def _method_errors(spec: RunSpec, task) -> list[str]:
         if method.inputs != "sets":
             need = "needs task.num_answers = 0 (single answers)"
         c.fail("task.num_answers", f"{method.name!r} {need}")
+    external = list(task.external_objectives)
+    if sets and external:  # a source fills one value per completion (rewards.batch.score_sets)
+        c.fail(
+            "task.num_answers",
+            f"{spec.task.num_answers} (answer sets) cannot score the task's external objectives "
+            f"{external}: their reward sources fill one value per completion, not one per answer; "
+            "allowed: a task without external objectives, or task.num_answers = 0",
+        )
     c.errors += method.objective_errors(task.objective_names)
     weights = {"advantage.weights": spec.advantage.get("weights")}
     for name in spec.enabled_sections():

@@ -79,6 +79,9 @@ BAD = [  # (config, arg, overrides, the key the error must name) — issue 14's 
     ("awpo", None, {"sft.think_rate": 0.5}, "config.sft.think_rate"),  # no plans off the calculator
     ("awpo", None, {"judge.kind": "http"}, "config.judge.url"),  # a served judge needs its URL
     ("awpo", None, {"judge.kind": "model"}, "config.judge.model"),  # a local judge: its HF dir
+    # VPO's answer sets on a task whose r_tool a reward source fills per completion (before: r_tool
+    # was silently the task's per-answer placeholder)
+    ("vpo", None, {"task.name": "calculator"}, "config.task.num_answers: 2 (answer sets) cannot"),
 ]
 
 
