@@ -72,6 +72,7 @@ __all__ = [
     "engines",
     "in_graph",
     "memory_report",
+    "options",
     "round_sampler",
     "splits_rows",
 ]
