@@ -42,8 +42,8 @@ def _section(page: str, title: str) -> str:
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     """The ParetoPO claim in quick mode: GRPO + dynamic sampling and ParetoPO, 2 seeds, 2 RL steps;
-    the pre-registration written first. Its 6 runs take ~9 minutes: the tests that read them are
-    in the slow set."""
+    the pre-registration written first. Its 6 runs took 246 s alone in one process (2026-12-07),
+    longer beside the other pytest worker: the tests that read them are in the slow set."""
     root = tmp_path_factory.mktemp("paretopo_quick")
     prereg = _run_script("paretopo_front", root, "--prereg", "--seeds=0,1")
     page = _run_script("paretopo_front", root, "--methods=grpo_ds,paretopo", "--seeds=0,1")
