@@ -15,7 +15,8 @@ copied into ``docs/results/<claim>/cells/<arm>/s<seed>/``; the page is generated
 alone (:func:`report`), so anyone can re-derive it.
 
 Statistics (``mojax.stats``, ``docs/statistics.md``): each comparison is paired by
-seed (cell ``s`` of both arms shares seed ``s``'s warm start), with a t test (two-sided; a
+seed (cell ``s`` of both arms shares seed ``s``'s warm start; the page's "Warm starts" section
+checks that their step-0 evaluations agree), with a t test (two-sided; a
 comparison declared with a ``margin`` is a one-sided non-inferiority test, "not worse by more than
 ``margin``"); eval measures are also paired by problem within each seed, with a two-stage bootstrap
 interval (seeds, then problems). Holm's correction runs over every comparison of the page (one
@@ -36,7 +37,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from experiments import _figures, _grid, _report, _tokens
+from experiments import _figures, _grid, _report, _tokens, _warm_starts
 from mojax import compare as cmp
 from mojax import stats
 from mojax.infra.jsonl import read_metrics
@@ -270,6 +271,7 @@ def results_text(claim: Claim, cells: dict[str, dict[int, str]]) -> str:
         f"## Results (mean ± std over seeds)\n\n{table}\n",
         "## Comparisons\n\n" + comparisons_table(rows) + "\n" + too_few_seeds(claim, cells),
         identical_text(cells),
+        _warm_starts.warm_start_text(cells),
         _tokens.budget_text(results, claim.comparisons, measures),
         _figures.figures_text(results, claim.out, claim.name, claim.curves, claim.front),
         "## Per seed\n\n" + _report.per_seed_table(results, summary) + "\n",

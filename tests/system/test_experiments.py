@@ -196,6 +196,40 @@ def test_identical_arms_are_named_only_when_every_evaluation_matches(tmp_path):
     assert _claims.identical_text({"a": cells["a"], "c": cells["c"]}) == ""
 
 
+def test_warm_starts_that_differ_between_arms_are_named(tmp_path):
+    """The arms of a seed restore one warm start, so their step-0 evaluations are equal; a seed
+    whose arms started from different ones (a warm start trained again) is named with both."""
+    from experiments import _warm_starts
+
+    def cell(arm, seed, start, samples=4):
+        d = tmp_path / arm / f"s{seed}"
+        d.mkdir(parents=True)
+        config = {"task": {"name": "calculator"}, "eval": {"num_samples": samples}, "seed": seed}
+        (d / "config.json").write_text(json.dumps(config))
+        rows = [
+            {"step": 0, "eval/accuracy": start, "eval/tool_calls": 0.5},
+            {"step": 1, "loss": 1.0},
+        ]
+        rows.append({"step": 2, "eval/accuracy": start + 0.1 * len(arm), "eval/tool_calls": 0.4})
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(d)
+
+    same = {a: {s: cell(a, s, 0.5 + s / 8) for s in (0, 1)} for a in ("a", "bb")}
+    assert "they restored one SFT warm start" in _warm_starts.warm_start_text(same)
+    evaluated_otherwise = {s: cell("d", s, 0.25, samples=12) for s in (0, 1)}
+    other = {**same, "d": evaluated_otherwise}
+    assert "they restored one SFT warm start" in _warm_starts.warm_start_text(other)
+    assert _warm_starts.warm_start_text({"a": same["a"], "d": other["d"]}) == ""  # none alike
+    cells = {**same, "ccc": {0: cell("ccc", 0, 0.5), 1: cell("ccc", 1, 0.5 + 1 / 4096)}}
+    assert _warm_starts.warm_start_groups(cells)[0] == [(["a", "bb", "ccc"], {
+        "eval/accuracy": 0.5, "eval/tool_calls": 0.5})]  # fmt: skip
+    assert [g[0] for g in _warm_starts.warm_start_groups(cells)[1]] == [["a", "bb"], ["ccc"]]
+    text = _warm_starts.warm_start_text(cells)
+    assert "In 1 of 2 seeds, arms evaluated alike (the same `task`" in text
+    assert "| s1 | `a`, `bb` | 0.62500 | 0.50000 |" in text
+    assert "| s1 | `ccc` | 0.50024 | 0.50000 |" in text
+
+
 def test_comparisons_need_two_seeds_of_both_arms(tmp_path):
     """``--quick`` runs 1 seed: its comparisons are left out (the paired t needs 2 pairs, and
     raised before) and the page says why; with 2 seeds the comparison is made."""

@@ -1,0 +1,96 @@
+"""A claim page's check that the arms of a seed started from one SFT warm start.
+
+The grid trains a seed's warm start once and every arm's cell restores it (``_grid.ensure_sft``),
+so the comparisons pair cells by seed. Arms evaluated alike then have the same held-out accuracy
+and tool calls at step 0 (before any update); a warm start trained again (e.g. when a grid goes
+on on another machine, whose float rounding differs) shows as two groups of one seed, which the
+page names (``warm_start_text``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from experiments import _report
+from mojax.infra.jsonl import read_metrics
+
+
+def _first_evaluation(rows: list[dict]) -> dict:
+    """The ``eval/`` values of a cell's first evaluation (step 0), or ``{}``."""
+    for r in rows:
+        ev = {k: v for k, v in r.items() if k.startswith("eval/")}
+        if ev:
+            return ev
+    return {}
+
+
+_START_KEYS = ("eval/accuracy", "eval/tool_calls")  # what the sampled answers do, not a reward
+
+
+def _evaluated_alike(cell: str) -> str:
+    """What else sets a cell's step-0 evaluation: its task and eval settings (``config.json``;
+    e.g. VPO's answer sets are scored otherwise). Cells without one count as alike."""
+    path = os.path.join(cell, "config.json")
+    if not os.path.exists(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    return json.dumps({k: config.get(k) for k in ("task", "eval")}, sort_keys=True)
+
+
+def warm_start_groups(cells: dict[str, dict[int, str]]) -> dict[int, list[tuple[list[str], dict]]]:
+    """Per seed, the arms grouped by their first held-out evaluation (step 0: the seed's SFT warm
+    start as restored, before any update; its accuracy and tool calls), among arms evaluated
+    alike. The arms that restore one warm start form one group; two groups of one seed started
+    from warm starts that are not the same (e.g. one trained again on another machine, whose
+    float rounding differs)."""
+    out: dict[int, list[tuple[list[str], dict]]] = {}
+    for arm, seeds in cells.items():
+        for seed, d in seeds.items():
+            first = _first_evaluation(read_metrics(d))
+            start = {k: first[k] for k in _START_KEYS if k in first}
+            groups = out.setdefault(seed, [])
+            key = (_evaluated_alike(d), start)
+            match = [g for g in groups if (g[2], g[1]) == key]
+            if match:
+                match[0][0].append(arm)
+            else:
+                groups.append(([arm], start, key[0]))
+    return {s: [(a, v) for a, v, _ in g] for s, g in sorted(out.items())}
+
+
+def _alike_sizes(cells, seed) -> list[int]:
+    """How many arms of ``seed`` are evaluated each way (``_evaluated_alike``)."""
+    ways = [_evaluated_alike(c[seed]) for c in cells.values() if seed in c]
+    return [ways.count(w) for w in sorted(set(ways))]
+
+
+def warm_start_text(cells: dict[str, dict[int, str]]) -> str:
+    """The page's check that the arms of a seed start from one warm start (``warm_start_groups``)."""
+    by_seed = warm_start_groups(cells)
+    sizes = {s: _alike_sizes(cells, s) for s in by_seed}
+    split = {s: g for s, g in by_seed.items() if len(g) > len(sizes[s])}
+    if not any(max(n) > 1 for n in sizes.values()):
+        return ""  # no two arms of a seed are evaluated alike: nothing to check
+    if not split:
+        return (
+            "## Warm starts\n\nThe arms of each seed that are evaluated alike (the same `task` and "
+            "`eval` settings) have the same held-out accuracy and tool calls at step 0: they "
+            "restored one SFT warm start.\n"
+        )
+    keys = _START_KEYS
+    body = []
+    for seed, groups in split.items():
+        for arms, first in groups:
+            vals = [f"{first[k]:.5f}" if k in first else "—" for k in keys]
+            body.append([f"s{seed}", ", ".join(f"`{a}`" for a in arms), *vals])
+    table = _report.markdown_table(["seed", "arms", *(f"{k} at step 0" for k in keys)], body)
+    return (
+        f"## Warm starts\n\nIn {len(split)} of {len(by_seed)} seeds, arms evaluated alike (the "
+        "same `task` and `eval` settings) did not have the same held-out accuracy and tool calls "
+        "at step 0, so they did not start from the same SFT warm start (the grid trains a "
+        "seed's warm start once and every arm restores it; one trained again, e.g. on another "
+        "machine, can differ by float rounding). The comparisons still pair the cells by "
+        "seed.\n\n" + table + "\n"
+    )
