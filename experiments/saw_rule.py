@@ -7,8 +7,10 @@ other weights, and is r_task kept while they do?
     python experiments/saw_rule.py --report_only  # the page from the archived cells
 
 The arm ``grpo_saw_static`` holds SAW's weights static at their time average over every step and
-seed of the ``saw_grpo`` cells (``saw_cv.saw_average_weights``), so it runs after them (the cli's
-second pass). The earlier design (``experiments/saw_cv.py``, ``docs/results/saw_cv.md``) ran on the
+every pre-registered seed (``SEEDS``) of the ``saw_grpo`` cells (``saw_cv.saw_average_weights``), so
+it runs after all of them (the cli's second pass). A cell not under the grid's root is read from
+the archive (``docs/results/saw_rule/cells``, or ``--out``'s), so an invocation with any
+``--seeds``, on any machine or session, and ``--report_only`` in a fresh clone declare the same arm. The earlier design (``experiments/saw_cv.py``, ``docs/results/saw_cv.md``) ran on the
 facts problem set with ``think=0.1``; this is a new page. Host-side only: every cell is its own
 ``python -m mojax.main`` process.
 """
@@ -32,6 +34,7 @@ STEPS, EVAL_EVERY, PLATEAU = 80, 10, 0.7
 MARGIN = 0.02  # "r_task not lower": not worse by more than 2 points of held-out accuracy
 SAME = ("--config.ppo.clip_high=0.2",)  # every arm: GRPO's clip 0.2 / 0.2 (SAW's paper recipe)
 EQUAL_W = (f"--config.advantage.weights={EQUAL}",)
+SEEDS = tuple(range(8))  # the pre-registered seeds: SAW's static weights average all of them
 
 PREREG = f"""**Earlier grids.** `docs/results/saw_cv.md` (`experiments/saw_cv.py`, 8 seeds, the facts
 problem set, `think=0.1`): mechanism *not shown* (held-out `r_format` ≥ 0.7 reached 25.6 steps
@@ -120,6 +123,26 @@ COMPARISONS = (
 )
 
 
+def _archive() -> str:
+    """The archived cells (``<out>/saw_rule/cells``; ``--out`` defaults to docs/results)."""
+    from absl import flags
+
+    from experiments import _cli
+
+    out = _cli.OUT.value if flags.FLAGS.is_parsed() else None
+    return os.path.join(os.path.abspath(out or os.path.join(_claims.REPO, "docs", "results")),
+                        "saw_rule", "cells")  # fmt: skip
+
+
+def static_weights(root: str, seeds, quick: bool, archive: str | None = None) -> str | None:
+    """``grpo_saw_static``'s weights: SAW's time average over the ``saw_grpo`` cells of every
+    pre-registered seed (``--quick``: of its own seeds), each from ``root`` or else ``archive``;
+    None until every one is done."""
+    if quick:
+        return saw_average_weights(root, seeds)
+    return saw_average_weights(root, SEEDS, archive or _archive())
+
+
 def claim(seeds, root, quick) -> _claims.Claim:
     t = f"think={THINK}"
     arms = (
@@ -128,7 +151,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
         M("saw_gdpo", f"configs/saw.py:mode=gdpo,{t}", SAME),
         M("gdpo_equal", f"configs/gdpo.py:{t}", SAME + EQUAL_W),
     )
-    static = saw_average_weights(root, seeds)
+    static = static_weights(root, seeds, quick)
     if static is not None:  # once every saw_grpo cell is done (the cli declares the claim twice)
         weights = (f"--config.advantage.weights={static}",)
         arms += (M("grpo_saw_static", f"configs/grpo.py:{t}", weights),)

@@ -230,6 +230,42 @@ def test_warm_starts_that_differ_between_arms_are_named(tmp_path):
     assert "| s1 | `ccc` | 0.50024 | 0.50000 |" in text
 
 
+def test_saw_rules_static_arm_averages_every_preregistered_seed_from_root_or_archive(tmp_path):
+    """``grpo_saw_static``'s weights are SAW's time average over every step of the ``saw_grpo``
+    cells of all 8 pre-registered seeds, whatever ``--seeds`` an invocation runs: seeds done under
+    the grid's root are read there, the rest from the archive (an earlier session's cells)."""
+    import ast
+
+    import numpy as np
+
+    from experiments import saw_rule
+    from experiments.saw_cv import OBJECTIVES
+
+    root, archive = tmp_path / "root", tmp_path / "archive"
+    rng = np.random.default_rng(0)
+    want = []
+    for seed in saw_rule.SEEDS:
+        d = (root if seed < 3 else archive) / "saw_grpo" / f"s{seed}"
+        d.mkdir(parents=True)
+        w = rng.uniform(0.1, 1.0, size=(4, len(OBJECTIVES)))
+        want += w.tolist()
+        rows = [{"step": i + 1, **{f"advantage/saw/weight/{o}": float(x) for o, x in
+                 zip(OBJECTIVES, r)}} for i, r in enumerate(w)]  # fmt: skip
+        rows.append({"step": 4, "eval/accuracy": 0.5})  # an evaluation row: no weights
+        (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        if seed < 3:
+            (d / "done").write_text("")
+    mean = np.mean(want, axis=0)
+    got = saw_rule.static_weights(str(root), (5,), quick=False, archive=str(archive))
+    assert np.allclose(ast.literal_eval(got), mean / mean.sum(), rtol=1e-12)
+    assert saw_rule.static_weights(str(root), (0, 1, 2, 3, 4, 5, 6, 7), False, str(archive)) == got
+    (archive / "saw_grpo" / "s7" / "metrics.jsonl").unlink()
+    assert saw_rule.static_weights(str(root), (5,), quick=False, archive=str(archive)) is None
+    quick = saw_rule.static_weights(str(root), (0,), quick=True)  # --quick: its own seeds
+    first = np.mean(want[:4], axis=0)
+    assert np.allclose(ast.literal_eval(quick), first / first.sum(), rtol=1e-12)
+
+
 def test_comparisons_need_two_seeds_of_both_arms(tmp_path):
     """``--quick`` runs 1 seed: its comparisons are left out (the paired t needs 2 pairs, and
     raised before) and the page says why; with 2 seeds the comparison is made."""
