@@ -39,39 +39,39 @@ def _evaluated_alike(cell: str) -> str:
     return json.dumps({k: config.get(k) for k in ("task", "eval")}, sort_keys=True)
 
 
+def _grouped(cells: dict[str, dict[int, str]]) -> dict[int, list[tuple[list[str], dict, str]]]:
+    """Per seed, ``(arms, step-0 values, how they are evaluated)`` groups (``warm_start_groups``)."""
+    out: dict[int, list[tuple[list[str], dict, str]]] = {}
+    for arm, seeds in cells.items():
+        for seed, d in seeds.items():
+            first = _first_evaluation(read_metrics(d))
+            start = {k: first[k] for k in _START_KEYS if k in first}
+            way, groups = _evaluated_alike(d), out.setdefault(seed, [])
+            match = [g for g in groups if (g[1], g[2]) == (start, way)]
+            if match:
+                match[0][0].append(arm)
+            else:
+                groups.append(([arm], start, way))
+    return dict(sorted(out.items()))
+
+
 def warm_start_groups(cells: dict[str, dict[int, str]]) -> dict[int, list[tuple[list[str], dict]]]:
     """Per seed, the arms grouped by their first held-out evaluation (step 0: the seed's SFT warm
     start as restored, before any update; its accuracy and tool calls), among arms evaluated
     alike. The arms that restore one warm start form one group; two groups of one seed started
     from warm starts that are not the same (e.g. one trained again on another machine, whose
     float rounding differs)."""
-    out: dict[int, list[tuple[list[str], dict]]] = {}
-    for arm, seeds in cells.items():
-        for seed, d in seeds.items():
-            first = _first_evaluation(read_metrics(d))
-            start = {k: first[k] for k in _START_KEYS if k in first}
-            groups = out.setdefault(seed, [])
-            key = (_evaluated_alike(d), start)
-            match = [g for g in groups if (g[2], g[1]) == key]
-            if match:
-                match[0][0].append(arm)
-            else:
-                groups.append(([arm], start, key[0]))
-    return {s: [(a, v) for a, v, _ in g] for s, g in sorted(out.items())}
-
-
-def _alike_sizes(cells, seed) -> list[int]:
-    """How many arms of ``seed`` are evaluated each way (``_evaluated_alike``)."""
-    ways = [_evaluated_alike(c[seed]) for c in cells.values() if seed in c]
-    return [ways.count(w) for w in sorted(set(ways))]
+    return {s: [(a, v) for a, v, _ in g] for s, g in _grouped(cells).items()}
 
 
 def warm_start_text(cells: dict[str, dict[int, str]]) -> str:
     """The page's check that the arms of a seed start from one warm start (``warm_start_groups``)."""
-    by_seed = warm_start_groups(cells)
-    sizes = {s: _alike_sizes(cells, s) for s in by_seed}
-    split = {s: g for s, g in by_seed.items() if len(g) > len(sizes[s])}
-    if not any(max(n) > 1 for n in sizes.values()):
+    grouped = _grouped(cells)
+    ways = {s: [w for _, _, w in g] for s, g in grouped.items()}  # one entry per group
+    split = {s: [(a, v) for a, v, _ in g] for s, g in grouped.items() if len(g) > len(set(ways[s]))}
+    arms_per_way = [sum(len(a) for a, _, w in g if w == way) for g in grouped.values()
+                    for way in {w for _, _, w in g}]  # fmt: skip
+    if max(arms_per_way, default=0) < 2:
         return ""  # no two arms of a seed are evaluated alike: nothing to check
     if not split:
         return (
@@ -87,7 +87,7 @@ def warm_start_text(cells: dict[str, dict[int, str]]) -> str:
             body.append([f"s{seed}", ", ".join(f"`{a}`" for a in arms), *vals])
     table = _report.markdown_table(["seed", "arms", *(f"{k} at step 0" for k in keys)], body)
     return (
-        f"## Warm starts\n\nIn {len(split)} of {len(by_seed)} seeds, arms evaluated alike (the "
+        f"## Warm starts\n\nIn {len(split)} of {len(grouped)} seeds, arms evaluated alike (the "
         "same `task` and `eval` settings) did not have the same held-out accuracy and tool calls "
         "at step 0, so they did not start from the same SFT warm start (the grid trains a "
         "seed's warm start once and every arm restores it; one trained again, e.g. on another "
