@@ -9,6 +9,7 @@ page names (``warm_start_text``).
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 
@@ -67,11 +68,14 @@ def warm_start_groups(cells: dict[str, dict[int, str]]) -> dict[int, list[tuple[
 def warm_start_text(cells: dict[str, dict[int, str]]) -> str:
     """The page's check that the arms of a seed start from one warm start (``warm_start_groups``)."""
     grouped = _grouped(cells)
-    ways = {s: [w for _, _, w in g] for s, g in grouped.items()}  # one entry per group
-    split = {s: [(a, v) for a, v, _ in g] for s, g in grouped.items() if len(g) > len(set(ways[s]))}
-    arms_per_way = [sum(len(a) for a, _, w in g if w == way) for g in grouped.values()
-                    for way in {w for _, _, w in g}]  # fmt: skip
-    if max(arms_per_way, default=0) < 2:
+    # a seed is split when it has more groups than ways of evaluating
+    split = {
+        s: [(a, v) for a, v, _ in g] for s, g in grouped.items() if len(g) > len({w for *_, w in g})
+    }
+    arms_per_way = collections.Counter(
+        (s, w) for s, g in grouped.items() for a, _, w in g for _ in a
+    )
+    if max(arms_per_way.values(), default=0) < 2:
         return ""  # no two arms of a seed are evaluated alike: nothing to check
     if not split:
         return (
