@@ -104,9 +104,10 @@ def page_path(claim: Claim) -> str:
 
 # ------------------------------------------------------------------------------------ archive
 def archive_cell(workdir: str, dest: str) -> None:
-    """Copies a finished cell's config, metrics and first / last held-out samples to ``dest``."""
+    """Copies a finished cell's config, metrics, command, commit, warm start fingerprint and first /
+    last held-out samples to ``dest``."""
     os.makedirs(os.path.join(dest, "eval"), exist_ok=True)
-    for name in ("config.json", "metrics.jsonl", "cmd.txt", "commit.txt"):
+    for name in ("config.json", "metrics.jsonl", "cmd.txt", "commit.txt", _grid.WARM_START_FILE):
         if os.path.isfile(os.path.join(workdir, name)):
             shutil.copyfile(os.path.join(workdir, name), os.path.join(dest, name))
     steps = sorted(

@@ -10,7 +10,7 @@ Every cell is ``python -m mojax.main --config=... --workdir=root/<method>/s<seed
 ...``, run under ``nice -n 10``, one cell at a time. A cell whose workdir holds ``done`` is skipped,
 so a grid resumes where it stopped. Before a cell starts, the SFT warm start of its seed
 (``checkpoints_sft``, trained once by a ``configs/sft.py`` run with the same SFT keys) is copied into
-its workdir; ``mojax.rl.warm_start.sft`` then restores it instead of training, which the cell's
+its workdir and its fingerprint written to ``warm_start.txt`` (``record_warm_start``); ``mojax.rl.warm_start.sft`` then restores it instead of training, which the cell's
 log (no ``SFT i/N loss`` line) and missing ``sft_metrics.jsonl`` show (checked after the run). The
 self-built tokenizer is rebuilt by each cell (deterministic in the config and seed). Because a workdir that already holds a
 checkpoint and no ``config.json`` is refused by ``mojax.infra.workdir``, cells run with
@@ -30,6 +30,7 @@ import sys
 import time
 
 from mojax.infra.jsonl import read_metrics
+from mojax.spec import input_files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -150,11 +151,26 @@ def run_cell(grid: Grid, m: Method, seed: int) -> list[dict]:
             dst = os.path.join(wd, "checkpoints_sft")
             if not os.path.isdir(dst):
                 shutil.copytree(sft, dst)
+            record_warm_start(wd)
         took = _run(cell_command(grid, m, seed), wd)
         print(f"  {m.name} s{seed}: {took:.0f}s", flush=True)
         if m.warm_start and trained_sft(wd):
             raise RuntimeError(f"{wd} trained its own SFT instead of restoring the shared one")
     return read_metrics(wd)
+
+
+WARM_START_FILE = "warm_start.txt"  # the fingerprint of the warm start a cell restores
+
+
+def record_warm_start(workdir: str) -> str:
+    """Writes the fingerprint of ``<workdir>/checkpoints_sft`` (``input_files.fingerprint``: its
+    files' paths, sizes and contents) to ``<workdir>/warm_start.txt`` and returns it. Copies of one
+    warm start have one fingerprint; a warm start trained again has another (its checkpoint's
+    file names and timestamps differ), so equal fingerprints mean the same warm start."""
+    digest = input_files.fingerprint(os.path.join(workdir, "checkpoints_sft"))
+    with open(os.path.join(workdir, WARM_START_FILE), "w") as f:
+        f.write(digest + "\n")
+    return digest
 
 
 def trained_sft(workdir: str) -> bool:

@@ -4,7 +4,9 @@ The grid trains a seed's warm start once and every arm's cell restores it (``_gr
 so the comparisons pair cells by seed. Arms evaluated alike then have the same held-out accuracy
 and tool calls at step 0 (before any update); a warm start trained again (e.g. when a grid goes
 on on another machine, whose float rounding differs) shows as two groups of one seed, which the
-page names (``warm_start_text``).
+page names (``warm_start_text``). So can a run-to-run difference of the evaluation itself (e.g. a
+tool call's outcome), so the page tells the two apart by the fingerprint of the warm start each
+cell restored (``warm_start.txt``, ``_grid.record_warm_start``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 
 from experiments import _report
+from experiments._grid import WARM_START_FILE
 from mojax.infra.jsonl import read_metrics
 
 
@@ -86,15 +89,48 @@ def warm_start_text(cells: dict[str, dict[int, str]]) -> str:
     keys = _START_KEYS
     body = []
     for seed, groups in split.items():
+        reading = _reading(cells, seed, [a for arms, _ in groups for a in arms])
         for arms, first in groups:
             vals = [f"{first[k]:.5f}" if k in first else "—" for k in keys]
-            body.append([f"s{seed}", ", ".join(f"`{a}`" for a in arms), *vals])
-    table = _report.markdown_table(["seed", "arms", *(f"{k} at step 0" for k in keys)], body)
+            prints = dict.fromkeys(_fingerprint(cells[a][seed]) or "not recorded" for a in arms)
+            row = [f"s{seed}", ", ".join(f"`{a}`" for a in arms), *vals]
+            body.append([*row, ", ".join(_short(p) for p in prints), reading])
+    head = ["seed", "arms", *(f"{k} at step 0" for k in keys), "warm start", "reading"]
+    table = _report.markdown_table(head, body)
     return (
         f"## Warm starts\n\nIn {len(split)} of {len(grouped)} seeds, arms evaluated alike (the "
         "same `task` and `eval` settings) did not have the same held-out accuracy and tool calls "
-        "at step 0, so they did not start from the same SFT warm start (the grid trains a "
-        "seed's warm start once and every arm restores it; one trained again, e.g. on another "
-        "machine, can differ by float rounding). The comparisons still pair the cells by "
-        "seed.\n\n" + table + "\n"
+        "at step 0. The grid trains a seed's warm start once and every arm restores a copy of it; "
+        "a cell records the fingerprint of the copy it restored (`warm_start.txt`; copies of one "
+        "warm start have one fingerprint, one trained again has another). Where a seed's "
+        "fingerprints are equal, its arms restored the same warm start and the step-0 evaluations "
+        "differ from run to run (`same warm start`); where they differ, a warm start was trained "
+        "again, e.g. on another machine, whose float rounding differs (`another warm start`); "
+        "cells archived without one cannot tell the two apart (`not recorded`). The comparisons "
+        "still pair the cells by seed.\n\n" + table + "\n"
     )
+
+
+def _fingerprint(cell: str) -> str:
+    """The recorded fingerprint of the warm start a cell restored (``_grid.record_warm_start``),
+    or ``""`` for a cell archived without one."""
+    path = os.path.join(cell, WARM_START_FILE)
+    if not os.path.isfile(path):
+        return ""
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip()
+
+
+def _short(fingerprint: str) -> str:
+    return (
+        fingerprint.removeprefix("sha256:")[:12] if fingerprint != "not recorded" else fingerprint
+    )
+
+
+def _reading(cells: dict[str, dict[int, str]], seed: int, arms: list[str]) -> str:
+    """``same warm start`` / ``another warm start`` / ``not recorded``, from the fingerprints the
+    given arms' cells of ``seed`` recorded."""
+    prints = [_fingerprint(cells[a][seed]) for a in arms]
+    if not all(prints):
+        return "not recorded"
+    return "same warm start" if len(set(prints)) == 1 else "another warm start"

@@ -19,6 +19,7 @@ default when no per-example weights are given), the paper's Table 6 "G.C. w = w*
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import os
@@ -185,8 +186,9 @@ def evaluate(
     es = run.spec.eval
     key = jax.random.fold_in(jax.random.PRNGKey(run.spec.seed + 1), step)
     examples = getattr(run.splits, split)
-    rewards, valid, calls = held_out_rollouts(run, host, params, examples, key)
+    rewards, valid, calls, events = held_out_rollouts(run, host, params, examples, key)
     out = summarize(run.task, rewards, valid, calls, ks=tuple(es.ks), examples=examples)
+    out.update(event_metrics(events, rows=int(valid.shape[0]) * int(es.num_samples)))
     out.update(host.reward_stats["eval"].as_metrics("reward_invalid/eval"))
     if samples_path:
         ids = [ex.id for ex in examples]
@@ -195,17 +197,32 @@ def evaluate(
     return out
 
 
-def held_out_rollouts(run, host: HostState, params, examples, key) -> tuple[np.ndarray, ...]:
+def event_metrics(events: collections.Counter, rows: int) -> dict[str, float]:
+    """``eval/rollout/<counter>``: the held-out rollouts' counters summed over their batches (the
+    training step's ``rollout/<counter>``: ``tool_errors``, ``timeouts``, ``exit/<reason>``, ...),
+    and ``eval/rollout/finish/<reason>``: the fraction of the ``rows`` rollouts that ended so."""
+    out = {}
+    for k, v in sorted(events.items()):
+        if k.startswith("finish/"):
+            out[f"eval/rollout/{k}"] = v / rows
+        else:
+            out[f"eval/rollout/{k}"] = float(v)
+    return out
+
+
+def held_out_rollouts(run, host: HostState, params, examples, key) -> tuple:
     """``rewards [P, N', M]``, ``valid [P, N']`` and ``n_calls [P, N']`` of ``eval.num_samples``
-    samples of every example (multi-answer sets flattened, ``N' = N * S``), rolled out in batches of
-    ``eval.batch_prompts`` prompts (0: all at once) so that a large held-out split never holds more
-    rows than one batch. Batch ``i`` draws with ``fold_in(key, i)``; a single batch uses ``key``
-    itself, as an unbatched evaluation does. Every process runs every batch (the runner splits a
-    batch's rows over the processes and gathers its rewards), so each holds the whole arrays."""
+    samples of every example (multi-answer sets flattened, ``N' = N * S``), and the rollouts' events
+    (a ``Counter``: the rollout counters summed over the batches, and ``finish/<reason>`` per rollout
+    row), rolled out in batches of ``eval.batch_prompts`` prompts (0: all at once) so that a large
+    held-out split never holds more rows than one batch. Batch ``i`` draws with ``fold_in(key, i)``;
+    a single batch uses ``key`` itself, as an unbatched evaluation does. Every process runs every
+    batch (the runner splits a batch's rows over the processes and gathers its rewards, finish
+    reasons and counters), so each holds the whole arrays and the same events."""
     es = run.spec.eval
     size = int(es.batch_prompts) or len(examples)
     chunks = [examples[i : i + size] for i in range(0, len(examples), size)]
-    parts = []
+    parts, events = [], collections.Counter()
     for i, chunk in enumerate(chunks):
         episodes, _ = run.runner.run(
             params,
@@ -216,6 +233,8 @@ def held_out_rollouts(run, host: HostState, params, examples, key) -> tuple[np.n
             states={},  # the reward sources start fresh on every evaluation
             stats=host.reward_stats["eval"],
         )
+        events.update(episodes.rollout.counters)
+        events.update(f"finish/{x}" for x in episodes.rollout.finish_reason)
         rewards, valid, calls = episodes.rewards, episodes.valid, episodes.n_calls
         if episodes.set_rewards is not None:
             p, _, s, m = episodes.set_rewards.shape
@@ -223,7 +242,7 @@ def held_out_rollouts(run, host: HostState, params, examples, key) -> tuple[np.n
             valid = episodes.set_valid.reshape(p, -1)
             calls = np.repeat(calls, s, axis=1)
         parts.append((rewards, valid, calls))
-    return tuple(np.concatenate(x, axis=0) for x in zip(*parts))
+    return (*(np.concatenate(x, axis=0) for x in zip(*parts)), events)
 
 
 def validation_vector(

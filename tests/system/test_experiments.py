@@ -18,6 +18,7 @@ import pytest
 
 from experiments import _grid
 from mojax.infra.jsonl import read_metrics
+from mojax.spec import input_files
 
 REPO = os.fspath(pathlib.Path(__file__).resolve().parents[2])
 
@@ -87,6 +88,14 @@ def test_cell_restored_the_shared_sft_warm_start(quick):
     cell_eval = _eval_rows(os.path.join(root, "grpo_ds", "s0"))[0]
     for k in ("eval/accuracy", "eval/tool_calls", "eval/r_tool"):
         assert cell_eval[k] == sft_eval[k], k
+    # the cell recorded the fingerprint of the warm start it restored: the seed's, archived too
+    want = input_files.fingerprint(os.path.join(root, "sft", "s0", "checkpoints_sft"))
+    for cell in (os.path.join(root, "grpo_ds", "s0"), os.path.join(root, "paretopo", "s0")):
+        assert open(os.path.join(cell, "warm_start.txt")).read() == want + "\n", cell
+    archived = os.path.join(root, "results", "paretopo_front", "cells", "grpo_ds", "s0")
+    assert open(os.path.join(archived, "warm_start.txt")).read() == want + "\n"
+    other = input_files.fingerprint(os.path.join(root, "sft", "s1", "checkpoints_sft"))
+    assert other != want  # another seed's warm start
 
 
 @pytest.mark.slow
@@ -226,8 +235,22 @@ def test_warm_starts_that_differ_between_arms_are_named(tmp_path):
     assert [g[0] for g in _warm_starts.warm_start_groups(cells)[1]] == [["a", "bb"], ["ccc"]]
     text = _warm_starts.warm_start_text(cells)
     assert "In 1 of 2 seeds, arms evaluated alike (the same `task`" in text
-    assert "| s1 | `a`, `bb` | 0.62500 | 0.50000 |" in text
-    assert "| s1 | `ccc` | 0.50024 | 0.50000 |" in text
+    assert "| s1 | `a`, `bb` | 0.62500 | 0.50000 | not recorded | not recorded |" in text
+    assert "| s1 | `ccc` | 0.50024 | 0.50000 | not recorded | not recorded |" in text
+    # the recorded fingerprints tell a run-to-run difference from a warm start trained again
+    for arm in ("a", "bb", "ccc"):
+        (tmp_path / arm / "s1" / "warm_start.txt").write_text("sha256:" + "1" * 64 + "\n")
+    text = _warm_starts.warm_start_text(cells)
+    assert "| s1 | `a`, `bb` | 0.62500 | 0.50000 | 111111111111 | same warm start |" in text
+    assert "| s1 | `ccc` | 0.50024 | 0.50000 | 111111111111 | same warm start |" in text
+    (tmp_path / "ccc" / "s1" / "warm_start.txt").write_text("sha256:" + "2" * 64 + "\n")
+    text = _warm_starts.warm_start_text(cells)
+    assert "| s1 | `ccc` | 0.50024 | 0.50000 | 222222222222 | another warm start |" in text
+    (tmp_path / "bb" / "s1" / "warm_start.txt").unlink()
+    text = _warm_starts.warm_start_text(cells)
+    assert (
+        "| s1 | `a`, `bb` | 0.62500 | 0.50000 | 111111111111, not recorded | not recorded |" in text
+    )
 
 
 def test_saw_rules_static_arm_averages_every_preregistered_seed_from_root_or_archive(tmp_path):

@@ -112,9 +112,15 @@ class _Runner:
         p, n = len(examples), num_samples
         rewards = np.broadcast_to(idx[:, None, None], (p, n, 2)).copy()
         calls = np.full((p, n), len(self.calls), np.int64)
+        finish = ["stop", "budget"] * (p * n // 2) + ["stop"] * (p * n % 2)
+        rollout = SimpleNamespace(counters={"timeouts": 1, "exit/ok": p}, finish_reason=finish)
         if not self.sets:
             return SimpleNamespace(
-                rewards=rewards, valid=np.ones((p, n), bool), n_calls=calls, set_rewards=None
+                rewards=rewards,
+                valid=np.ones((p, n), bool),
+                n_calls=calls,
+                set_rewards=None,
+                rollout=rollout,
             ), states
         set_rewards = np.repeat(rewards[:, :, None], self.sets, axis=2)
         return SimpleNamespace(
@@ -123,6 +129,7 @@ class _Runner:
             n_calls=calls,
             set_rewards=set_rewards,
             set_valid=np.ones((p, n, self.sets), bool),
+            rollout=rollout,
         ), states
 
 
@@ -145,7 +152,7 @@ def test_held_out_rollouts_in_batches_of_prompts(batch, sets):
     )
     run = SimpleNamespace(spec=spec, runner=runner)
     key = jax.random.PRNGKey(7)
-    rewards, valid, calls = held_out_rollouts(run, HostState(), None, examples, key)
+    rewards, valid, calls, events = held_out_rollouts(run, HostState(), None, examples, key)
     size = batch or 10
     want_chunks = [examples[i : i + size] for i in range(0, 10, size)]
     assert [c for c, _ in runner.calls] == want_chunks
@@ -158,3 +165,21 @@ def test_held_out_rollouts_in_batches_of_prompts(batch, sets):
     np.testing.assert_array_equal(
         calls[:, 0], np.repeat(np.arange(1, 11), size)[:10] if batch else 1
     )
+    # the rollouts' events: counters summed over the batches, finish reasons counted per chain
+    budget = sum(len(c) * 3 // 2 for c in want_chunks)
+    assert events == {
+        "timeouts": len(want_chunks),
+        "exit/ok": 10,
+        "finish/stop": 30 - budget,
+        "finish/budget": budget,
+    }
+
+
+def test_event_metrics_names_counts_and_finish_fractions():
+    """``eval/rollout/<counter>`` is a count; ``eval/rollout/finish/<reason>`` a fraction of rows."""
+    import collections
+
+    from mojax.rl.evaluate import event_metrics
+
+    got = event_metrics(collections.Counter({"tool_errors": 2, "finish/budget": 3}), rows=12)
+    assert got == {"eval/rollout/finish/budget": 0.25, "eval/rollout/tool_errors": 2.0}
