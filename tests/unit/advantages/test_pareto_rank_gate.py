@@ -1,0 +1,67 @@
+"""Why Stage 2's ranking can reorder a group only when ``r_tool`` is paid to failures too
+(ParetoPO, arXiv:2606.16111, Eqs. 4, 7-9; ``docs/results/paretopo_rule.md``'s reading).
+
+Success-gated (``tool_reward.gate="success"``), a group's reward points are ``(0, 0)`` for failures
+and ``(1, exp(-alpha |N_call - N_opt|))`` for successes: any two are comparable under dominance (a
+chain), so non-dominated sorting orders the group exactly as ``w·r`` does and the Pareto-rank
+advantages keep GRPO's order (only their sizes differ). Paid to every sample (``"all"``), a wrong
+answer without a call, ``(0, 1)``, is non-dominated beside a correct call and ranks above a correct
+answer with one call too many. Reference: a numpy dominance check and the scalar ``w·r`` order."""
+
+import numpy as np
+
+from mojax import advantages as adv
+from mojax.pareto.tool_efficiency import fixed_tool_reward, gate_by_success
+
+W = (0.6, 0.4)
+
+
+def _group_rewards(gate: str, seed: int = 0, p: int = 64, g: int = 8) -> np.ndarray:
+    """``[P, G, 2]`` ``(r_task, r_tool)`` of random groups: success ~ Bernoulli(0.6), 0-3 calls,
+    the calculator's fixed ``N_opt`` (0 or 1 per prompt)."""
+    rng = np.random.default_rng(seed)
+    success = rng.random((p, g)) < 0.6
+    calls = rng.integers(0, 4, (p, g))
+    n_opt = rng.integers(0, 2, p)
+    r_tool = gate_by_success(fixed_tool_reward(calls, n_opt), success, gate)
+    return np.stack([success.astype(np.float32), r_tool], -1)
+
+
+def _is_chain(r: np.ndarray) -> bool:
+    """Every two points of a group ``[G, M]`` are comparable: one is >= the other in every
+    objective."""
+    ge = (r[:, None, :] >= r[None, :, :]).all(-1)
+    return bool((ge | ge.T).all())
+
+
+def _order_pairs(values: np.ndarray) -> np.ndarray:
+    """``sign(v_i - v_j)`` for every pair of a group ``[G]``."""
+    return np.sign(values[:, None] - values[None, :])
+
+
+def test_success_gated_tool_reward_forms_a_chain_so_ranking_keeps_the_scalar_order():
+    rewards = _group_rewards("success")
+    a = np.asarray(adv.pareto_rank(rewards, weights=W).advantages)
+    scalar = rewards @ np.asarray(W, np.float32)
+    for r, ai, si in zip(rewards, a, scalar):
+        assert _is_chain(r)
+        np.testing.assert_array_equal(_order_pairs(ai), _order_pairs(si))
+
+
+def test_tool_reward_paid_to_every_sample_lets_ranking_reorder_a_group():
+    rewards = _group_rewards("all")
+    a = np.asarray(adv.pareto_rank(rewards, weights=W).advantages)
+    scalar = rewards @ np.asarray(W, np.float32)
+    chains = [_is_chain(r) for r in rewards]
+    reordered = [
+        not np.array_equal(_order_pairs(ai), _order_pairs(si)) for ai, si in zip(a, scalar)
+    ]
+    assert not all(chains) and any(reordered)
+    assert not any(o for o, c in zip(reordered, chains) if c)  # only groups that are no chain
+    # the named case: a wrong answer without a call on a rule problem (N_opt = 0) against a correct
+    # answer with one call too many, beside a correct call that dominates the latter
+    e = float(np.exp(-0.7))
+    group = np.asarray([[[0.0, 1.0], [1.0, e], [1.0, e * e]]], np.float32)
+    a = np.asarray(adv.pareto_rank(group, weights=W).advantages)[0]
+    assert group[0, 2] @ W > group[0, 0] @ W  # GRPO's scalar prefers the correct answer
+    assert a[0] > a[2]  # the ranking prefers the wrong one (front 1 against front 2)
