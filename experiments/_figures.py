@@ -57,31 +57,48 @@ def front_points(results: Results, keys: Sequence[str]) -> dict[str, np.ndarray]
     return out
 
 
-def _style(i: int) -> dict:
-    return dict(color=f"C{i % 10}", linestyle=("-", "--", "-.", ":")[i // 10 % 4])
+def arm_styles(results: Results) -> dict[str, dict]:
+    """Each arm's line style and marker, by its place among the claim's arms: the same in every
+    panel, also where an arm does not log a panel's key (e.g. a method's own metric)."""
+    return {
+        arm: dict(
+            color=f"C{i % 10}", linestyle=("-", "--", "-.", ":")[i // 10 % 4], marker="os^Dv"[i % 5]
+        )
+        for i, arm in enumerate(results)
+    }
 
 
 def plot_curves(results: Results, keys: Sequence[str], path: str, title: str) -> str:
     """One panel per key: each arm's mean over seeds (line) and its 95% t interval (band)."""
     plt = _report._pyplot()
+    return _save(plt, curves_figure(plt, results, keys, title), path)
+
+
+def curves_figure(plt, results: Results, keys: Sequence[str], title: str):
+    """``plot_curves``'s figure (not saved)."""
     ncols = min(3, len(keys))
     nrows = -(-len(keys) // ncols)
     fig, axes = plt.subplots(
         nrows, ncols, figsize=(4.6 * ncols, 3.4 * nrows), squeeze=False, layout="constrained"
     )
+    styles = arm_styles(results)
     for ax, key in zip(axes.ravel(), keys):
-        for i, (arm, (steps, ys)) in enumerate(curves(results, key).items()):
+        for arm, (steps, ys) in curves(results, key).items():
             mean, low, high = t_band(ys)
-            ax.plot(steps, mean, marker="os^Dv"[i % 5], markersize=3, label=arm, **_style(i))
-            ax.fill_between(steps, low, high, alpha=0.12, color=_style(i)["color"])
+            ax.plot(steps, mean, markersize=3, label=arm, **styles[arm])
+            ax.fill_between(steps, low, high, alpha=0.12, color=styles[arm]["color"])
         ax.set_title(key, fontsize="medium")
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
     for ax in axes.ravel()[len(keys) :]:
         ax.axis("off")
-    axes.ravel()[0].legend(fontsize="x-small")
+    # every arm in the legend, also one the first panel's key is not logged by
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], markersize=3, label=a, **st) for a, st in styles.items()]
+    axes.ravel()[0].legend(handles=handles, fontsize="x-small")
     fig.suptitle(f"{title} (line: mean over seeds; band: 95% t interval of the mean)")
-    return _save(plt, fig, path)
+    return fig
 
 
 def plot_front(results: Results, keys: Sequence[str], path: str, title: str) -> str:
@@ -89,8 +106,9 @@ def plot_front(results: Results, keys: Sequence[str], path: str, title: str) -> 
     outlined)."""
     plt = _report._pyplot()
     fig, ax = plt.subplots(figsize=(5.6, 4.6), layout="constrained")
-    for i, (arm, pts) in enumerate(front_points(results, keys).items()):
-        color, marker = _style(i)["color"], "os^Dv"[i % 5]
+    styles = arm_styles(results)
+    for arm, pts in front_points(results, keys).items():
+        color, marker = styles[arm]["color"], styles[arm]["marker"]
         ax.scatter(pts[:, 0], pts[:, 1], s=14, alpha=0.5, color=color, marker=marker)
         m = pts.mean(0)
         ax.scatter([m[0]], [m[1]], s=90, color=color, marker=marker, edgecolors="k", label=arm)

@@ -101,6 +101,9 @@ MEASURES = (
     X("zero-variance groups, mean over steps", "descriptive",
       train_mean("advantage/adv/zero_std_group_frac", math.nan)),
 )  # fmt: skip
+# plotted per arm (results only; the pre-registration does not name them): held-out accuracy and
+# plan agreement, rule problems' tool efficiency, and the gate's open fraction over training
+CURVES = ("eval/accuracy", "eval/r_reason", "eval/tool_eff/rule", "advantage/awpo/gate_frac")
 COMPARISONS = (
     C("awpo", "grpo_outcome", "final accuracy"),
     C("awpo", "mix_nogate", "final accuracy"),
@@ -139,6 +142,8 @@ def claim(seeds, root, quick) -> _claims.Claim:
             sft_config=CONFIG,
             sft=("--config.steps=0",),
         ),
+        curves=CURVES,
+        front=("eval/accuracy", "eval/r_reason"),
     )
 
 

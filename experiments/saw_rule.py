@@ -111,6 +111,9 @@ MEASURES = (
     X("final r_tool", "descriptive", _report.last("eval/r_tool")),
     X("SAW weight on r_format, mean over steps", "descriptive", saw_format_weight),
 )
+# plotted per arm (results only; the pre-registration does not name them): the held-out objectives
+# and the training r_format that the mechanism measures
+CURVES = ("eval/r_task", "eval/r_format", "eval/r_tool", "reward/r_format/mean")
 COMPARISONS = (
     C("saw_grpo", "grpo_equal", FORMAT),
     C("saw_grpo", "grpo_saw_static", FORMAT),
@@ -170,6 +173,8 @@ def claim(seeds, root, quick) -> _claims.Claim:
         measures=MEASURES,
         comparisons=COMPARISONS,
         grid=_grid.Grid(root=root, seeds=seeds, common=common, rl=rl),
+        curves=CURVES,
+        front=("eval/r_task", "eval/r_format"),
     )
 
 

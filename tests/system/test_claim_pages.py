@@ -177,3 +177,30 @@ def test_saw_static_weights_are_read_from_the_archive_when_the_grid_is_not_there
     got = ast.literal_eval(saw_cv.saw_average_weights(root, (0, 1), str(tmp_path / "archive")))
     assert got == pytest.approx((0.3, 0.3, 0.4))  # mean of the three rows, normalised to sum 1
     assert saw_cv.saw_average_weights(root, (0, 2), str(tmp_path / "archive")) is None
+
+
+def test_an_arm_keeps_its_colour_in_a_panel_another_arm_does_not_log(tmp_path):
+    """A method's own metric (e.g. AWPO's gate) is not logged by its baseline: the arms after it
+    keep their colours in that panel, and the legend names every arm."""
+    plt = _figures._report._pyplot()
+    results = {}
+    for arm, extra in (("base", None), ("method", 0.3), ("ablation", 0.1)):
+        rows = [{"step": s, "eval/accuracy": 0.5 + s / 10} for s in range(3)]
+        if extra is not None:
+            for r in rows:
+                r["train/gate"] = extra
+        results[arm] = {0: rows, 1: rows}
+    want = {a: st["color"] for a, st in _figures.arm_styles(results).items()}
+    assert want == {"base": "C0", "method": "C1", "ablation": "C2"}
+    fig = _figures.curves_figure(plt, results, ["eval/accuracy", "train/gate"], "t")
+    acc, gate = fig.axes[:2]
+    assert {ln.get_label(): ln.get_color() for ln in acc.get_lines()} == want
+    assert {ln.get_label(): ln.get_color() for ln in gate.get_lines()} == {
+        "method": "C1",
+        "ablation": "C2",
+    }
+    legend = {t.get_text() for t in acc.get_legend().get_texts()}
+    plt.close(fig)
+    assert legend == set(want)
+    fig_results = {"method": results["method"], **results}  # order sets the colour, not the data
+    assert _figures.arm_styles(fig_results)["method"]["color"] == "C0"
