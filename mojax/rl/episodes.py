@@ -11,6 +11,7 @@ are filled by the run's reward sources (``mojax.rewards``), whose carried state 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -219,12 +220,22 @@ def rollout_metrics(eps: Episodes) -> dict[str, float]:
         "rollout/policy_tokens_mean": float(np.asarray(r.loss_mask).sum(-1).mean()),
         "rollout/tool_calls_mean": float(np.asarray(r.n_calls).mean()),
     }
-    names = [str(x) for x in r.finish_reason]
-    for name in sorted(set(names)):
-        out[f"rollout/finish/{name}"] = names.count(name) / len(names)
-    for k, v in (getattr(r, "counters", None) or {}).items():
-        out[f"rollout/{k}"] = float(v)
+    events = collections.Counter(getattr(r, "counters", None) or {})
+    events.update(f"finish/{x}" for x in r.finish_reason)
+    out.update(event_metrics(events, len(r.finish_reason), prefix="rollout/"))
     return out
+
+
+def event_metrics(
+    events: collections.Counter, rows: int, prefix: str = "eval/rollout/"
+) -> dict[str, float]:
+    """``<prefix><counter>``: a rollout's counters (``tool_errors``, ``timeouts``, ``exit/<reason>``,
+    ...; summed over batches for an evaluation), and ``<prefix>finish/<reason>``: the fraction of
+    its ``rows`` rollouts that ended so (``events["finish/<reason>"]`` counts them)."""
+    return {
+        f"{prefix}{k}": (v / rows if k.startswith("finish/") else float(v))
+        for k, v in sorted(events.items())
+    }
 
 
 def _map_rows(rollout, n_rows: int, fn) -> Any:

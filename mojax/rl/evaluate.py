@@ -31,6 +31,7 @@ import numpy as np
 from mojax import distributed
 from mojax import metrics as metrics_lib
 from mojax import rewards as rewards_lib
+from mojax.rl.episodes import event_metrics
 from mojax.rl.state import HostState
 from mojax.tasks.framework.base import Task
 
@@ -194,19 +195,6 @@ def evaluate(
         ids = [ex.id for ex in examples]
         classes = [problem_class(ex) for ex in examples]
         write_samples(samples_path, run.task, ids, rewards, valid, calls, classes)
-    return out
-
-
-def event_metrics(events: collections.Counter, rows: int) -> dict[str, float]:
-    """``eval/rollout/<counter>``: the held-out rollouts' counters summed over their batches (the
-    training step's ``rollout/<counter>``: ``tool_errors``, ``timeouts``, ``exit/<reason>``, ...),
-    and ``eval/rollout/finish/<reason>``: the fraction of the ``rows`` rollouts that ended so."""
-    out = {}
-    for k, v in sorted(events.items()):
-        if k.startswith("finish/"):
-            out[f"eval/rollout/{k}"] = v / rows
-        else:
-            out[f"eval/rollout/{k}"] = float(v)
     return out
 
 
