@@ -9,6 +9,13 @@ For ``beta <= 1`` every sample of a better rank gets a strictly larger A than ev
 worse rank, and ``|A| <= N_rank + beta / 2``. Switch ``normalize``: ``"none"`` (paper, Theorem 3.5;
 default; an all-equal group gets A = 1 for every sample), ``"center"`` (subtract the group mean) or
 ``"zscore"`` (group z-score, population std + eps).
+
+Whether the ranking acts (logged): ``pareto/reordered_pairs``, the fraction of a group's pairs of
+valid samples in different fronts whose ``w . r`` does not strictly prefer the better-ranked one,
+i.e. the pairs whose order Stage 2 sets differently from GRPO on ``w . r`` (within a front Eq. 8
+keeps the ``w . r`` order, so no other pair can differ); ``pareto/reordered_group_frac``, the
+fraction of groups with at least one. Both are 0 when every group is a chain under dominance (e.g.
+``r_tool`` paid to successes only, ``tests/unit/advantages/test_pareto_rank_gate.py``).
 """
 
 from __future__ import annotations
@@ -57,7 +64,27 @@ def _impl(rewards, valid, weights, beta, eps, *, normalize):
     metrics["pareto/num_fronts"] = jnp.sum(n_rank[..., 0] * okf) / n_ok
     n_valid = jnp.maximum(jnp.sum(mask * ok), 1)
     metrics["pareto/front0_frac"] = jnp.sum((front == 0) & ok) / n_valid
+    metrics.update(_reordered(front, rw, mask & ok))
     return C.AdvantageOutput(C.finalize(adv, mask & ok), None, metrics, None)
+
+
+def _reordered(front, rw, mask) -> dict:
+    """``pareto/reordered_pairs`` and ``pareto/reordered_group_frac`` (module docstring) over the
+    groups with >= 2 valid samples (``mask`` already False elsewhere): a pair ``i, j`` with
+    ``front_i < front_j`` is reordered when ``rw_i <= rw_j`` up to Eq. 8's tie tolerance."""
+    both = mask[..., :, None] & mask[..., None, :]  # [P, G, G]
+    better = both & (front[..., :, None] < front[..., None, :])
+    diff = rw[..., :, None] - rw[..., None, :]
+    scale = jnp.maximum(1.0, jnp.maximum(jnp.abs(rw[..., :, None]), jnp.abs(rw[..., None, :])))
+    reordered = better & (diff <= _TIE_RTOL * scale)
+    n = jnp.sum(mask, axis=-1).astype(jnp.float32)  # [P]
+    pairs = jnp.sum(n * (n - 1.0) / 2.0)
+    per_group = jnp.sum(reordered, axis=(-2, -1))
+    n_groups = jnp.sum(n >= 2.0)
+    return {
+        "pareto/reordered_pairs": jnp.sum(per_group) / jnp.maximum(pairs, 1.0),
+        "pareto/reordered_group_frac": jnp.sum(per_group > 0) / jnp.maximum(n_groups, 1),
+    }
 
 
 _jit = jax.jit(_impl, static_argnames=("normalize",))

@@ -65,3 +65,26 @@ def test_tool_reward_paid_to_every_sample_lets_ranking_reorder_a_group():
     a = np.asarray(adv.pareto_rank(group, weights=W).advantages)[0]
     assert group[0, 2] @ W > group[0, 0] @ W  # GRPO's scalar prefers the correct answer
     assert a[0] > a[2]  # the ranking prefers the wrong one (front 1 against front 2)
+
+
+def test_logged_reordered_pairs_count_the_pairs_whose_order_differs_from_w_dot_r():
+    """``pareto/reordered_pairs`` / ``reordered_group_frac`` against a numpy count of the pairs
+    whose advantage order differs from the ``w·r`` order: 0 success-gated, > 0 paid to all. One
+    group with a single valid sample is left out of both counts."""
+    for gate in ("success", "all"):
+        rewards = _group_rewards(gate, seed=1)
+        valid = np.ones(rewards.shape[:2], bool)
+        valid[0, 1:] = False  # a group with 1 valid sample: not a group that ranks
+        out = adv.pareto_rank(rewards, valid, weights=W)
+        a, scalar = np.asarray(out.advantages), rewards @ np.asarray(W, np.float32)
+        differ = [
+            int(np.triu(_order_pairs(ai) != _order_pairs(si), 1).sum())
+            for ai, si in zip(a[1:], scalar[1:])
+        ]
+        g = rewards.shape[1]
+        want_pairs = sum(differ) / (len(differ) * g * (g - 1) / 2)
+        want_groups = np.mean([d > 0 for d in differ])
+        got = out.metrics
+        assert float(got["pareto/reordered_pairs"]) == np.float32(want_pairs), gate
+        assert float(got["pareto/reordered_group_frac"]) == np.float32(want_groups), gate
+        assert (want_pairs > 0) == (gate == "all")
