@@ -412,7 +412,7 @@ def sft_demonstrations(
       problems: ``"facts"`` (the default problem set) or ``"rule"``
         (:mod:`mojax.tasks.calculator_rule`): ``when_hard`` then calls exactly when the problem
         needs the tool, and ``mental_error`` defaults to ``RULE_MENTAL_ERROR`` (0 on the rule
-        class, 0.5 / 0.7 on the multi-digit classes).
+        and digit classes, 0.5 / 0.7 / 0.5 on medium, hard and carry).
     """
     behaviours = dict(DEFAULT_BEHAVIOURS if behaviours is None else behaviours)
     rule = problems == "rule"

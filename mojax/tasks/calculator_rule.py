@@ -12,6 +12,13 @@ that needs no tool is solved by a rule visible in the problem, on operands never
 * ``hard``: ``a*b`` with ``12 <= a <= 999``, ``12 <= b <= 99``;
 * ``recall`` (optional, ``task.kwargs.recall`` > 0): single-digit facts of ``easy_ops``, shared by
   every split (knowledge, like a times table; reported as its own class, never as held-out skill).
+* ``digit`` and ``carry`` (not in the default mix): ``x+d`` / ``d+x`` with ``10 <= x <= 99999`` and
+  ``1 <= d <= 9``. Without a carry (``x % 10 + d <= 9``, class ``digit``) a rule visible in the
+  problem solves it: copy ``x`` with its last digit replaced by a single-digit sum; with one
+  (``carry``) the carry runs into ``x``'s other digits, and the tool is needed. The two share the
+  operand ``x`` (split by its hash), so telling them apart is a learned rule too: a class where a
+  direct answer is right only when the model reads the problem correctly, so accuracy can be bought
+  with calls (the accuracy-efficiency conflict ParetoPO's ranking needs, ``docs/methods.md``).
 
 ``rule``, ``medium`` and ``hard`` problems are split 10% / 10% / 80% (test / validation / train) by
 hash and drawn **without replacement** within a split, so held-out problems are distinct and
@@ -33,17 +40,20 @@ __all__ = [
     "RULE_MENTAL_ERROR",
     "RULE_FORMS",
     "rule_solvable",
+    "digit_without_carry",
     "needs_tool",
     "rule_mix",
     "generate_rule_problems",
 ]
 
 PROBLEM_SETS = ("facts", "rule")
-RULE_CLASSES = ("rule", "medium", "hard", "recall")
+RULE_CLASSES = ("rule", "medium", "hard", "recall", "digit", "carry")
 DEFAULT_RULE_MIX = {"rule": 0.5, "medium": 0.1, "hard": 0.4}
 # probability that a direct (mental) answer of a demonstration is wrong, per class: the rule class is
 # solvable without the tool, the multi-digit classes are not
-RULE_MENTAL_ERROR = {"rule": 0.0, "recall": 0.02, "medium": 0.5, "hard": 0.7}
+RULE_MENTAL_ERROR = {
+    "rule": 0.0, "recall": 0.02, "medium": 0.5, "hard": 0.7, "digit": 0.0, "carry": 0.5
+}  # fmt: skip
 RULE_FORMS = ("x+0", "0+x", "x-0", "x*1", "1*x", "x*0", "0*x", "x-x")
 RULE_OPERANDS = (10, 99999)
 _SPLITS = ("train", "validation", "test")
@@ -62,10 +72,19 @@ def rule_solvable(a: int, op: str, b: int) -> bool:
     return False
 
 
+def digit_without_carry(a: int, op: str, b: int) -> bool:
+    """Whether ``a op b`` is ``x+d`` / ``d+x`` (``x >= 10``, ``1 <= d <= 9``) whose last digit takes
+    no carry (``x % 10 + d <= 9``): the ``digit`` class's rule."""
+    x, d = max(a, b), min(a, b)
+    return op == "+" and x >= 10 and 1 <= d <= 9 and x % 10 + d <= 9
+
+
 def needs_tool(problem, *, shared: bool) -> bool:
     """False when a rule solves ``problem`` or it is a fact shared by every split (``shared``: its
     class is knowledge, ``recall`` or the facts set's shared ``easy``), else True."""
     if rule_solvable(problem.a, problem.op, problem.b):
+        return False
+    if digit_without_carry(problem.a, problem.op, problem.b):
         return False
     return not shared
 
@@ -108,6 +127,15 @@ def _draw(rng: random.Random, cls: str, ops: str, make):
     if cls == "hard":
         a, b = rng.randint(12, 999), rng.randint(12, 99)
         return make(a, "*", b, cls), f"{a}*{b}"
+    if cls in ("digit", "carry"):
+        x = rng.randint(*RULE_OPERANDS)
+        last = x % 10
+        while (cls == "digit" and last == 9) or (cls == "carry" and last == 0):
+            x = rng.randint(*RULE_OPERANDS)  # no such d for this x: draw another
+            last = x % 10
+        d = rng.randint(1, 9 - last) if cls == "digit" else rng.randint(10 - last, 9)
+        a, b = (x, d) if rng.random() < 0.5 else (d, x)
+        return make(a, "+", b, cls), f"digit:{x}"
     return make(rng.randint(0, 9), rng.choice(ops), rng.randint(0, 9), cls), None
 
 

@@ -88,3 +88,25 @@ def test_logged_reordered_pairs_count_the_pairs_whose_order_differs_from_w_dot_r
         assert float(got["pareto/reordered_pairs"]) == np.float32(want_pairs), gate
         assert float(got["pareto/reordered_group_frac"]) == np.float32(want_groups), gate
         assert (want_pairs > 0) == (gate == "all")
+
+
+def test_a_group_is_reordered_only_with_two_success_levels_below_a_failures_r_tool():
+    """Binary ``r_task`` and ``r_tool`` paid to every sample (``docs/methods.md``, ParetoPO): a pair
+    is reordered only when some failure's ``r_tool`` exceeds two distinct success levels. Checked on
+    random groups of 0-3 calls against a fixed ``N_opt`` of 0 or 1; the condition does occur."""
+    rng = np.random.default_rng(3)
+    p, g = 512, 8
+    success = rng.random((p, g)) < 0.5
+    calls = rng.integers(0, 4, (p, g))
+    n_opt = rng.integers(0, 2, p)
+    r_tool = gate_by_success(fixed_tool_reward(calls, n_opt), success, "all")
+    rewards = np.stack([success.astype(np.float32), r_tool], -1)
+    for r in rewards:
+        out = adv.pareto_rank(r[None], weights=W)
+        reordered = float(out.metrics["pareto/reordered_group_frac"]) > 0
+        levels = np.unique(r[r[:, 0] == 1, 1])
+        fails = r[r[:, 0] == 0, 1]
+        condition = any((levels < t).sum() >= 2 for t in fails)
+        assert condition or not reordered, r
+    frac = float(adv.pareto_rank(rewards, weights=W).metrics["pareto/reordered_group_frac"])
+    assert frac > 0

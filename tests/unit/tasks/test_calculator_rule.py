@@ -9,7 +9,7 @@ import re
 import pytest
 
 from mojax.tasks.calculator import CalculatorTask, sft_demonstrations
-from mojax.tasks.calculator_rule import RULE_FORMS, rule_mix, rule_solvable
+from mojax.tasks.calculator_rule import RULE_FORMS, digit_without_carry, rule_mix, rule_solvable
 
 MIX = {"easy": 0.5, "medium": 0.1, "hard": 0.4}  # the default config.task.mix ("easy" = "rule")
 
@@ -52,7 +52,7 @@ def test_held_out_problems_are_distinct_and_never_in_training(seed):
     assert recall["test"] and recall["test"] <= {f"{a}+{b}" for a in range(10) for b in range(10)}
 
 
-@pytest.mark.parametrize("cls", ["rule", "medium", "hard"])
+@pytest.mark.parametrize("cls", ["rule", "medium", "hard", "digit", "carry"])
 def test_thousands_of_distinct_held_out_problems_per_class(cls):
     ex = CalculatorTask(problems="rule").load("test", 3000, seed=0, mix={cls: 1.0})
     assert len({e.meta["expr"] for e in ex}) == 3000
@@ -153,3 +153,48 @@ def test_vocabulary_corpus_holds_the_rule_demonstrations():
     assert all(d.response in texts for d in demos)
     joined = "\n".join(texts)
     assert all(f"Compute {e.meta['expr']}." in joined for e in splits.all)  # every prompt
+
+
+def test_digit_and_carry_problems_by_hand():
+    """``x+d`` / ``d+x``: the ``digit`` class takes no carry into ``x``'s last digit and needs no
+    tool; ``carry`` does and needs it; a held-out ``x`` appears in no training problem of either."""
+    task = CalculatorTask(problems="rule")
+    mix = {"digit": 0.5, "carry": 0.5}
+    splits = {s: task.load(s, n, seed=2, mix=mix) for s, n in (("train", 3000), ("test", 600))}
+    for e in splits["train"]:
+        p = e.meta["problem"]
+        x, d = max(p.a, p.b), min(p.a, p.b)
+        assert p.op == "+" and 10 <= x <= 99999 and 1 <= d <= 9 and e.target == x + d
+        carry = x % 10 + d >= 10
+        assert e.meta["difficulty"] == ("carry" if carry else "digit")
+        assert task.needs_tool(e) is carry and task.optimal_calls(e) == int(carry)
+        if not carry:  # the rule: x with its last digit replaced by the digit sum
+            assert str(x + d) == str(x)[:-1] + str(x % 10 + d)
+    orders = {e.meta["problem"].a < 10 for e in splits["train"]}
+    assert orders == {True, False}  # both x+d and d+x
+    operands = {s: {max(e.meta["problem"].a, e.meta["problem"].b) for e in ex}
+                for s, ex in splits.items()}  # fmt: skip
+    assert len(operands["test"]) > 500 and not operands["test"] & operands["train"]
+    hand = [(19, "+", 1, False), (18, "+", 1, True), (1, "+", 18, True), (10, "+", 9, True)]
+    hand += [(5, "+", 4, False), (120, "-", 3, False), (99999, "+", 1, False), (30, "*", 2, False)]
+    for a, op, b, want in hand:
+        assert digit_without_carry(a, op, b) is want, (a, op, b)
+
+
+def test_demonstrations_answer_the_digit_class_directly_and_call_on_carries():
+    task = CalculatorTask(problems="rule")
+    ex = task.load("train", 2000, seed=1, mix={"digit": 0.5, "carry": 0.5})
+    demos = sft_demonstrations(ex, seed=0, behaviours={"never": 0.5, "when_hard": 0.5},
+                               problems="rule")  # fmt: skip
+    direct = collections.Counter()
+    wrong = collections.Counter()
+    for d in demos:
+        cls = d.example.meta["difficulty"]
+        if d.behaviour == "when_hard":
+            assert d.n_calls == (cls == "carry") and d.correct
+        if d.n_calls == 0:
+            direct[cls] += 1
+            wrong[cls] += not d.correct
+    assert wrong["digit"] == 0 and direct["digit"] > 700
+    n = direct["carry"]
+    assert abs(wrong["carry"] - n * 0.5) <= 4 * math.sqrt(n * 0.25), (wrong, n)
