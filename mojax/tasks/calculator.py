@@ -176,6 +176,8 @@ class CalculatorTask(Task):
         mode: str = "tool",
         problems: str = "facts",
         recall: float = 0.0,
+        digit: float = 0.0,
+        carry: float = 0.0,
     ):
         if not easy_ops or set(easy_ops) - set("+-*"):
             raise ValueError(f"easy_ops must be a non-empty subset of '+-*'; got {easy_ops!r}")
@@ -183,11 +185,12 @@ class CalculatorTask(Task):
             raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
         if problems not in rule_set.PROBLEM_SETS:
             raise ValueError(f"problems must be one of {rule_set.PROBLEM_SETS}; got {problems!r}")
-        if recall < 0 or (recall and problems != "rule"):
-            raise ValueError(
-                f"recall must be >= 0, and > 0 only with problems='rule'; got {recall}"
-            )
+        extra = {"recall": recall, "digit": digit, "carry": carry}  # classes beside task.mix
+        for k, v in extra.items():
+            if v < 0 or (v and problems != "rule"):
+                raise ValueError(f"{k} must be >= 0, and > 0 only with problems='rule'; got {v}")
         self.problems, self.recall = problems, float(recall)
+        self.extra_classes = {k: float(v) for k, v in extra.items() if k != "recall" and v}
         self.shared_easy_facts = bool(shared_easy_facts)
         self.easy_ops = easy_ops
         self.mode = mode
@@ -214,7 +217,7 @@ class CalculatorTask(Task):
                 split,
                 num,
                 seed=seed,
-                mix=rule_set.rule_mix(mix, self.recall),
+                mix=rule_set.rule_mix(mix, self.recall, **self.extra_classes),
                 make=Problem,
                 recall_ops=self.easy_ops,
             )
@@ -244,6 +247,7 @@ class CalculatorTask(Task):
         time; held-out accuracy and tool calls are avg@4 of the sampling policy (the RL objective's policy; greedy decoding of a
         tiny model hides its uncertainty behind the argmax)."""
         kwargs = {"shared_easy_facts": False, "easy_ops": "+", "problems": "rule", "recall": 0.0}
+        kwargs |= {"digit": 0.0, "carry": 0.0}  # the x+d classes' weights beside task.mix
         return {
             "task.kwargs": kwargs,
             "task.num_eval": 1024,

@@ -12,7 +12,7 @@ that needs no tool is solved by a rule visible in the problem, on operands never
 * ``hard``: ``a*b`` with ``12 <= a <= 999``, ``12 <= b <= 99``;
 * ``recall`` (optional, ``task.kwargs.recall`` > 0): single-digit facts of ``easy_ops``, shared by
   every split (knowledge, like a times table; reported as its own class, never as held-out skill).
-* ``digit`` and ``carry`` (not in the default mix): ``x+d`` / ``d+x`` with ``10 <= x <= 99999`` and
+* ``digit`` and ``carry`` (weights ``task.kwargs.digit`` / ``carry``, 0 by default): ``x+d`` / ``d+x`` with ``10 <= x <= 99999`` and
   ``1 <= d <= 9``. Without a carry (``x % 10 + d <= 9``, class ``digit``) a rule visible in the
   problem solves it: copy ``x`` with its last digit replaced by a single-digit sum; with one
   (``carry``) the carry runs into ``x``'s other digits, and the tool is needed. The two share the
@@ -89,9 +89,13 @@ def needs_tool(problem, *, shared: bool) -> bool:
     return not shared
 
 
-def rule_mix(mix: Mapping[str, float] | None, recall: float = 0.0) -> dict[str, float]:
+def rule_mix(
+    mix: Mapping[str, float] | None, recall: float = 0.0, **extra: float
+) -> dict[str, float]:
     """The class weights of the rule set: ``mix`` with ``easy`` read as ``rule`` (the class that
-    needs no tool, so the default ``config.task.mix`` works), plus ``recall`` when > 0."""
+    needs no tool, so the default ``config.task.mix`` works), plus ``recall`` and each of ``extra``
+    (``digit=``, ``carry=``: ``task.kwargs``, since ``config.task.mix`` takes no new keys from the
+    command line) when > 0, in that order."""
     out: dict[str, float] = {}
     for k, v in dict(DEFAULT_RULE_MIX if mix is None else mix).items():
         name = "rule" if k == "easy" else k
@@ -101,8 +105,11 @@ def rule_mix(mix: Mapping[str, float] | None, recall: float = 0.0) -> dict[str, 
                 f"to weights >= 0; got {dict(mix or {})}"
             )
         out[name] = float(v)
-    if recall:
-        out["recall"] = float(recall)
+    for name, v in {"recall": recall, **extra}.items():
+        if name not in RULE_CLASSES or (v and name in out):
+            raise ValueError(f"class {name!r} is unknown or also in the mix {dict(mix or {})}")
+        if v:
+            out[name] = float(v)
     if not out or min(out.values()) < 0 or sum(out.values()) <= 0:
         raise ValueError(f"mix of the rule problems needs weights >= 0, some > 0; got {out}")
     return out

@@ -198,3 +198,24 @@ def test_demonstrations_answer_the_digit_class_directly_and_call_on_carries():
     assert wrong["digit"] == 0 and direct["digit"] > 700
     n = direct["carry"]
     assert abs(wrong["carry"] - n * 0.5) <= 4 * math.sqrt(n * 0.25), (wrong, n)
+
+
+def test_digit_and_carry_weights_come_from_the_task_kwargs():
+    """``task.kwargs.digit`` / ``carry`` add the classes to the mix (``config.task.mix`` takes no
+    new keys from the command line); at 0 the problems are the default's, draw for draw."""
+    plain = CalculatorTask(problems="rule").load("train", 300, seed=4, mix=MIX)
+    zero = CalculatorTask(problems="rule", digit=0.0, carry=0.0).load("train", 300, seed=4, mix=MIX)
+    assert [e.meta["expr"] for e in zero] == [e.meta["expr"] for e in plain]
+    task = CalculatorTask(problems="rule", digit=0.25, carry=0.25)
+    counts = collections.Counter(
+        e.meta["difficulty"] for e in task.load("test", 2000, seed=4, mix=MIX)
+    )
+    assert set(counts) == {"rule", "medium", "hard", "digit", "carry"}
+    for cls in ("digit", "carry"):  # weight 0.25 of 1.5
+        p = 0.25 / 1.5
+        assert abs(counts[cls] - 2000 * p) <= 4 * math.sqrt(2000 * p * (1 - p)), counts
+    assert rule_mix({"digit": 0.5}, carry=0.5) == {"digit": 0.5, "carry": 0.5}
+    with pytest.raises(ValueError, match="also in the mix"):
+        rule_mix({"digit": 0.5}, digit=0.5)
+    with pytest.raises(ValueError, match="digit must be >= 0, and > 0 only with problems='rule'"):
+        CalculatorTask(digit=0.3)
