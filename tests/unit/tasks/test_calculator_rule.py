@@ -14,6 +14,12 @@ from mojax.tasks.calculator_rule import RULE_FORMS, digit_without_carry, rule_mi
 MIX = {"easy": 0.5, "medium": 0.1, "hard": 0.4}  # the default config.task.mix ("easy" = "rule")
 
 
+def _by_hand(fn, true_cases, false_cases):
+    """``fn(a, op, b)`` is True on each of ``true_cases`` and False on each of ``false_cases``."""
+    for case, want in [(c, True) for c in true_cases] + [(c, False) for c in false_cases]:
+        assert fn(*case) is want, case
+
+
 def _rule_operand(expr: str) -> int:
     """``x`` of a rule problem, from its expression alone (the operand that is not 0 or 1)."""
     a, b = (int(v) for v in re.split(r"[+*-]", expr))
@@ -90,10 +96,8 @@ def test_rule_problems_by_hand():
         assert not rule_solvable(p.a, p.op, p.b) and task.optimal_calls(e) == 1
     recall = CalculatorTask(problems="rule", recall=1.0).load("train", 20, seed=0, mix={"rule": 0})
     assert all(CalculatorTask(problems="rule").optimal_calls(e) == 0 for e in recall)
-    hand = [(3, "+", 0, True), (0, "*", 7, True), (12, "-", 12, True), (1, "*", 9, True)]
-    hand += [(3, "+", 4, False), (12, "-", 11, False), (2, "*", 3, False), (0, "-", 5, False)]
-    for a, op, b, want in hand:
-        assert rule_solvable(a, op, b) is want, (a, op, b)
+    _by_hand(rule_solvable, [(3, "+", 0), (0, "*", 7), (12, "-", 12), (1, "*", 9)],
+             [(3, "+", 4), (12, "-", 11), (2, "*", 3), (0, "-", 5)])  # fmt: skip
 
 
 def test_demonstrations_solve_the_rule_class_and_call_where_needed():
@@ -175,10 +179,8 @@ def test_digit_and_carry_problems_by_hand():
     operands = {s: {max(e.meta["problem"].a, e.meta["problem"].b) for e in ex}
                 for s, ex in splits.items()}  # fmt: skip
     assert len(operands["test"]) > 500 and not operands["test"] & operands["train"]
-    hand = [(19, "+", 1, False), (18, "+", 1, True), (1, "+", 18, True), (10, "+", 9, True)]
-    hand += [(5, "+", 4, False), (120, "-", 3, False), (99999, "+", 1, False), (30, "*", 2, False)]
-    for a, op, b, want in hand:
-        assert digit_without_carry(a, op, b) is want, (a, op, b)
+    _by_hand(digit_without_carry, [(18, "+", 1), (1, "+", 18), (10, "+", 9)],
+             [(19, "+", 1), (5, "+", 4), (120, "-", 3), (99999, "+", 1), (30, "*", 2)])  # fmt: skip
 
 
 def test_demonstrations_answer_the_digit_class_directly_and_call_on_carries():
