@@ -191,9 +191,7 @@ class CalculatorTask(Task):
                 raise ValueError(f"{k} must be >= 0, and > 0 only with problems='rule'; got {v}")
         self.problems, self.recall = problems, float(recall)
         self.extra_classes = {k: float(v) for k, v in extra.items() if k != "recall" and v}
-        self.shared_easy_facts = bool(shared_easy_facts)
-        self.easy_ops = easy_ops
-        self.mode = mode
+        self.shared_easy_facts, self.easy_ops, self.mode = bool(shared_easy_facts), easy_ops, mode
         if mode == "awpo":  # AWPO (arXiv:2512.19126): an outcome and a judged reasoning reward
             self.objectives = (
                 Objective("r_out", 0.0, 2.0, success=True),  # <think> plan format + correct
