@@ -12,8 +12,8 @@ that needs no tool is solved by a rule visible in the problem, on operands never
 * ``hard``: ``a*b`` with ``12 <= a <= 999``, ``12 <= b <= 99``;
 * ``recall`` (optional, ``task.kwargs.recall`` > 0): single-digit facts of ``easy_ops``, shared by
   every split (knowledge, like a times table; reported as its own class, never as held-out skill).
-* ``digit`` and ``carry`` (weights ``task.kwargs.digit`` / ``carry``, 0 by default): ``x+d`` / ``d+x`` with ``10 <= x <= 99999`` and
-  ``1 <= d <= 9``. Without a carry (``x % 10 + d <= 9``, class ``digit``) a rule visible in the
+* ``digit`` and ``carry`` (weights ``task.kwargs.digit`` / ``carry``, 0 by default): ``x+d`` /
+  ``d+x`` with ``10 <= x <= 99999`` and ``1 <= d <= 9``. Without a carry (``x % 10 + d <= 9``, class ``digit``) a rule visible in the
   problem solves it: copy ``x`` with its last digit replaced by a single-digit sum; with one
   (``carry``) the carry runs into ``x``'s other digits, and the tool is needed. The two share the
   operand ``x`` (split by its hash), so telling them apart is a learned rule too: a class where a
@@ -82,9 +82,8 @@ def digit_without_carry(a: int, op: str, b: int) -> bool:
 def needs_tool(problem, *, shared: bool) -> bool:
     """False when a rule solves ``problem`` or it is a fact shared by every split (``shared``: its
     class is knowledge, ``recall`` or the facts set's shared ``easy``), else True."""
-    if rule_solvable(problem.a, problem.op, problem.b):
-        return False
-    if digit_without_carry(problem.a, problem.op, problem.b):
+    a, op, b = problem.a, problem.op, problem.b
+    if rule_solvable(a, op, b) or digit_without_carry(a, op, b):
         return False
     return not shared
 
