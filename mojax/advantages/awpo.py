@@ -21,6 +21,11 @@ its outcome advantage, and ``R_mix`` statistics use the samples with a judge sco
 ``"running_peak"`` uses the highest group mean of ``R_out`` seen so far, current batch included
 (the paper: "the peak group-mean"), carried in ``state``. Note: when ``sigma_out = 0`` and
 ``sigma_mix > 0``, ``r_g -> 1`` and the gate closes for any ``eps_mix < 1``.
+
+``awpo/gated_out_frac``: the share of groups that Eq. 25's variance term closes and mixing without
+it (``eps_mix = 1``, where every unsaturated group has ``w_g = r_g``) would mix: unsaturated, with
+judge scores, ``r_g >= eps_mix`` and ``r_g > 0``. Only in these groups do the two differ, so a
+setting where it is 0 cannot tell the gate from mixing without it.
 """
 
 from __future__ import annotations
@@ -52,7 +57,10 @@ def _impl(rewards, valid, reason_valid, peak, hp, *, running_peak):
         sat_max = peak
     else:
         sat_max = hp["r_max"]
-    gate = (mean_out < sat_max) & (ratio < hp["eps_mix"]) & ok & C.group_ok(rmask)
+    unsaturated = (mean_out < sat_max) & ok & C.group_ok(rmask)
+    gate = unsaturated & (ratio < hp["eps_mix"])
+    # where mixing without the gate (eps_mix = 1: w_g = r_g > 0) differs from this gate
+    gated_out = unsaturated & (ratio >= hp["eps_mix"]) & (ratio > 0)
     w = jnp.where(gate, ratio, 0.0)  # Eq. 25
     a_out = dev_out / (sd_out + hp["eps"])  # Eq. 26
     a_mix = dev_mix / (sd_mix + hp["eps"])
@@ -70,6 +78,7 @@ def _impl(rewards, valid, reason_valid, peak, hp, *, running_peak):
         {
             "awpo/w_mean": w_bar,
             "awpo/gate_frac": jnp.sum(gate[..., 0] * okf) / n_ok,
+            "awpo/gated_out_frac": jnp.sum(gated_out[..., 0] * okf) / n_ok,
             "awpo/r_mean": jnp.sum(ratio[..., 0] * okf) / n_ok,
             "awpo/prio_frac": jnp.sum(prio[..., 0] * okf) / n_ok,
             "awpo/clip_eps": clip_eps,

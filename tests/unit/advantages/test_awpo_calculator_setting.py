@@ -53,3 +53,29 @@ def test_a_group_without_outcome_variance_never_mixes_below_1():
     np.testing.assert_allclose(
         float(awpo(flat, r_max=2.0, eps_mix=1.0).metrics["awpo/w_mean"]), 1.0, atol=1e-5
     )
+
+
+def test_gated_out_frac_counts_the_groups_where_the_gate_differs_from_mixing_without_it():
+    """``awpo/gated_out_frac`` at ``eps_mix`` 0.75 is the share of groups whose advantages differ
+    from mixing without the gate (``eps_mix`` 1), counted by a numpy loop from Eqs. 20-25; it is 0
+    at ``eps_mix`` 1 and some groups differ in this draw (a check that cannot pass vacuously)."""
+    rng = np.random.default_rng(0)
+    p_, g_ = 512, 4
+    r_out = rng.choice([0.0, 1.0, 2.0], size=(p_, g_), p=[0.2, 0.5, 0.3])
+    r_out[: p_ // 4] = r_out[: p_ // 4, :1]  # a quarter of the groups without outcome variance
+    r_reason = rng.choice([0.0, 0.5, 1.0], size=(p_, g_))
+    rewards = np.stack([r_out, r_reason], -1).astype(np.float32)
+    gated, nogate = awpo(rewards, r_max=2.0, eps_mix=0.75), awpo(rewards, r_max=2.0, eps_mix=1.0)
+    differs = np.any(
+        np.abs(np.asarray(gated.advantages) - np.asarray(nogate.advantages)) > 1e-4, -1
+    )
+    want = []
+    for p in range(p_):
+        sd_out, sd_mix = r_out[p].std(), (r_out[p] + r_reason[p]).std()
+        ratio = sd_mix / (sd_out + sd_mix + 1e-6)  # Eq. 24
+        want.append(r_out[p].mean() < 2.0 and 0.0 < ratio and ratio >= 0.75)  # Eq. 25 closes
+    assert differs.tolist() == want and 0 < sum(want) < p_
+    np.testing.assert_allclose(
+        float(gated.metrics["awpo/gated_out_frac"]), np.mean(want), rtol=1e-6
+    )
+    assert float(nogate.metrics["awpo/gated_out_frac"]) == 0.0
