@@ -141,6 +141,7 @@ def test_rerunning_a_cell_command_reproduces_its_numbers(quick, tmp_path):
         pytest.param("awpo_rule", ("--methods=awpo,grpo_outcome",), marks=pytest.mark.full),
         pytest.param("saw_rule", ("--methods=saw_grpo,grpo_equal",), marks=pytest.mark.full),
         pytest.param("paretopo_calls", ("--methods=grpo_ds,paretopo",), marks=pytest.mark.full),
+        pytest.param("awpo_weak", ("--methods=awpo,mix_nogate",), marks=pytest.mark.full),
         ("vpo_bestk", ("--methods=vpo,grpo",)),  # two of its four arms: CI time
         # the rule-calculator grid, 2 arms x 2 seeds x 2 steps (~25 min on 2 busy cores): not in CI
         pytest.param(
