@@ -13,9 +13,10 @@ that needs no tool is solved by a rule visible in the problem, on operands never
 * ``recall`` (optional, ``task.kwargs.recall`` > 0): single-digit facts of ``easy_ops``, shared by
   every split (knowledge, like a times table; reported as its own class, never as held-out skill).
 * ``digit`` and ``carry`` (weights ``task.kwargs.digit`` / ``carry``, 0 by default): ``x+d`` /
-  ``d+x`` with ``10 <= x <= 99999`` and ``1 <= d <= 9``. Without a carry (``x % 10 + d <= 9``, class ``digit``) a rule visible in the
-  problem solves it: copy ``x`` with its last digit replaced by a single-digit sum; with one
-  (``carry``) the carry runs into ``x``'s other digits, and the tool is needed. The two share the
+  ``d+x`` with ``10 <= x <= 99999`` and ``1 <= d <= 9``. Without a carry (``x % 10 + d <= 9``,
+  class ``digit``) a rule visible in the problem solves it: copy ``x`` with its last digit replaced
+  by a single-digit sum; with one (``carry``) the carry runs into ``x``'s other digits, and the
+  tool is needed. The two share the
   operand ``x`` (split by its hash), so telling them apart is a learned rule too: a class where a
   direct answer is right only when the model reads the problem correctly, so accuracy can be bought
   with calls (the accuracy-efficiency conflict ParetoPO's ranking needs, ``docs/methods.md``).
