@@ -1,13 +1,19 @@
 """The interrupt matrix: {kill -9, SIGTERM} x {staleness 0, 1} x {1, 2 processes}. Each cell
 interrupts the golden config (``golden_run.py``) mid-run, resumes it in the same workdir, and
 compares the finished run with the 1-process golden run of its staleness: every non-``time/``
-metric, the params sha256 and the host state of every kept checkpoint, bitwise. (2 processes of
-one device run the 1-process program on 2 devices, and a sum over 2 shards has one order: the
-uninterrupted runs are bitwise equal, ``test_golden_equivalence.py``.)
+metric, the params sha256 and the host state of every kept checkpoint, bitwise. 2 processes of
+one device run the 1-process program on 2 devices (the same global program on the same shards of
+the ``data = 2`` mesh, and a sum over 2 shards has one order, a + b == b + a), so a 2-process cell
+is also the test that 2 processes equal 1 process: every step of it, before and after the
+interruption, runs on 2 processes, with one writer (no metrics line twice). (With more shards the
+summation order may differ: ``test_multiprocess.py`` compares 2 processes of 2 devices each within
+1e-5.)
 
 * kill -9 (the whole process group: the launcher and every process) once checkpoint 2 is on disk:
   nothing is saved on the way out; the resume restores step 2 (with staleness 1, the rollout of
-  step index 2 generated ahead by the weights after 1 update is in that checkpoint).
+  step index 2 generated ahead by the weights after 1 update is in that checkpoint: its record
+  passes every check after a real orbax round trip and is consumed as the uninterrupted run did;
+  ``test_inflight_resume.py`` damages it).
 * SIGTERM once step 1 is logged (on 2 processes to process 1 only, as a scheduler may do: both
   agree at their next poll and save the same step): exit 143 and the last completed step saved,
   a step the periodic saves (every 2) would not have saved when it is odd. With staleness 1 a
@@ -121,9 +127,11 @@ def test_interrupted_run_resumes_to_the_golden_run(golden, tmp_path, how, stalen
     _, want = golden(staleness, 1)  # 2 processes are the 1-process run bitwise (see below)
     work = tmp_path / "run"
     saved, dropped = (_kill9 if how == "kill9" else _sigterm)(work, staleness, processes)
-    g.run(work, staleness, processes)
+    out = g.run(work, staleness, processes)
+    assert "is damaged" not in out and not (work / "inflight.corrupt").exists()
     got = g.record(work)
-    assert [r["step"] for r in got["metrics"]] == list(range(g.STEPS + 1))
+    assert [r["step"] for r in got["metrics"]] == list(range(g.STEPS + 1))  # one writer
+    assert (work / "done").read_text() == f"{g.STEPS}\n"
     if saved in got["host"] and got["host"][saved] != want["host"][saved]:
         # saved by the signal after the step's update, its after-step phases pending (redone on
         # resume): a periodic step the resumed run does not save again

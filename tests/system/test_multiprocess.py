@@ -234,13 +234,14 @@ def test_partial_distributed_flags_are_refused(tmp_path):
     "name",
     # VPO's set rewards on 2 processes are also the staleness-1 test's run: not in CI. AWPO's judge
     # (~290 s) runs in the full set only since stop 43, to keep .ci/run under 60 minutes; on one
-    # process it runs end to end in CI (tests/system/rl/test_e2e.py). ParetoPO's case compares the two
-    # golden runs (tests/system/test_golden_equivalence.py)
+    # process it runs end to end in CI (tests/system/rl/test_e2e.py). ParetoPO's case is the
+    # interrupt matrix's 2-process cells (tests/system/test_interrupt_matrix.py)
     [pytest.param("awpo", marks=pytest.mark.full), pytest.param("vpo", marks=pytest.mark.full)],
 )
 def test_two_processes_equal_one_process_with_two_devices(name, tmp_path, request):
     """VPO's set rewards and AWPO's judge on 2 processes equal 1 process with 2 devices (ParetoPO,
-    whose Stage 2 is the GRPO loop with another advantage, is the golden runs' comparison)."""
+    whose Stage 2 is the GRPO loop with another advantage, is the interrupt matrix's 2-process
+    cells: a 2-process run, interrupted and resumed, equals the 1-process golden run bitwise)."""
     flags = CASES[name] + _SHORT
     two = tmp_path / "two"
     if name == "awpo":
