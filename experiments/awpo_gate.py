@@ -52,9 +52,17 @@ COMPARISONS = (
 )
 
 
-EARLIER = """- The 3-seed design before this grid (page at 2210f31: ToolRL with the offline judge from a
-  randomly initialised tiny model): inconclusive, every reward of all 6 cells was 0.
+THREE_SEED = """- The 3-seed design before this grid (page at 2210f31: ToolRL with the offline judge from a
+  randomly initialised tiny model): inconclusive, every reward of all 6 cells was 0."""
+EARLIER = f"""{THREE_SEED}
 - The grid after this one, on the rule calculator with eps_mix 0.75: [`awpo_rule.md`](awpo_rule.md)."""
+# this grid as a later page names it
+AS_EARLIER = """- The 8-seed grid on the earlier testbed (single-digit facts, 128 held-out problems, eps_mix 0.5;
+  [`awpo_gate.md`](awpo_gate.md)): mechanism not shown (held-out r_reason +0.002 over outcome-only
+  GRPO, Holm p 0.57), outcome contradicted (accuracy -0.006 below outcome-only GRPO, Holm p 0.02;
+  +0.011 over mixing without the gate, Holm p 0.11; eps_mix 0.7 -0.013 below 0.5, Holm p 0.01).
+  The gate was open in 7.3% of groups (mean weight 0.027): AWPO was nearly outcome-only GRPO there
+  (methods.md, AWPO)."""
 
 
 def claim(seeds, root, quick) -> _claims.Claim:

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # noqa: E402
 
-from experiments import _calculator, _claims, _grid, _report  # noqa: E402
+from experiments import _calculator, _claims, _grid, _report, awpo_gate  # noqa: E402
 
 M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
 CONFIG = "configs/awpo.py:task=calculator"  # eps_mix 0.75: the calculator branch's choice
@@ -112,6 +112,18 @@ COMPARISONS = (
     C("awpo", "awpo_eps0.5", "final held-out r_reason"),
 )
 
+EARLIER = f"""{awpo_gate.THREE_SEED}
+{awpo_gate.AS_EARLIER}
+- The grid after this one, from a weaker warm start where the gate and mixing without it differ:
+  [`awpo_weak.md`](awpo_weak.md)."""
+# this grid as a later page names it
+AS_EARLIER = """- The 8 x 4 grid on the rule calculator at eps_mix 0.75 ([`awpo_rule.md`](awpo_rule.md)):
+  mechanism shown (held-out r_reason +0.017 over outcome-only GRPO, Holm p 5e-4, and +0.013 over
+  eps_mix 0.5, Holm p 0.003), outcome not shown (accuracy -0.0010 below outcome-only GRPO, Holm p
+  0.055; -0.0001 below mixing without the gate, Holm p 0.35). AWPO equalled mixing without the gate
+  bitwise in 7 of 8 seeds: from its 500-step warm start the two differ in 0-0.5% of groups
+  (methods.md, AWPO), so that grid could not separate the gate from mixing."""
+
 
 def claim(seeds, root, quick) -> _claims.Claim:
     arms = (
@@ -126,6 +138,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
     )
     return _claims.Claim(
         name="awpo_rule",
+        earlier=EARLIER,
         title="AWPO: gating a judged plan reward on the rule calculator",
         question="Where the judge is right on held-out problems and the outcome is not saturated, "
         "does variance-aware gating of the judge's plan score improve held-out accuracy over "

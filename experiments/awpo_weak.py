@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app  # noqa: E402
 
-from experiments import _calculator, _claims, _grid  # noqa: E402
+from experiments import _calculator, _claims, _grid, awpo_gate, awpo_rule  # noqa: E402
 from experiments.awpo_rule import CONFIG, EVAL_EVERY, MEASURES, STEPS, train_mean  # noqa: E402
 
 M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
@@ -101,6 +101,7 @@ ARMS = (
     M("grpo_outcome", f"{CONFIG},estimator=grpo"),
     M("mix_nogate", CONFIG, ("--config.advantage.eps_mix=1.0",)),
 )
+EARLIER = "\n".join((awpo_gate.THREE_SEED, awpo_gate.AS_EARLIER, awpo_rule.AS_EARLIER))
 
 
 def claim(seeds, root, quick) -> _claims.Claim:
@@ -111,6 +112,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
     )
     return _claims.Claim(
         name="awpo_weak",
+        earlier=EARLIER,
         title="AWPO from a weak warm start: the variance gate against mixing without it",
         question="Where many groups are all wrong with mixed plans (so the variance gate "
         "and mixing without it differ), does AWPO's gate improve held-out accuracy over "

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from absl import app  # noqa: E402
 
-from experiments import _claims, _grid, _report  # noqa: E402
+from experiments import _claims, _grid, _report, paretopo_front, paretopo_rule  # noqa: E402
 from experiments.paretopo_rule import DAPO, MARGIN, OBJ, QUICK, hv  # noqa: E402
 
 M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
@@ -151,6 +151,10 @@ CURVES = (
     "advantage/pareto/reordered_group_frac",
 )
 
+EARLIER = "\n".join(
+    (paretopo_front.THREE_SEED, paretopo_front.AS_EARLIER, paretopo_rule.AS_EARLIER)
+)
+
 
 def claim(seeds, root, quick) -> _claims.Claim:
     rl = (f"--config.steps={2 if quick else STEPS}",) + (
@@ -158,6 +162,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
     )
     return _claims.Claim(
         name="paretopo_calls",
+        earlier=EARLIER,
         title="ParetoPO where calls buy accuracy: unneeded calls, accuracy and the ranking's order",
         question="Where a call buys accuracy and correct answers use several call counts (so Pareto "
         "ranking reorders groups), does ParetoPO drop unneeded calls better than GRPO with the same "

@@ -76,10 +76,18 @@ COMPARISONS = (
 )
 
 
-EARLIER = """- The 3-seed design before this grid (page at 2210f31: 4 methods x 3 seeds x 40 RL steps, no
+THREE_SEED = """- The 3-seed design before this grid (page at 2210f31: 4 methods x 3 seeds x 40 RL steps, no
   over-calling warm start): inconclusive; hypervolume vs GRPO +0.0083 (2 SE 0.0077), final accuracy
-  +0.013 (2 SE 0.017).
+  +0.013 (2 SE 0.017)."""
+EARLIER = f"""{THREE_SEED}
 - The grid after this one, on the rule calculator: [`paretopo_rule.md`](paretopo_rule.md)."""
+# this grid as a later page names it
+AS_EARLIER = """- The 8-seed grid on the earlier testbed (single-digit facts, `r_tool` paid to every sample, 128
+  held-out problems; [`paretopo_front.md`](paretopo_front.md)): mechanism shown (redundant calls
+  -0.084 below GRPO + dynamic sampling, Holm p 0.006), outcome contradicted (tool efficiency +0.037,
+  Holm p 0.006, but hypervolume -0.006, Holm p 0.006: final accuracy 0.615 against 0.686). Its
+  fewer calls were mostly on held-out single-digit sums the model had never seen and needed the
+  tool for, the testbed's artefact that the rule calculator removed (methods.md, the calculator)."""
 
 
 def claim(seeds, root, quick) -> _claims.Claim:

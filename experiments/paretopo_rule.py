@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from absl import app  # noqa: E402
 
-from experiments import _claims, _grid, _report  # noqa: E402
+from experiments import _claims, _grid, _report, paretopo_front  # noqa: E402
 from mojax.pareto.hypervolume import hypervolume  # noqa: E402
 
 M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
@@ -136,11 +136,22 @@ CURVES = (
     "eval/acc/hard",
 )
 
+EARLIER = f"""{paretopo_front.THREE_SEED}
+{paretopo_front.AS_EARLIER}
+- The grid after this one, where a call buys accuracy: [`paretopo_calls.md`](paretopo_calls.md)."""
+# this grid as a later page names it
+AS_EARLIER = """- The 8 x 7 grid on the rule calculator ([`paretopo_rule.md`](paretopo_rule.md)): mechanism not
+  shown (unneeded calls on rule problems -0.0000, tool efficiency +0.0001, Holm p 1), outcome not
+  shown (accuracy not worse, non-inferiority reproduced with Holm p 6e-9, but hypervolume +0.0005,
+  Holm p 1); every ablation inconclusive. Pareto ranking kept GRPO's order in every group there
+  (methods.md, ParetoPO Stage 2)."""
+
 
 def claim(seeds, root, quick) -> _claims.Claim:
     rl = (f"--config.steps={2 if quick else 40}",) + (("--config.eval_every=1",) if quick else ())
     return _claims.Claim(
         name="paretopo_rule",
+        earlier=EARLIER,
         title="ParetoPO on the rule calculator: unneeded calls, accuracy and the ablations",
         question="On problems whose no-call path is a rule, does ParetoPO drop the unneeded calls "
         "better than GRPO with the same DAPO strategies, without losing accuracy, and which of its "

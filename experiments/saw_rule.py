@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 from absl import app  # noqa: E402
 
-from experiments import _calculator, _claims, _grid, _report  # noqa: E402
+from experiments import _calculator, _claims, _grid, _report, saw_cv  # noqa: E402
 from experiments.saw_cv import EQUAL, OBJECTIVES, saw_average_weights  # noqa: E402
 
 M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
@@ -165,6 +165,7 @@ def claim(seeds, root, quick) -> _claims.Claim:
     common = (f"--config.sft.think_rate={THINK}",) + (_calculator.QUICK_COMMON if quick else ())
     return _claims.Claim(
         name="saw_rule",
+        earlier=f"{saw_cv.THREE_SEED}\n{saw_cv.AS_EARLIER}",
         title="SAW: CV weights on a slowly learned plan format, on the rule calculator",
         question="Do SAW's batch CV weights learn the slow format objective faster than equal "
         "static weights, is it the adaptation or merely other weights, and is r_task kept?",
