@@ -135,6 +135,32 @@ def archived(claim: Claim) -> dict[str, dict[int, str]]:
     return out
 
 
+def setting_check(
+    claim: Claim,
+    arm: str,
+    label: str,
+    fn: Callable[[list[dict]], float],
+    passes: Callable[[float], bool],
+    failed: str,
+) -> str:
+    """A pre-registered setting check (said before any cell ran): ``fn`` of each archived cell of
+    ``arm``, per seed; the seeds where ``passes`` is false are named, with ``failed`` saying what
+    their cells cannot test. Empty before ``arm`` has cells."""
+    cells = archived(claim).get(arm, {})
+    if not cells:
+        return ""
+    values = {s: fn(read_metrics(d)) for s, d in sorted(cells.items())}
+    bad = [s for s, v in values.items() if not passes(v)]
+    per = ", ".join(f"s{s}: {v:.3f}" for s, v in values.items())
+    said = (
+        f"not met in seed{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))}: "
+        f"{'their' if len(bad) > 1 else 'its'} cells {failed}"
+        if bad
+        else "met in every seed"
+    )
+    return f"**Setting check (`{arm}`, {label}):** {said} ({per}).\n"
+
+
 def problem_means(cell: str, value: str) -> dict[str, float]:
     """Per problem, the mean of ``value`` over the samples of the cell's last archived eval."""
     files = [f for f in os.listdir(os.path.join(cell, "eval")) if f.endswith(".jsonl.gz")]

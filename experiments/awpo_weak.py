@@ -28,6 +28,7 @@ M, C, X = _grid.Method, _claims.Comparison, _claims.Measure
 SFT_STEPS = 100  # the weak warm start: the only one of the pilots' 100 / 150 / 200 steps with
 # many groups where the gate and mixing without it differ
 GATED_OUT = "gated-out groups, mean over steps"
+MIN_GATED_OUT = 0.05  # the setting check's threshold, said in the pre-registration
 
 PREREG = f"""**Earlier grids.** [`awpo_gate.md`](awpo_gate.md) (8 seeds, the facts problem set,
 `eps_mix` 0.5): mechanism *not shown*, outcome *contradicted*; the gate was open in 7.3% of groups.
@@ -134,5 +135,18 @@ def claim(seeds, root, quick) -> _claims.Claim:
     )
 
 
+def gate_check(claim: _claims.Claim) -> str:
+    """The pre-registered setting check: `awpo`'s gated-out share, mean over its steps, per seed;
+    a seed below ``MIN_GATED_OUT`` is named."""
+    return _claims.setting_check(
+        claim,
+        "awpo",
+        f"{GATED_OUT} >= {MIN_GATED_OUT}",
+        train_mean("advantage/awpo/gated_out_frac"),
+        lambda v: v >= MIN_GATED_OUT,
+        "could not tell the gate from mixing without it",
+    )
+
+
 if __name__ == "__main__":
-    app.run(_claims.cli(claim, "calculator_weak_awpo"))
+    app.run(_claims.cli(claim, "calculator_weak_awpo", extra=gate_check))

@@ -177,5 +177,18 @@ def claim(seeds, root, quick) -> _claims.Claim:
     )
 
 
+def ranking_check(claim: _claims.Claim) -> str:
+    """The pre-registered setting check: `paretopo`'s reordered groups, mean over its Stage 2
+    steps, per seed; a seed where it is 0 is named."""
+    return _claims.setting_check(
+        claim,
+        "paretopo",
+        "reordered groups > 0",
+        reordered,
+        lambda v: v > 0,
+        "could not test the ranking's order",
+    )
+
+
 if __name__ == "__main__":
-    app.run(_claims.cli(claim, "calculator_calls"))
+    app.run(_claims.cli(claim, "calculator_calls", extra=ranking_check))

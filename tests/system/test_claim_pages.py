@@ -204,3 +204,48 @@ def test_an_arm_keeps_its_colour_in_a_panel_another_arm_does_not_log(tmp_path):
     assert legend == set(want)
     fig_results = {"method": results["method"], **results}  # order sets the colour, not the data
     assert _figures.arm_styles(fig_results)["method"]["color"] == "C0"
+
+
+def test_setting_checks_name_the_seeds_whose_cells_cannot_test_the_mechanism(tmp_path):
+    """The setting checks that awpo_weak's and paretopo_calls' pre-registrations say before any cell
+    runs, on written cells: per seed, the mean of the metric over the training steps that log it
+    (numpy here); the seeds below the threshold are named (a seed that never logs it too)."""
+    import dataclasses
+
+    from experiments import awpo_weak, paretopo_calls
+
+    def write(claim, arm, key, per_seed):
+        for s, values in per_seed.items():
+            d = tmp_path / claim.name / "cells" / arm / f"s{s}"
+            d.mkdir(parents=True)
+            rows = [{"step": 0, "eval/accuracy": 0.5}]
+            rows += [{"step": i + 1, key: v} for i, v in enumerate(values)]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def declared(module):
+        claim = module.claim((0, 1, 2), str(tmp_path / "root"), False)
+        return dataclasses.replace(claim, out=str(tmp_path))
+
+    weak = declared(awpo_weak)
+    assert awpo_weak.gate_check(weak) == ""  # no cells yet
+    gated = {0: [0.1, 0.3], 1: [0.0, 0.09], 2: [0.05, 0.05]}  # seed 2 at the threshold passes
+    write(weak, "awpo", "advantage/awpo/gated_out_frac", gated)
+    per = ", ".join(f"s{s}: {np.mean(v):.3f}" for s, v in gated.items())
+    assert awpo_weak.gate_check(weak) == (
+        "**Setting check (`awpo`, gated-out groups, mean over steps >= 0.05):** not met in seed 1: "
+        f"its cells could not tell the gate from mixing without it ({per}).\n"
+    )
+    calls = declared(paretopo_calls)
+    reordered = {0: [0.0, 0.25], 1: [0.0, 0.0], 2: []}
+    write(calls, "paretopo", "advantage/pareto/reordered_group_frac", reordered)
+    assert paretopo_calls.ranking_check(calls) == (
+        "**Setting check (`paretopo`, reordered groups > 0):** not met in seeds 1, 2: their cells "
+        "could not test the ranking's order (s0: 0.125, s1: 0.000, s2: nan).\n"
+    )
+    tmp_path = tmp_path / "passing"  # a grid whose every seed passes
+    calls = declared(paretopo_calls)
+    write(calls, "paretopo", "advantage/pareto/reordered_group_frac", {0: [0.1], 1: [0.0, 0.4]})
+    assert paretopo_calls.ranking_check(calls) == (
+        "**Setting check (`paretopo`, reordered groups > 0):** met in every seed (s0: 0.100, "
+        "s1: 0.200).\n"
+    )
